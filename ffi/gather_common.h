@@ -1,0 +1,171 @@
+// The gather handlers' bodies, shared by the CPU and CUDA backends: each
+// backend supplies a runner (`ffi::Error run(const GatherArgs&)`). The Python
+// layer validates user input; these checks only stop a malformed call (a
+// hand-built ffi_call, a mismatched handle) from reading out of bounds.
+#ifndef JDIRECT_FFI_GATHER_COMMON_H_
+#define JDIRECT_FFI_GATHER_COMMON_H_
+
+#include <cstdint>
+#include <string>
+
+#include "index.h"
+#include "registry.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jdirect {
+
+namespace ffi = xla::ffi;
+
+struct GatherArgs {
+  const char* table;
+  int64_t nrows;
+  int64_t row_bytes;
+  const void* idx;
+  bool idx64;
+  int64_t n;  // number of indices
+  char* out;
+  Mode mode;
+  FillPattern fill;
+};
+
+inline ffi::Error MakeGatherArgs(const char* table, int64_t nrows,
+                                 int64_t row_bytes, ffi::AnyBuffer idx,
+                                 ffi::Result<ffi::AnyBuffer> out, int64_t mode,
+                                 int64_t fill_lo, int64_t fill_hi,
+                                 GatherArgs* args) {
+  if (idx.element_type() != ffi::DataType::S32 &&
+      idx.element_type() != ffi::DataType::S64) {
+    return ffi::Error::InvalidArgument(
+        "jdirect gather: indices must be int32 or int64");
+  }
+  if (!IsValidMode(mode)) {
+    return ffi::Error::InvalidArgument("jdirect gather: unknown mode " +
+                                       std::to_string(mode));
+  }
+  const int64_t n = static_cast<int64_t>(idx.element_count());
+  if (nrows < 0 || row_bytes < 0 ||
+      static_cast<int64_t>(out->size_bytes()) != n * row_bytes) {
+    return ffi::Error::InvalidArgument(
+        "jdirect gather: output size does not match indices x row bytes");
+  }
+  if (n > 0 && nrows == 0) {
+    return ffi::Error::InvalidArgument(
+        "jdirect gather: cannot take from a table with no rows");
+  }
+  *args = GatherArgs{table,
+                     nrows,
+                     row_bytes,
+                     idx.untyped_data(),
+                     idx.element_type() == ffi::DataType::S64,
+                     n,
+                     static_cast<char*>(out->untyped_data()),
+                     static_cast<Mode>(mode),
+                     FillPattern{static_cast<uint64_t>(fill_lo),
+                                 static_cast<uint64_t>(fill_hi)}};
+  return ffi::Error::Success();
+}
+
+// Shape of a table operand: rows are along the first axis; a rank-1 table
+// has rows of one element.
+inline ffi::Error TableShape(ffi::AnyBuffer table, int64_t* nrows,
+                             int64_t* row_bytes) {
+  auto dims = table.dimensions();
+  if (dims.size() < 1) {
+    return ffi::Error::InvalidArgument(
+        "jdirect gather: the table must have rank >= 1");
+  }
+  *nrows = dims[0];
+  int64_t row_elems = 1;
+  for (size_t d = 1; d < dims.size(); ++d) row_elems *= dims[d];
+  *row_bytes = row_elems * static_cast<int64_t>(ffi::ByteWidth(table.element_type()));
+  return ffi::Error::Success();
+}
+
+// Checks a HostTable lease against the shape the program was traced for.
+inline ffi::Error CheckLease(const TableLease& lease, int64_t nrows,
+                             int64_t row_bytes) {
+  if (!lease.ok()) return ffi::Error::InvalidArgument(lease.error());
+  if (lease.view().nrows != nrows || lease.view().row_bytes != row_bytes) {
+    return ffi::Error::InvalidArgument(
+        "jdirect gather: HostTable handle does not match the traced table "
+        "shape");
+  }
+  return ffi::Error::Success();
+}
+
+template <typename Runner>
+ffi::Error GatherFromArray(const Runner& run, ffi::AnyBuffer table,
+                           ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
+                           int64_t mode, int64_t fill_lo, int64_t fill_hi) {
+  int64_t nrows, row_bytes;
+  if (auto e = TableShape(table, &nrows, &row_bytes); e.failure()) return e;
+  GatherArgs a;
+  if (auto e = MakeGatherArgs(static_cast<const char*>(table.untyped_data()),
+                              nrows, row_bytes, idx, out, mode, fill_lo,
+                              fill_hi, &a);
+      e.failure()) {
+    return e;
+  }
+  return run(a);
+}
+
+// The lease spans the runner: on the CPU the copy, on the GPU the launch,
+// after which close() synchronises the device before unpinning.
+template <typename Runner>
+ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
+                            ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
+                            int64_t mode, int64_t fill_lo, int64_t fill_hi,
+                            int64_t nrows, int64_t row_bytes) {
+  TableLease lease(handle);
+  if (auto e = CheckLease(lease, nrows, row_bytes); e.failure()) return e;
+  GatherArgs a;
+  if (auto e = MakeGatherArgs(lease.view().data, nrows, row_bytes, idx, out,
+                              mode, fill_lo, fill_hi, &a);
+      e.failure()) {
+    return e;
+  }
+  return run(a);
+}
+
+}  // namespace jdirect
+
+// XLA_FFI_DEFINE_HANDLER_SYMBOL plus default visibility, so the library can
+// hide everything else.
+#define JDIRECT_DEFINE_HANDLER(fn, impl, binding)                     \
+  extern "C" JDIRECT_EXPORT XLA_FFI_Error* fn(XLA_FFI_CallFrame*);    \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(fn, impl, binding)
+
+// Bindings shared by both backends; CTX is empty on the CPU and the stream
+// on the GPU.
+#define JDIRECT_BIND_GATHER_ARRAY(CTX)                    \
+  xla::ffi::Ffi::Bind() CTX                               \
+      .Arg<xla::ffi::AnyBuffer>() /* table */             \
+      .Arg<xla::ffi::AnyBuffer>() /* idx */               \
+      .Ret<xla::ffi::AnyBuffer>() /* out */               \
+      .Attr<int64_t>("mode")                              \
+      .Attr<int64_t>("fill_lo")                           \
+      .Attr<int64_t>("fill_hi")
+
+#define JDIRECT_BIND_GATHER_HOST(CTX)                          \
+  xla::ffi::Ffi::Bind() CTX                                    \
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* handle */     \
+      .Arg<xla::ffi::AnyBuffer>() /* idx */                    \
+      .Ret<xla::ffi::AnyBuffer>() /* out */                    \
+      .Attr<int64_t>("mode")                                   \
+      .Attr<int64_t>("fill_lo")                                \
+      .Attr<int64_t>("fill_hi")                                \
+      .Attr<int64_t>("nrows")                                  \
+      .Attr<int64_t>("row_bytes")
+
+#define JDIRECT_BIND_GATHER_HOST_STATIC(CTX)    \
+  xla::ffi::Ffi::Bind() CTX                     \
+      .Arg<xla::ffi::AnyBuffer>() /* idx */     \
+      .Ret<xla::ffi::AnyBuffer>() /* out */     \
+      .Attr<int64_t>("handle")                  \
+      .Attr<int64_t>("mode")                    \
+      .Attr<int64_t>("fill_lo")                 \
+      .Attr<int64_t>("fill_hi")                 \
+      .Attr<int64_t>("nrows")                   \
+      .Attr<int64_t>("row_bytes")
+
+#endif  // JDIRECT_FFI_GATHER_COMMON_H_

@@ -1,0 +1,80 @@
+// CPU twin of the CUDA gather: the same targets, registered for platform
+// "cpu", so programs and tests run unchanged without a GPU.
+#include <cstring>
+#include <vector>
+
+#include "gather_common.h"
+#include "index.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jdirect {
+namespace {
+
+template <typename I>
+void GatherRows(const GatherArgs& a) {
+  const I* idx = static_cast<const I*>(a.idx);
+  std::vector<char> fill_row;  // built on the first out-of-range index
+  for (int64_t i = 0; i < a.n; ++i) {
+    const int64_t r = ResolveRow(idx[i], a.nrows, a.mode);
+    char* dst = a.out + i * a.row_bytes;
+    if (r >= 0) {
+      std::memcpy(dst, a.table + r * a.row_bytes, a.row_bytes);
+      continue;
+    }
+    if (fill_row.empty() && a.row_bytes > 0) {
+      char pattern[16];
+      std::memcpy(pattern, &a.fill.lo, 8);
+      std::memcpy(pattern + 8, &a.fill.hi, 8);
+      fill_row.resize(a.row_bytes);
+      for (int64_t k = 0; k < a.row_bytes; ++k) fill_row[k] = pattern[k % 16];
+    }
+    std::memcpy(dst, fill_row.data(), a.row_bytes);
+  }
+}
+
+struct CpuRunner {
+  ffi::Error operator()(const GatherArgs& a) const {
+    if (a.idx64) {
+      GatherRows<int64_t>(a);
+    } else {
+      GatherRows<int32_t>(a);
+    }
+    return ffi::Error::Success();
+  }
+};
+
+ffi::Error GatherArray(ffi::AnyBuffer table, ffi::AnyBuffer idx,
+                       ffi::Result<ffi::AnyBuffer> out, int64_t mode,
+                       int64_t fill_lo, int64_t fill_hi) {
+  return GatherFromArray(CpuRunner{}, table, idx, out, mode, fill_lo, fill_hi);
+}
+
+ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::AnyBuffer idx,
+                      ffi::Result<ffi::AnyBuffer> out, int64_t mode,
+                      int64_t fill_lo, int64_t fill_hi, int64_t nrows,
+                      int64_t row_bytes) {
+  if (handle.element_count() != 1) {
+    return ffi::Error::InvalidArgument(
+        "jdirect gather: a HostTable handle has exactly one element");
+  }
+  return GatherFromHandle(CpuRunner{}, handle.typed_data()[0], idx, out, mode,
+                          fill_lo, fill_hi, nrows, row_bytes);
+}
+
+ffi::Error GatherHostStatic(ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
+                            int64_t handle, int64_t mode, int64_t fill_lo,
+                            int64_t fill_hi, int64_t nrows, int64_t row_bytes) {
+  return GatherFromHandle(CpuRunner{}, static_cast<int32_t>(handle), idx, out,
+                          mode, fill_lo, fill_hi, nrows, row_bytes);
+}
+
+}  // namespace
+}  // namespace jdirect
+
+JDIRECT_DEFINE_HANDLER(JdirectGatherCpu, jdirect::GatherArray,
+                              JDIRECT_BIND_GATHER_ARRAY());
+JDIRECT_DEFINE_HANDLER(JdirectGatherHostCpu, jdirect::GatherHost,
+                              JDIRECT_BIND_GATHER_HOST());
+JDIRECT_DEFINE_HANDLER(JdirectGatherHostStaticCpu,
+                              jdirect::GatherHostStatic,
+                              JDIRECT_BIND_GATHER_HOST_STATIC());

@@ -1,0 +1,53 @@
+// Index resolution shared by the CPU and CUDA gathers: one definition of
+// jnp.take's index semantics, so both backends agree bit for bit.
+#ifndef JDIRECT_FFI_INDEX_H_
+#define JDIRECT_FFI_INDEX_H_
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define JDIRECT_HD __host__ __device__ __forceinline__
+#else
+#define JDIRECT_HD inline
+#endif
+
+namespace jdirect {
+
+// Values match jdirect/gather.py's _MODES.
+enum class Mode : int64_t { kFill = 0, kClip = 1, kWrap = 2 };
+
+inline bool IsValidMode(int64_t m) { return m >= 0 && m <= 2; }
+
+// Returns the table row for `raw`, or -1 when jnp.take would yield the fill
+// value. Requires nrows > 0. The result is always in [-1, nrows): this is
+// the single place that keeps every read inside the table.
+template <typename I>
+JDIRECT_HD int64_t ResolveRow(I raw, int64_t nrows, Mode mode) {
+  int64_t i = static_cast<int64_t>(raw);
+  switch (mode) {
+    case Mode::kClip:
+      // jnp.take's clip mode does not wrap negative indices: they clip to 0.
+      return i < 0 ? 0 : (i >= nrows ? nrows - 1 : i);
+    case Mode::kWrap: {
+      int64_t r = i % nrows;
+      return r < 0 ? r + nrows : r;
+    }
+    case Mode::kFill:
+    default:
+      // Negative indices wrap once (i + nrows cannot overflow for i < 0).
+      if (i < 0) i += nrows;
+      return (i >= 0 && i < nrows) ? i : -1;
+  }
+}
+
+// The fill element's bytes repeated to 16 bytes. Every element size jnp
+// supports (1, 2, 4, 8, 16) divides 16, so byte k of any output row is
+// bytes[k % 16] whatever the row width.
+struct FillPattern {
+  uint64_t lo;
+  uint64_t hi;
+};
+
+}  // namespace jdirect
+
+#endif  // JDIRECT_FFI_INDEX_H_

@@ -1,0 +1,15 @@
+"""jdirect: GPU-centric access to host-memory tables for JAX.
+
+`gather(table, idx)` is `jnp.take(table, idx, axis=0)` whose rows are read
+where the table lives: GPU threads read a `HostTable` (or a `pinned_host`
+jax.Array) directly over PCIe, with no staging copy.
+"""
+
+from . import _ffi  # registers the FFI targets
+from .gather import gather
+from .host_table import HostTable
+
+__all__ = ["HostTable", "gather", "has_cuda"]
+
+has_cuda = _ffi.has_cuda
+__version__ = "0.1.0"

@@ -1,0 +1,125 @@
+"""Loads jdirect's native libraries and registers their XLA FFI targets.
+
+The CPU library (handlers and the HostTable registry) is always built; the
+CUDA library (handlers and pinning) only where a CUDA compiler was found.
+Its absence is reported when a GPU needs it, never at import.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from pathlib import Path
+
+import jax
+
+GATHER = "jdirect_gather"
+GATHER_HOST = "jdirect_gather_host"
+GATHER_HOST_STATIC = "jdirect_gather_host_static"
+
+# Target name -> handler symbol stem; the symbol is stem + "Cpu" or "Cuda".
+_TARGETS = {
+    GATHER: "JdirectGather",
+    GATHER_HOST: "JdirectGatherHost",
+    GATHER_HOST_STATIC: "JdirectGatherHostStatic",
+}
+
+_ERRLEN = 512
+
+
+def _find_library(name: str) -> Path | None:
+    # An editable install puts built libraries beside the installed package,
+    # not the sources: search every directory of the package's path.
+    for directory in sys.modules[__package__].__path__:
+        candidate = Path(directory) / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _load(name: str) -> ctypes.CDLL | None:
+    path = _find_library(name)
+    return ctypes.CDLL(str(path)) if path is not None else None
+
+
+def _register(lib: ctypes.CDLL, suffix: str, platform: str) -> None:
+    for target, stem in _TARGETS.items():
+        capsule = jax.ffi.pycapsule(getattr(lib, stem + suffix))
+        jax.ffi.register_ffi_target(target, capsule, platform=platform)
+
+
+_cpu = _load("libjdirect_cpu.so")
+if _cpu is None:
+    raise ImportError(
+        "jdirect's native library libjdirect_cpu.so was not found; "
+        "reinstall with `pip install .` so that it is built"
+    )
+_cpu.jdirect_table_open.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+_cpu.jdirect_table_open.restype = ctypes.c_int32
+_cpu.jdirect_table_close.argtypes = [ctypes.c_int32]
+_cpu.jdirect_table_close.restype = ctypes.c_int32
+_register(_cpu, "Cpu", "cpu")
+
+# Loading needs no GPU: the CUDA runtime is linked statically and finds the
+# driver only when first called.
+_cuda = _load("libjdirect_cuda.so")
+if _cuda is not None:
+    _cuda.jdirect_cuda_device_count.restype = ctypes.c_int32
+    _cuda.jdirect_cuda_pin.argtypes = [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64,
+    ]
+    _cuda.jdirect_cuda_pin.restype = ctypes.c_int32
+    _cuda.jdirect_cuda_unpin.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    _cuda.jdirect_cuda_unpin.restype = None
+    _cuda.jdirect_cuda_synchronize.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+    _cuda.jdirect_cuda_synchronize.restype = ctypes.c_int32
+    _register(_cuda, "Cuda", "CUDA")
+
+
+def has_cuda() -> bool:
+    """True when the CUDA handlers were built and loaded."""
+    return _cuda is not None
+
+
+def require_cuda(what: str) -> None:
+    """Raises RuntimeError if the CUDA handlers are missing."""
+    if _cuda is None:
+        raise RuntimeError(
+            f"{what} needs jdirect's CUDA library, but jdirect was not compiled "
+            "with GPU support (no CUDA compiler was found when it was built); "
+            "reinstall it on a machine with nvcc"
+        )
+
+
+def table_open(address: int, nrows: int, row_bytes: int) -> int:
+    return int(_cpu.jdirect_table_open(address, nrows, row_bytes))
+
+
+def table_close(handle: int) -> bool:
+    """Closes a registry entry; False if it was not open."""
+    return _cpu.jdirect_table_close(handle) == 0
+
+
+def cuda_pin(address: int, nbytes: int, read_only: bool) -> bool:
+    """Pins host memory for mapped access by every GPU.
+
+    Returns True if jdirect pinned it (and must unpin it), False if it was
+    already registered by someone else. Raises RuntimeError on failure.
+    """
+    require_cuda("Pinning a HostTable")
+    err = ctypes.create_string_buffer(_ERRLEN)
+    status = _cuda.jdirect_cuda_pin(address, nbytes, int(read_only), err, _ERRLEN)
+    if status == 1:
+        raise RuntimeError(f"jdirect could not pin the table: {err.value.decode()}")
+    return status == 0
+
+
+def cuda_unpin(address: int, nbytes: int) -> None:
+    _cuda.jdirect_cuda_unpin(address, nbytes)
+
+
+def cuda_synchronize() -> None:
+    """Waits for all work on every GPU; raises RuntimeError on a CUDA error."""
+    err = ctypes.create_string_buffer(_ERRLEN)
+    if _cuda.jdirect_cuda_synchronize(err, _ERRLEN) != 0:
+        raise RuntimeError(f"jdirect: {err.value.decode()}")

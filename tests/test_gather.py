@@ -1,0 +1,266 @@
+"""jdirect.gather against jnp.take: values, shapes, modes, transforms, errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jdirect
+from conftest import PLACEMENTS, place
+
+DTYPES = [
+    np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.int16, np.int32,
+    np.uint8, np.uint16, np.uint32, np.bool_, np.complex64, ml_dtypes.float8_e4m3fn,
+]
+DTYPES_X64 = [np.float64, np.int64, np.uint64, np.complex128]
+MODES = [None, "fill", "clip", "wrap"]
+
+
+def random_table(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if jnp.issubdtype(dtype, jnp.integer):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def assert_same(out, ref) -> None:
+    """Equal shape, dtype and bytes (so NaN fills must match bit for bit)."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    np.testing.assert_array_equal(out.reshape(-1).view(np.uint8), ref.reshape(-1).view(np.uint8))
+
+
+def indices(rng: np.random.Generator, n: int, shape, dtype) -> np.ndarray:
+    """In-range, negative, just-out-of-range and extreme indices, mixed."""
+    info = np.iinfo(dtype)
+    pool = np.array(
+        [0, n - 1, -1, -n, n, -n - 1, 2 * n + 3, info.min, info.max, info.min + 1, info.max - 1],
+        dtype=np.int64,
+    ).astype(dtype)
+    inner = rng.integers(-n, n, size=shape).astype(dtype)
+    pick = rng.integers(0, len(pool), size=shape)
+    return np.where(rng.random(shape) < 0.3, pool[pick], inner)
+
+
+@st.composite
+def cases(draw, dtypes):
+    seed = draw(st.integers(0, 2**32 - 1))
+    dtype = draw(st.sampled_from(dtypes))
+    nrows = draw(st.integers(1, 40))
+    row_shape = draw(st.sampled_from([(), (1,), (3,), (5,), (8,), (33,), (2, 3), (4, 4, 1)]))
+    idx_shape = draw(st.sampled_from([(1,), (7,), (3, 4), (2, 1, 5), ()]))
+    idx_dtype = draw(st.sampled_from([np.int32, np.int64]))
+    mode = draw(st.sampled_from(MODES))
+    placement = draw(st.sampled_from(PLACEMENTS))
+    use_fill = draw(st.booleans())
+    return seed, dtype, nrows, row_shape, idx_shape, idx_dtype, mode, placement, use_fill
+
+
+def check_case(case) -> None:
+    seed, dtype, nrows, row_shape, idx_shape, idx_dtype, mode, placement, use_fill = case
+    rng = np.random.default_rng(seed)
+    host = random_table(rng, (nrows,) + row_shape, dtype)
+    idx = jnp.asarray(indices(rng, nrows, idx_shape, idx_dtype))
+    fill = 7 if use_fill else None
+    ref = jnp.take(jnp.asarray(host), idx, axis=0, mode=mode, fill_value=fill)
+    table = place(host, placement)
+    out = jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode, fill_value=fill))(table, idx)
+    assert_same(out, ref)
+    assert_same(jdirect.gather(table, idx, mode=mode, fill_value=fill), ref)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(DTYPES))
+def test_matches_jnp_take(case):
+    check_case(case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(DTYPES + DTYPES_X64))
+def test_matches_jnp_take_x64(case):
+    with jax.enable_x64(True):
+        check_case(case)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_readme_example(placement):
+    t = np.arange(12.0, dtype=np.float32).reshape(6, 2)
+    out = np.asarray(jax.jit(jdirect.gather)(place(t, placement), jnp.array([5, -1, 7])))
+    np.testing.assert_array_equal(out[:2], [[10, 11], [10, 11]])
+    assert np.isnan(out[2]).all()
+
+
+def test_negative_indices_differ_between_fill_and_clip():
+    t = jnp.arange(10.0).reshape(5, 2)
+    idx = jnp.array([-1, -5, -6])
+    np.testing.assert_array_equal(jdirect.gather(t, idx, mode="clip")[:, 0], [0, 0, 0])
+    fill = np.asarray(jdirect.gather(t, idx))[:, 0]
+    np.testing.assert_array_equal(fill[:2], [8, 0])
+    assert np.isnan(fill[2])
+
+
+def take_reference(host: np.ndarray, idx: np.ndarray, mode) -> np.ndarray:
+    """jnp.take's documented semantics in NumPy, with exact int64 arithmetic."""
+    n = host.shape[0]
+    idx = idx.astype(np.int64)
+    if mode == "clip":
+        return host[np.clip(idx, 0, n - 1)]
+    if mode == "wrap":
+        return host[np.mod(idx, n)]
+    norm = np.where(idx < 0, idx + n, idx)
+    valid = (norm >= 0) & (norm < n)
+    out = host[np.where(valid, norm, 0)]
+    out[~valid] = np.iinfo(host.dtype).min
+    return out
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_int64_extreme_indices(placement):
+    # Against NumPy, not jnp.take: XLA's CPU gather truncates int64 indices
+    # in [2**32, 2**62) to 32 bits in fill mode (2**40 selects row 0), which
+    # jdirect does not copy.
+    with jax.enable_x64(True):
+        host = np.arange(24, dtype=np.int32).reshape(8, 3)
+        raw = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -8, 7, -9, 2**40, 2**32 + 1])
+        for mode in MODES:
+            out = jdirect.gather(place(host, placement), jnp.asarray(raw, jnp.int64), mode=mode)
+            assert_same(out, take_reference(host, raw, mode))
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_rank1_table_and_odd_row_widths(placement):
+    rng = np.random.default_rng(0)
+    for shape in [(17,), (9, 1), (9, 3), (9, 7), (9, 13)]:
+        host = random_table(rng, shape, np.int8)
+        idx = jnp.asarray(rng.integers(-12, 12, size=(31,)), jnp.int32)
+        assert_same(jdirect.gather(place(host, placement), idx), jnp.take(host, idx, axis=0))
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_empty_indices_and_empty_tables(placement):
+    host = np.zeros((0, 3), np.float32)
+    empty = jnp.zeros((0, 2), jnp.int32)
+    out = jdirect.gather(place(host, placement), empty)
+    assert out.shape == (0, 2, 3) and out.dtype == jnp.float32
+    with pytest.raises(IndexError, match="empty axis"):
+        jdirect.gather(place(host, placement), jnp.array([0]))
+    out = jdirect.gather(place(np.ones((4, 0), np.float32), placement), jnp.array([1, 9]))
+    assert out.shape == (2, 0)
+
+
+def test_vmap_batched_indices_is_one_launch():
+    t = jnp.arange(40.0).reshape(10, 4)
+    idx = jnp.array([[0, 1, 2], [9, -1, 12]])
+    f = jax.vmap(lambda i: jdirect.gather(t, i))
+    assert_same(f(idx), jnp.take(t, idx, axis=0))
+    text = str(jax.make_jaxpr(f)(idx))
+    assert text.count("ffi_call") == 1 and "scan" not in text and "while" not in text
+
+
+def test_vmap_batched_tables_and_in_axes():
+    tables = jnp.arange(60.0).reshape(3, 5, 4)
+    idx = jnp.array([[0, 4], [1, -1], [7, 2]])
+    ref = jnp.stack([jnp.take(tables[b], idx[b], axis=0) for b in range(3)])
+    assert_same(jax.vmap(jdirect.gather)(tables, idx), ref)
+    ref_shared = jnp.stack([jnp.take(tables[b], idx[0], axis=0) for b in range(3)])
+    assert_same(jax.vmap(jdirect.gather, in_axes=(0, None))(tables, idx[0]), ref_shared)
+    # Batch axis not first, on the indices.
+    assert_same(
+        jax.vmap(jdirect.gather, in_axes=(None, 1))(tables[0], idx),
+        jnp.take(tables[0], idx.T, axis=0),
+    )
+
+
+def test_vmap_over_host_table_indices():
+    host = np.arange(40.0, dtype=np.float32).reshape(10, 4)
+    with jdirect.HostTable(host) as table:
+        idx = jnp.array([[0, 1], [9, -1]])
+        out = jax.jit(jax.vmap(jdirect.gather, in_axes=(None, 0)))(table, idx)
+        assert_same(out, jnp.take(host, idx, axis=0))
+
+
+def test_scan_and_grad():
+    t = jnp.arange(20.0).reshape(10, 2)
+    host = jdirect.HostTable(np.asarray(t))
+    idx = jnp.array([[1, 2], [3, -1], [0, 0]])
+
+    def total(table, w):
+        def body(c, i):
+            return c + jnp.sum(jdirect.gather(table, i) * w), None
+
+        return jax.lax.scan(body, 0.0, idx)[0]
+
+    w = jnp.array([1.0, 2.0])
+    expected = jax.grad(lambda w: jnp.sum(jnp.take(t, idx, axis=0) * w))(w)
+    for table in (t, host):
+        np.testing.assert_allclose(jax.jit(jax.grad(total, argnums=1))(table, w), expected)
+    # The table is a constant: its gradient is zero, not an error.
+    g = jax.grad(lambda tb: jnp.sum(jdirect.gather(tb, idx)))(t)
+    np.testing.assert_array_equal(g, jnp.zeros_like(t))
+
+
+def test_second_host_table_reuses_compiled_code():
+    traces = []
+
+    @jax.jit
+    def f(table, i):
+        traces.append(1)
+        return jdirect.gather(table, i)
+
+    idx = jnp.array([0, 3])
+    a = np.arange(8.0, dtype=np.float32).reshape(4, 2)
+    with jdirect.HostTable(a) as t1, jdirect.HostTable(a * 10) as t2:
+        assert_same(f(t1, idx), a[[0, 3]])
+        assert_same(f(t2, idx), (a * 10)[[0, 3]])
+        assert len(traces) == 1 and f._cache_size() == 1
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (jnp.array([1.0]), "float32"),
+        (np.array([1], np.uint32), "uint32"),
+        (jnp.array([True]), "bool"),
+        (np.array([1], np.int16), "int16"),
+        ([0.5], "float64"),
+    ],
+)
+def test_bad_index_dtype_is_type_error(bad, match):
+    with pytest.raises(TypeError, match=match):
+        jdirect.gather(jnp.zeros((3, 2)), bad)
+
+
+def test_bad_arguments():
+    t = jnp.zeros((3, 2))
+    with pytest.raises(ValueError, match="mode"):
+        jdirect.gather(t, jnp.array([0]), mode="nearest")
+    with pytest.raises(NotImplementedError, match="raise"):
+        jdirect.gather(t, jnp.array([0]), mode="raise")
+    with pytest.raises(ValueError, match="rank >= 1"):
+        jdirect.gather(jnp.float32(1.0), jnp.array([0]))
+    with pytest.raises(ValueError, match="scalar"):
+        jdirect.gather(t, jnp.array([5]), fill_value=np.ones(2))
+    with pytest.raises(TypeError, match="jax_enable_x64"):
+        with jdirect.HostTable(np.zeros((3, 2), np.float64)) as t64:
+            jdirect.gather(t64, jnp.array([0]))
+    with pytest.raises(TypeError, match="concrete"):
+        jax.jit(lambda f: jdirect.gather(t, jnp.array([7]), fill_value=f))(1.0)
+
+
+def test_fill_value_converts_like_jnp():
+    t = jnp.zeros((3, 2), jnp.int32)
+    for fill in (1.7, -2.5, True, 300):
+        assert_same(
+            jdirect.gather(t, jnp.array([9]), fill_value=fill),
+            jnp.take(t, jnp.array([9]), axis=0, fill_value=fill),
+        )
