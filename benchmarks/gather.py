@@ -1,25 +1,27 @@
-"""Gather throughput: jdirect.gather against the conventional JAX paths.
+"""Gather throughput: jdirect.gather against the known ways of reading rows.
 
 GB/s counts useful bytes (rows delivered to the device) over the wall time
-of one call, measured to completion. Methods:
+of one call, measured to completion, sort and scatter included. Methods:
 
-  jdirect-hosttable  jdirect.gather from a pinned HostTable (zero-copy)
-  jdirect-pinned     jdirect.gather from a pinned_host jax.Array (zero-copy)
+  jdirect            jdirect.gather from a pinned HostTable (address order)
+  jdirect-pinned     the same from a pinned_host jax.Array
+  naive              jdirect.gather(locality=False): one pass in caller order
+  sorted+scatter     reference: jnp sort, naive gather in sorted order, jnp
+                     scatter back (GraphBolt-style), one jitted program
   numpy+device_put   np.take on the host, then jax.device_put (conventional)
+  torch-16threads    torch.index_select with 16 threads into a pinned
+                     buffer, then an async copy (best CPU path; if torch)
   device-jnp.take    jnp.take with the whole table in device memory
   memcpy             one pinned host->device copy of 1 GiB (the PCIe limit)
 
-Prints a table and writes JSON. Example (GPU machine):
+Indices are uniform random int32, or Zipf (a=1.1) ranks scattered over the
+table. Prints a table, writes JSON and a PNG plot. Example (GPU machine):
   python benchmarks/gather.py --table-gb 16 --json benchmarks/out/gather.json
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import statistics
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -28,20 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 import jdirect
+from _common import print_table, run_meta, timed, write_json
 
 ROW_BYTES = (64, 128, 512, 1024, 4096)
 INDICES = (100_000, 1_000_000)
-
-
-def timed(fn: Callable[[], object], reps: int) -> float:
-    """Median seconds of `fn()` to completion, after one warm-up call."""
-    jax.block_until_ready(fn())
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+METHODS = (
+    "jdirect", "jdirect-pinned", "naive", "sorted+scatter", "numpy+device_put",
+    "torch-16threads", "device-jnp.take",
+)
 
 
 def make_table(total_bytes: int) -> np.ndarray:
@@ -55,28 +51,60 @@ def make_table(total_bytes: int) -> np.ndarray:
     return words
 
 
+def make_indices(rng: np.random.Generator, dist: str, n: int, rows: int) -> np.ndarray:
+    if dist == "uniform":
+        return rng.integers(0, rows, n, dtype=np.int32)
+    ranks = np.minimum(rng.zipf(1.1, n), rows) - 1
+    # Scatter the hot ranks over the table so that popularity is not locality.
+    return ((ranks.astype(np.int64) * 2_654_435_761) % rows).astype(np.int32)
+
+
 def memcpy_gbps(device: jax.Device, reps: int) -> float:
     pinned = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
     on_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
     src = jax.device_put(np.ones(1 << 28, np.float32), pinned)
-    seconds = timed(lambda: jax.device_put(src, on_device), reps)
-    return src.nbytes / seconds / 1e9
+    return src.nbytes / timed(lambda: jax.device_put(src, on_device), reps) / 1e9
+
+
+@jax.jit
+def sorted_scatter(table, idx):
+    order = jnp.argsort(idx)
+    rows = jdirect.gather(table, idx[order], locality=False)
+    return jnp.empty_like(rows).at[order].set(rows, unique_indices=True)
+
+
+def torch_path(host: np.ndarray, max_rows: int):
+    """torch.index_select (16 threads) into pinned memory + async copy, or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.set_num_threads(16)
+    table = torch.from_numpy(host)
+    staging = torch.empty((max_rows, host.shape[1]), dtype=table.dtype).pin_memory()
+
+    def run(idx_np: np.ndarray):
+        out = staging[: idx_np.size]
+        torch.index_select(table, 0, torch.from_numpy(idx_np.astype(np.int64)), out=out)
+        result = out.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        return result
+
+    return run
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     on_gpu = jax.default_backend() == "gpu"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table-gb", type=float, default=16.0 if on_gpu else 0.5)
     parser.add_argument("--row-bytes", type=int, nargs="+", default=list(ROW_BYTES))
-    parser.add_argument(
-        "--indices", type=int, nargs="+", default=list(INDICES if on_gpu else (10_000, 100_000))
-    )
+    parser.add_argument("--indices", type=int, nargs="+",
+                        default=list(INDICES if on_gpu else (10_000, 100_000)))
+    parser.add_argument("--dists", nargs="+", default=["uniform", "zipf"])
     parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument(
-        "--methods",
-        nargs="+",
-        default=["jdirect-hosttable", "jdirect-pinned", "numpy+device_put", "device-jnp.take"],
-    )
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--json", type=Path, default=Path("benchmarks/out/gather.json"))
     args = parser.parse_args()
 
@@ -85,70 +113,92 @@ def main() -> None:
     print(f"building a {total / 2**30:.1f} GiB table ...", flush=True)
     words = make_table(total)
     rng = np.random.default_rng(0)
-    records = []
     memcpy = memcpy_gbps(device, args.reps) if on_gpu else None
     device_words = jax.device_put(words, device) if "device-jnp.take" in args.methods else None
+    take = jax.jit(lambda t, i: jnp.take(t, i, axis=0))
+    gather = jax.jit(jdirect.gather, static_argnames="locality")
+    records: list[dict] = []
 
     for row_bytes in args.row_bytes:
         width = row_bytes // 4
         rows = words.size // width
         host = words[: rows * width].reshape(rows, width)
-        tables: dict[str, object] = {}
-        if "jdirect-hosttable" in args.methods:
-            tables["jdirect-hosttable"] = jdirect.HostTable(host)
+        table = jdirect.HostTable(host)
+        pinned = None
         if "jdirect-pinned" in args.methods and on_gpu:
-            pinned = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
-            tables["jdirect-pinned"] = jax.device_put(host, pinned)
-        if device_words is not None:
-            tables["device-jnp.take"] = device_words[: rows * width].reshape(rows, width)
-        gather = jax.jit(jdirect.gather)
-        take = jax.jit(lambda t, i: jnp.take(t, i, axis=0))
-        for n in args.indices:
-            idx_np = rng.integers(0, rows, n, dtype=np.int32)
-            idx = jax.device_put(idx_np, device)
-            expected = host[idx_np[:64]]
-            runs: dict[str, Callable[[], jax.Array]] = {}
-            for name in ("jdirect-hosttable", "jdirect-pinned"):
-                if name in tables:
-                    runs[name] = lambda t=tables[name]: gather(t, idx)
-            if "numpy+device_put" in args.methods:
-                runs["numpy+device_put"] = lambda: jax.device_put(np.take(host, idx_np, axis=0), device)
-            if "device-jnp.take" in tables:
-                runs["device-jnp.take"] = lambda: take(tables["device-jnp.take"], idx)
-            for name, fn in runs.items():
-                np.testing.assert_array_equal(np.asarray(fn()[:64]), expected, err_msg=name)
-                seconds = timed(fn, args.reps)
-                useful = n * row_bytes
-                records.append(
-                    dict(method=name, row_bytes=row_bytes, indices=n, seconds=seconds,
-                         gbps=useful / seconds / 1e9, mrows_per_s=n / seconds / 1e6)
-                )
-                print(f"  {name:18s} {row_bytes:5d} B x {n:>9,d}: {records[-1]['gbps']:7.2f} GB/s",
-                      flush=True)
-        for t in tables.values():
-            if isinstance(t, jdirect.HostTable):
-                t.close()
-        del tables
+            sharding = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+            pinned = jax.device_put(host, sharding)
+        on_device = None if device_words is None else device_words[: rows * width].reshape(rows, width)
+        torch_run = torch_path(host, max(args.indices)) if "torch-16threads" in args.methods else None
+        for dist in args.dists:
+            for n in args.indices:
+                idx_np = make_indices(rng, dist, n, rows)
+                idx = jax.device_put(idx_np, device)
+                runs: dict[str, Callable[[], object]] = {
+                    "jdirect": lambda: gather(table, idx),
+                    "naive": lambda: gather(table, idx, locality=False),
+                    "sorted+scatter": lambda: sorted_scatter(table, idx),
+                    "numpy+device_put": lambda: jax.device_put(np.take(host, idx_np, axis=0), device),
+                }
+                if pinned is not None:
+                    runs["jdirect-pinned"] = lambda: gather(pinned, idx)
+                if torch_run is not None:
+                    runs["torch-16threads"] = lambda: torch_run(idx_np)
+                if on_device is not None:
+                    runs["device-jnp.take"] = lambda: take(on_device, idx)
+                expected = host[idx_np[:256]]
+                for name in args.methods:
+                    if name not in runs:
+                        continue
+                    got = runs[name]()
+                    got = got.cpu().numpy() if hasattr(got, "cpu") else np.asarray(got)
+                    np.testing.assert_array_equal(got[:256], expected, err_msg=name)
+                    seconds = timed(runs[name], args.reps)
+                    rec = dict(method=name, dist=dist, row_bytes=row_bytes, indices=n,
+                               seconds=seconds, gbps=n * row_bytes / seconds / 1e9,
+                               mrows_per_s=n / seconds / 1e6)
+                    records.append(rec)
+                    print(f"  {name:17s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
+                          f"{rec['gbps']:8.2f} GB/s", flush=True)
+        table.close()
+        del pinned, on_device, torch_run
 
-    methods = list(dict.fromkeys(r["method"] for r in records))
+    methods = [m for m in args.methods if any(r["method"] == m for r in records)]
     print(f"\nGB/s of useful bytes; device {device.device_kind}, jax {jax.__version__}, "
           f"table {total / 2**30:.1f} GiB" + (f", pinned memcpy {memcpy:.1f} GB/s" if memcpy else ""))
-    header = f"{'row B':>6} {'indices':>9} " + " ".join(f"{m:>18}" for m in methods)
-    print(header)
-    for row_bytes in args.row_bytes:
-        for n in args.indices:
-            cells = {r["method"]: r["gbps"] for r in records
-                     if r["row_bytes"] == row_bytes and r["indices"] == n}
-            print(f"{row_bytes:>6} {n:>9,d} " + " ".join(f"{cells.get(m, float('nan')):>18.2f}" for m in methods))
+    print_table(records, ("dist", "row_bytes", "indices"), methods, "method", "gbps")
+    write_json(args.json, run_meta(table_bytes=total, memcpy_gbps=memcpy, reps=args.reps), records)
+    plot(records, methods, memcpy, args.json.with_suffix(".png"))
 
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(
-        device=device.device_kind, platform=jax.default_backend(), jax=jax.__version__,
-        date=datetime.date.today().isoformat(), table_bytes=total, memcpy_gbps=memcpy,
-        reps=args.reps,
-    )
-    args.json.write_text(json.dumps(dict(meta=meta, results=records), indent=1))
-    print(f"wrote {args.json}")
+
+def plot(records: list[dict], methods: list[str], memcpy: float | None, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    panels = sorted({(r["dist"], r["indices"]) for r in records})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (dist, n) in zip(axes[0], panels):
+        for m in methods:
+            pts = sorted((r["row_bytes"], r["gbps"]) for r in records
+                         if r["method"] == m and r["dist"] == dist and r["indices"] == n)
+            if pts and m != "device-jnp.take":
+                ax.plot(*zip(*pts), marker="o", label=m)
+        if memcpy:
+            ax.axhline(memcpy, color="k", linestyle="--", label="pinned memcpy")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("row bytes")
+        ax.set_ylabel("GB/s (useful bytes)")
+        ax.set_title(f"{dist}, {n:,} indices")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

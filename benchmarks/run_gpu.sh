@@ -13,5 +13,5 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
   python3 -m pytest -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
-  python3 benchmarks/gather.py --json "$OUT/gather.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40
+  XLA_PYTHON_CLIENT_PREALLOCATE=false python3 benchmarks/gather.py --json "$OUT/gather.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40
 fi

@@ -136,12 +136,14 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
   XLA_FFI_DEFINE_HANDLER_SYMBOL(fn, impl, binding)
 
 // Bindings shared by both backends; CTX is empty on the CPU and the stream
-// on the GPU.
+// on the GPU. `workspace` holds the GPU's address-order sort (empty for
+// caller order); the CPU handlers ignore it.
 #define JDIRECT_BIND_GATHER_ARRAY(CTX)                    \
   xla::ffi::Ffi::Bind() CTX                               \
       .Arg<xla::ffi::AnyBuffer>() /* table */             \
       .Arg<xla::ffi::AnyBuffer>() /* idx */               \
       .Ret<xla::ffi::AnyBuffer>() /* out */               \
+      .Ret<xla::ffi::AnyBuffer>() /* workspace */         \
       .Attr<int64_t>("mode")                              \
       .Attr<int64_t>("fill_lo")                           \
       .Attr<int64_t>("fill_hi")
@@ -151,6 +153,7 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* handle */     \
       .Arg<xla::ffi::AnyBuffer>() /* idx */                    \
       .Ret<xla::ffi::AnyBuffer>() /* out */                    \
+      .Ret<xla::ffi::AnyBuffer>() /* workspace */              \
       .Attr<int64_t>("mode")                                   \
       .Attr<int64_t>("fill_lo")                                \
       .Attr<int64_t>("fill_hi")                                \
@@ -161,6 +164,7 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
   xla::ffi::Ffi::Bind() CTX                     \
       .Arg<xla::ffi::AnyBuffer>() /* idx */     \
       .Ret<xla::ffi::AnyBuffer>() /* out */     \
+      .Ret<xla::ffi::AnyBuffer>() /* workspace */ \
       .Attr<int64_t>("handle")                  \
       .Attr<int64_t>("mode")                    \
       .Attr<int64_t>("fill_lo")                 \

@@ -44,13 +44,15 @@ struct CpuRunner {
 };
 
 ffi::Error GatherArray(ffi::AnyBuffer table, ffi::AnyBuffer idx,
-                       ffi::Result<ffi::AnyBuffer> out, int64_t mode,
+                       ffi::Result<ffi::AnyBuffer> out,
+                       ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
                        int64_t fill_lo, int64_t fill_hi) {
   return GatherFromArray(CpuRunner{}, table, idx, out, mode, fill_lo, fill_hi);
 }
 
 ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::AnyBuffer idx,
-                      ffi::Result<ffi::AnyBuffer> out, int64_t mode,
+                      ffi::Result<ffi::AnyBuffer> out,
+                      ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
                       int64_t fill_lo, int64_t fill_hi, int64_t nrows,
                       int64_t row_bytes) {
   if (handle.element_count() != 1) {
@@ -62,6 +64,7 @@ ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::AnyBuffer idx,
 }
 
 ffi::Error GatherHostStatic(ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
+                            ffi::Result<ffi::AnyBuffer> /*workspace*/,
                             int64_t handle, int64_t mode, int64_t fill_lo,
                             int64_t fill_hi, int64_t nrows, int64_t row_bytes) {
   return GatherFromHandle(CpuRunner{}, static_cast<int32_t>(handle), idx, out,

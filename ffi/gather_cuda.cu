@@ -1,60 +1,25 @@
-// CUDA gather: GPU threads read rows straight from pinned host memory
-// (zero-copy over PCIe) or from device memory, with jnp.take's semantics.
+// CUDA gather handlers: GPU threads read rows straight from pinned host
+// memory (zero-copy over PCIe) or from device memory, with jnp.take's
+// semantics. The kernels are in gather_kernels.cuh.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <limits>
 #include <string>
 
 #include "gather_common.h"
+#include "gather_kernels.cuh"
 #include "index.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jdirect {
+
+// Below this many indices the sort's fixed cost (four launches) outweighs
+// what ordered reads save.
+constexpr int64_t kMinSortedIndices = 1024;
+
 namespace {
-
-constexpr int kThreads = 256;
-// Independent loads each thread issues before its first store: PCIe reads
-// take microseconds, so latency is hidden only with many in flight.
-constexpr int kUnroll = 4;
-
-template <typename V>
-__device__ __forceinline__ V FillVector(const FillPattern& fill, int64_t v) {
-  // sizeof(V) divides 16, so a vector never straddles the pattern's end.
-  const char* bytes = reinterpret_cast<const char*>(&fill);
-  return *reinterpret_cast<const V*>(bytes + ((v * sizeof(V)) & 15));
-}
-
-// Work is flattened to (index, vector-in-row) items so that consecutive
-// threads read consecutive vectors of one row (coalesced), and short rows
-// still keep every lane busy.
-template <typename V, typename I>
-__global__ void GatherKernel(const char* __restrict__ table, int64_t nrows,
-                             const I* __restrict__ idx, int64_t vecs_per_row,
-                             int64_t total, V* __restrict__ out, Mode mode,
-                             FillPattern fill) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t row_bytes = vecs_per_row * static_cast<int64_t>(sizeof(V));
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       base < total; base += stride * kUnroll) {
-    V vals[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t item = base + u * stride;
-      if (item < total) {
-        const int64_t i = item / vecs_per_row;
-        const int64_t v = item - i * vecs_per_row;
-        const int64_t r = ResolveRow(idx[i], nrows, mode);
-        vals[u] = r >= 0 ? reinterpret_cast<const V*>(table + r * row_bytes)[v]
-                         : FillVector<V>(fill, v);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t item = base + u * stride;
-      if (item < total) out[item] = vals[u];
-    }
-  }
-}
 
 int MultiprocessorCount() {
   static int counts[64] = {0};
@@ -68,17 +33,10 @@ int MultiprocessorCount() {
   return counts[dev];
 }
 
-template <typename V, typename I>
-void Launch(const GatherArgs& a, cudaStream_t stream) {
-  const int64_t vecs_per_row = a.row_bytes / static_cast<int64_t>(sizeof(V));
-  const int64_t total = a.n * vecs_per_row;
-  const int64_t per_block = static_cast<int64_t>(kThreads) * kUnroll;
-  int64_t blocks = (total + per_block - 1) / per_block;
+unsigned Blocks(int64_t work, int64_t per_block) {
+  int64_t blocks = (work + per_block - 1) / per_block;
   const int64_t cap = static_cast<int64_t>(MultiprocessorCount()) * 16;
-  if (blocks > cap) blocks = cap;
-  GatherKernel<V, I><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      a.table, a.nrows, static_cast<const I*>(a.idx), vecs_per_row, total,
-      reinterpret_cast<V*>(a.out), a.mode, a.fill);
+  return static_cast<unsigned>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
 }
 
 // The widest access that divides the row and both base addresses.
@@ -92,49 +50,160 @@ int VectorBytes(const GatherArgs& a) {
   return 1;
 }
 
-template <typename I>
-void LaunchIndexed(const GatherArgs& a, cudaStream_t stream) {
+// Calls fn(V{}) with V the vector type for the row and pointers.
+template <typename Fn>
+void WithVector(const GatherArgs& a, Fn fn) {
   switch (VectorBytes(a)) {
-    case 16: return Launch<uint4, I>(a, stream);
-    case 8: return Launch<uint2, I>(a, stream);
-    case 4: return Launch<uint32_t, I>(a, stream);
-    case 2: return Launch<uint16_t, I>(a, stream);
-    default: return Launch<uint8_t, I>(a, stream);
+    case 16: return fn(uint4{});
+    case 8: return fn(uint2{});
+    case 4: return fn(uint32_t{});
+    case 2: return fn(uint16_t{});
+    default: return fn(uint8_t{});
   }
+}
+
+template <typename I>
+void LaunchCallerOrder(const GatherArgs& a, cudaStream_t stream) {
+  WithVector(a, [&](auto vec) {
+    using V = decltype(vec);
+    const int64_t vpr = a.row_bytes / static_cast<int64_t>(sizeof(V));
+    const int64_t total = a.n * vpr;
+    GatherKernel<V, I><<<Blocks(total, int64_t{kThreads} * kUnroll), kThreads, 0, stream>>>(
+        a.table, a.nrows, static_cast<const I*>(a.idx), vpr, total,
+        reinterpret_cast<V*>(a.out), a.mode, a.fill);
+  });
+}
+
+int EndBit(int64_t max_key) {
+  int bits = 1;
+  while (bits < 64 && (max_key >> bits) != 0) ++bits;
+  return bits;
+}
+
+int64_t AlignUp(int64_t x) { return (x + 255) / 256 * 256; }
+
+// Where the sort's arrays sit inside the workspace buffer XLA allocates (an
+// extra result of the call, so its lifetime follows the program's streams).
+template <typename K>
+struct SortLayout {
+  int64_t keys_in, keys_out, pos_in, pos_out, temp, temp_bytes, total;
+  int end_bit;
+
+  SortLayout(int64_t n, int64_t nrows) {
+    end_bit = EndBit(nrows);  // keys run up to nrows (fills)
+    size_t bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<K*>(nullptr),
+                                    static_cast<K*>(nullptr), static_cast<int32_t*>(nullptr),
+                                    static_cast<int32_t*>(nullptr), n, 0, end_bit);
+    temp_bytes = static_cast<int64_t>(bytes);
+    keys_in = 0;
+    keys_out = AlignUp(n * static_cast<int64_t>(sizeof(K)));
+    pos_in = keys_out + keys_out;
+    pos_out = pos_in + AlignUp(n * 4);
+    temp = pos_out + AlignUp(n * 4);
+    total = temp + temp_bytes;
+  }
+};
+
+bool NarrowKeys(int64_t nrows) { return nrows < std::numeric_limits<uint32_t>::max(); }
+
+int64_t SortWorkspaceBytes(int64_t n, int64_t nrows) {
+  return NarrowKeys(nrows) ? SortLayout<uint32_t>(n, nrows).total
+                           : SortLayout<uint64_t>(n, nrows).total;
+}
+
+template <typename I, typename K>
+ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws) {
+  const int64_t n = a.n;
+  const SortLayout<K> layout(n, a.nrows);
+  K* keys_in = reinterpret_cast<K*>(ws + layout.keys_in);
+  K* keys_out = reinterpret_cast<K*>(ws + layout.keys_out);
+  int32_t* pos_in = reinterpret_cast<int32_t*>(ws + layout.pos_in);
+  int32_t* pos_out = reinterpret_cast<int32_t*>(ws + layout.pos_out);
+  ResolveKeysKernel<I, K><<<Blocks(n, kThreads), kThreads, 0, stream>>>(
+      static_cast<const I*>(a.idx), n, a.nrows, a.mode, keys_in, pos_in);
+  size_t temp_bytes = static_cast<size_t>(layout.temp_bytes);
+  cudaError_t err = cub::DeviceRadixSort::SortPairs(ws + layout.temp, temp_bytes, keys_in,
+                                                    keys_out, pos_in, pos_out, n, 0,
+                                                    layout.end_bit, stream);
+  if (err != cudaSuccess) {
+    return ffi::Error::Internal(std::string("jdirect gather: cub SortPairs failed: ") +
+                                cudaGetErrorString(err));
+  }
+  WithVector(a, [&](auto vec) {
+    using V = decltype(vec);
+    const int64_t vpr = a.row_bytes / static_cast<int64_t>(sizeof(V));
+    GatherSortedKernel<V, K><<<Blocks(n * vpr, int64_t{kThreads} * kUnroll), kThreads, 0,
+                               stream>>>(a.table, keys_out, pos_out, n,
+                                         static_cast<K>(a.nrows), vpr,
+                                         reinterpret_cast<V*>(a.out), a.fill);
+  });
+  return ffi::Error::Success();
+}
+
+// Rows in device memory gain nothing from ordering; only host tables sort.
+bool InHostMemory(const void* p) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return attr.type != cudaMemoryTypeDevice;
 }
 
 struct CudaRunner {
   cudaStream_t stream;
+  char* workspace;
+  int64_t workspace_bytes;
+
   ffi::Error operator()(const GatherArgs& a) const {
     if (a.n == 0 || a.row_bytes == 0) return ffi::Error::Success();
-    if (a.idx64) {
-      LaunchIndexed<int64_t>(a, stream);
+    ffi::Error status = ffi::Error::Success();
+    // Python sizes the workspace (jdirect_cuda_sort_workspace_bytes) only
+    // when it wants address order; an empty one means caller order.
+    const bool sorted = workspace_bytes > 0 && a.n >= kMinSortedIndices &&
+                        a.n <= std::numeric_limits<int32_t>::max() &&
+                        workspace_bytes >= SortWorkspaceBytes(a.n, a.nrows) &&
+                        InHostMemory(a.table);
+    const bool narrow = NarrowKeys(a.nrows);
+    if (sorted && a.idx64) {
+      status = narrow ? LaunchAddressOrder<int64_t, uint32_t>(a, stream, workspace)
+                      : LaunchAddressOrder<int64_t, uint64_t>(a, stream, workspace);
+    } else if (sorted) {
+      status = narrow ? LaunchAddressOrder<int32_t, uint32_t>(a, stream, workspace)
+                      : LaunchAddressOrder<int32_t, uint64_t>(a, stream, workspace);
+    } else if (a.idx64) {
+      LaunchCallerOrder<int64_t>(a, stream);
     } else {
-      LaunchIndexed<int32_t>(a, stream);
+      LaunchCallerOrder<int32_t>(a, stream);
     }
+    if (status.failure()) return status;
     // May also report an earlier launch's error on this thread: the message
     // names the call that noticed it, not necessarily the one that caused it.
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      return ffi::Error::Internal(
-          std::string("jdirect gather: kernel launch failed: ") +
-          cudaGetErrorString(err));
+      return ffi::Error::Internal(std::string("jdirect gather: kernel launch failed: ") +
+                                  cudaGetErrorString(err));
     }
     return ffi::Error::Success();
   }
 };
 
-ffi::Error GatherArray(cudaStream_t stream, ffi::AnyBuffer table,
-                       ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
-                       int64_t mode, int64_t fill_lo, int64_t fill_hi) {
-  return GatherFromArray(CudaRunner{stream}, table, idx, out, mode, fill_lo,
-                         fill_hi);
+CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& workspace) {
+  return CudaRunner{stream, static_cast<char*>(workspace->untyped_data()),
+                    static_cast<int64_t>(workspace->size_bytes())};
 }
 
-ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
-                      ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
-                      int64_t mode, int64_t fill_lo, int64_t fill_hi,
-                      int64_t nrows, int64_t row_bytes) {
+ffi::Error GatherArray(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer idx,
+                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                       int64_t mode, int64_t fill_lo, int64_t fill_hi) {
+  return GatherFromArray(Runner(stream, workspace), table, idx, out, mode, fill_lo, fill_hi);
+}
+
+ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle, ffi::AnyBuffer idx,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                      int64_t mode, int64_t fill_lo, int64_t fill_hi, int64_t nrows,
+                      int64_t row_bytes) {
   if (handle.element_count() != 1) {
     return ffi::Error::InvalidArgument(
         "jdirect gather: a HostTable handle has exactly one element");
@@ -145,35 +214,43 @@ ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
   cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     cudaGetLastError();  // do not leave this error for the next launch check
-    return ffi::Error::Internal(
-        "jdirect gather: cannot query the HostTable handle's memory");
+    return ffi::Error::Internal("jdirect gather: cannot query the HostTable handle's memory");
   }
   if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) {
     return ffi::Error::InvalidArgument(
         "jdirect gather: the HostTable handle was moved to device memory; "
         "pass the HostTable itself to jit, not a device_put copy of it");
   }
-  return GatherFromHandle(CudaRunner{stream}, *p, idx, out, mode, fill_lo,
-                          fill_hi, nrows, row_bytes);
+  return GatherFromHandle(Runner(stream, workspace), *p, idx, out, mode, fill_lo, fill_hi,
+                          nrows, row_bytes);
 }
 
 ffi::Error GatherHostStatic(cudaStream_t stream, ffi::AnyBuffer idx,
-                            ffi::Result<ffi::AnyBuffer> out, int64_t handle,
-                            int64_t mode, int64_t fill_lo, int64_t fill_hi,
-                            int64_t nrows, int64_t row_bytes) {
-  return GatherFromHandle(CudaRunner{stream}, static_cast<int32_t>(handle), idx,
-                          out, mode, fill_lo, fill_hi, nrows, row_bytes);
+                            ffi::Result<ffi::AnyBuffer> out,
+                            ffi::Result<ffi::AnyBuffer> workspace, int64_t handle, int64_t mode,
+                            int64_t fill_lo, int64_t fill_hi, int64_t nrows,
+                            int64_t row_bytes) {
+  return GatherFromHandle(Runner(stream, workspace), static_cast<int32_t>(handle), idx, out,
+                          mode, fill_lo, fill_hi, nrows, row_bytes);
 }
 
 }  // namespace
 }  // namespace jdirect
 
-#define JDIRECT_STREAM .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+// Sizes the workspace result for address order (0 on failure, e.g. with
+// no GPU): called by Python at trace time.
+extern "C" JDIRECT_EXPORT int64_t jdirect_cuda_sort_workspace_bytes(int64_t n, int64_t nrows) {
+  if (n < jdirect::kMinSortedIndices || n > std::numeric_limits<int32_t>::max()) return 0;
+  const int64_t bytes = jdirect::SortWorkspaceBytes(n, nrows);
+  cudaGetLastError();  // a failed query (no device) must not linger
+  return bytes;
+}
+
+#define JDIRECT_CUDA_CTX .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
 
 JDIRECT_DEFINE_HANDLER(JdirectGatherCuda, jdirect::GatherArray,
-                              JDIRECT_BIND_GATHER_ARRAY(JDIRECT_STREAM));
+                       JDIRECT_BIND_GATHER_ARRAY(JDIRECT_CUDA_CTX));
 JDIRECT_DEFINE_HANDLER(JdirectGatherHostCuda, jdirect::GatherHost,
-                              JDIRECT_BIND_GATHER_HOST(JDIRECT_STREAM));
-JDIRECT_DEFINE_HANDLER(JdirectGatherHostStaticCuda,
-                              jdirect::GatherHostStatic,
-                              JDIRECT_BIND_GATHER_HOST_STATIC(JDIRECT_STREAM));
+                       JDIRECT_BIND_GATHER_HOST(JDIRECT_CUDA_CTX));
+JDIRECT_DEFINE_HANDLER(JdirectGatherHostStaticCuda, jdirect::GatherHostStatic,
+                       JDIRECT_BIND_GATHER_HOST_STATIC(JDIRECT_CUDA_CTX));

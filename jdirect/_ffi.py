@@ -8,6 +8,7 @@ Its absence is reported when a GPU needs it, never at import.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from pathlib import Path
 
@@ -73,6 +74,8 @@ if _cuda is not None:
     _cuda.jdirect_cuda_unpin.restype = None
     _cuda.jdirect_cuda_synchronize.argtypes = [ctypes.c_char_p, ctypes.c_int64]
     _cuda.jdirect_cuda_synchronize.restype = ctypes.c_int32
+    _cuda.jdirect_cuda_sort_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    _cuda.jdirect_cuda_sort_workspace_bytes.restype = ctypes.c_int64
     _register(_cuda, "Cuda", "CUDA")
 
 
@@ -116,6 +119,15 @@ def cuda_pin(address: int, nbytes: int, read_only: bool) -> bool:
 
 def cuda_unpin(address: int, nbytes: int) -> None:
     _cuda.jdirect_cuda_unpin(address, nbytes)
+
+
+@functools.lru_cache(maxsize=4096)
+def sort_workspace_bytes(n: int, nrows: int) -> int:
+    """Workspace for a GPU gather of `n` indices in address order; 0 means
+    caller order (too few indices, no CUDA library, or no GPU to ask)."""
+    if _cuda is None:
+        return 0
+    return max(0, int(_cuda.jdirect_cuda_sort_workspace_bytes(n, nrows)))
 
 
 def cuda_synchronize() -> None:

@@ -49,6 +49,7 @@ def gather(
     *,
     mode: str | None = None,
     fill_value: Any = None,
+    locality: bool = True,
 ) -> jax.Array:
     """Rows of `table` at `idx`: `jnp.take(table, idx, axis=0, mode=mode, fill_value=fill_value)`.
 
@@ -71,6 +72,11 @@ def gather(
       fill_value: for "fill" mode, a scalar converted to the table's dtype;
         default NaN for inexact types, the minimum for signed and the maximum
         for unsigned integers, True for bool.
+      locality: on a GPU, read host rows in ascending address order (sort
+        the indices, read each distinct row once, scatter to the caller's
+        positions). Results are identical either way; False reads rows in
+        the caller's order, for comparison. Device tables and calls with
+        fewer than 1024 indices always use the caller's order.
 
     Returns:
       An array of shape `idx.shape + table.shape[1:]` and the table's dtype,
@@ -105,31 +111,42 @@ def gather(
         _ffi.require_cuda("jdirect.gather on a GPU")
     fill_lo, fill_hi = _dtypes.fill_pattern(dtype, fill_value if mode_code == 0 else None)
     attrs = (("mode", mode_code), ("fill_lo", fill_lo), ("fill_hi", fill_hi))
+    # Address order needs a sort workspace, sized per call on the GPU only.
+    sort = bool(locality) and jax.default_backend() == "gpu"
+    call = functools.partial(_call, row_shape=shape[1:], dtype=dtype, nrows=shape[0], sort=sort)
     if not isinstance(table, HostTable):
-        return _call(_ffi.GATHER, shape[1:], dtype, attrs)(table, idx)
+        return call(_ffi.GATHER, attrs=attrs)(table, idx)
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
     attrs += (("nrows", shape[0]), ("row_bytes", row_bytes))
     if table._handle_id is not None:
         # A concrete table (closed over, or called eagerly): its handle is a
         # compile-time attribute, like any other constant of the program.
         attrs += (("handle", table._handle_id),)
-        return _call(_ffi.GATHER_HOST_STATIC, shape[1:], dtype, attrs)(idx)
-    return _call(_ffi.GATHER_HOST, shape[1:], dtype, attrs)(table._handle, idx)
+        return call(_ffi.GATHER_HOST_STATIC, attrs=attrs)(idx)
+    return call(_ffi.GATHER_HOST, attrs=attrs)(table._handle, idx)
 
 
 @functools.lru_cache(maxsize=None)
 def _call(
-    target: str, row_shape: tuple[int, ...], dtype: np.dtype, attrs: tuple
+    target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int, sort: bool,
+    attrs: tuple,
 ) -> Callable[..., jax.Array]:
     """The FFI call for one static configuration, with its batching rule.
 
-    Operands are (table-or-handle?, idx); idx is always last.
+    Operands are (table-or-handle?, idx); idx is always last. The second
+    result is the GPU's sort workspace (empty for caller order), allocated
+    by XLA so that its lifetime follows the program's streams.
     """
 
     def call(*operands: jax.Array) -> jax.Array:
         idx = operands[-1]
-        out = jax.ShapeDtypeStruct(idx.shape + row_shape, dtype)
-        return jax.ffi.ffi_call(target, out, vmap_method="sequential")(*operands, **dict(attrs))
+        workspace = _ffi.sort_workspace_bytes(idx.size, nrows) if sort else 0
+        outs = (
+            jax.ShapeDtypeStruct(idx.shape + row_shape, dtype),
+            jax.ShapeDtypeStruct((workspace,), np.uint8),
+        )
+        ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
+        return ffi(*operands, **dict(attrs))[0]
 
     batched_call = jax.custom_batching.custom_vmap(call)
 

@@ -264,3 +264,24 @@ def test_fill_value_converts_like_jnp():
             jdirect.gather(t, jnp.array([9]), fill_value=fill),
             jnp.take(t, jnp.array([9]), axis=0, fill_value=fill),
         )
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("row_shape, dtype", [((16,), np.float32), ((3,), np.int8), ((), np.float16), ((25,), np.uint16)])
+def test_address_order_matches_caller_order(placement, row_shape, dtype):
+    """Enough indices for the sorted path (>= 1024), with duplicates,
+    out-of-range and negative ones: both orders give jnp.take's result."""
+    rng = np.random.default_rng(1)
+    host = random_table(rng, (3000,) + row_shape, dtype)
+    table = place(host, placement)
+    for idx_dtype in (np.int32, np.int64):
+        hot = rng.integers(0, 5, size=1500)  # long runs of equal rows
+        raw = np.concatenate([indices(rng, 3000, (6000,), idx_dtype), hot.astype(idx_dtype)])
+        idx = jnp.asarray(rng.permutation(raw).reshape(50, -1))
+        for mode in MODES:
+            ref = jnp.take(jnp.asarray(host), idx, axis=0, mode=mode)
+            for locality in (True, False):
+                out = jax.jit(
+                    lambda t, i: jdirect.gather(t, i, mode=mode, locality=locality)
+                )(table, idx)
+                assert_same(out, ref)

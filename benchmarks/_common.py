@@ -1,0 +1,59 @@
+"""Timing, tables and JSON shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import jax
+
+
+def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0) -> float:
+    """Median seconds of `fn()` run to completion, after one warm-up call.
+
+    Stops early (after at least 3 samples) once `budget_s` is spent, so slow
+    baselines do not dominate a run.
+    """
+    jax.block_until_ready(fn())
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < reps and (len(samples) < 3 or spent < budget_s):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        samples.append(time.perf_counter() - start)
+        spent += samples[-1]
+    return statistics.median(samples)
+
+
+def run_meta(**extra) -> dict:
+    device = jax.devices()[0]
+    return dict(
+        device=device.device_kind, platform=jax.default_backend(), jax=jax.__version__,
+        date=datetime.date.today().isoformat(), **extra,
+    )
+
+
+def print_table(rows: Sequence[dict], keys: Sequence[str], columns: Sequence[str],
+                column_key: str, value: str, fmt: str = "{:.2f}") -> None:
+    """Prints `value` for each distinct `keys` tuple (rows) x `columns`."""
+    width = max(12, *(len(c) for c in columns))
+    print(" ".join(f"{k:>10}" for k in keys) + " " + " ".join(f"{c:>{width}}" for c in columns))
+    seen: dict[tuple, dict] = {}
+    for r in rows:
+        seen.setdefault(tuple(r[k] for k in keys), {})[r[column_key]] = r[value]
+    for key, cells in seen.items():
+        line = " ".join(f"{str(k):>10}" for k in key)
+        line += " " + " ".join(
+            f"{fmt.format(cells[c]) if c in cells else '-':>{width}}" for c in columns
+        )
+        print(line)
+
+
+def write_json(path: Path, meta: dict, results: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(meta=meta, results=results), indent=1))
+    print(f"wrote {path}")
