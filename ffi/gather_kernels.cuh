@@ -1,8 +1,8 @@
 // CUDA kernels of the gather. Two orders of access:
 // - caller order (GatherKernel): one pass, each index read where it stands;
 // - address order (ResolveKeysKernel, CUB sort, GatherSortedKernel): rows
-//   are read in ascending address order, each distinct row once, and
-//   scattered to the caller's positions. Over PCIe every random row costs an
+//   are read in ascending address order (duplicates adjacent, so repeats
+//   hit L2) and scattered to the caller's positions. Over PCIe every random row costs an
 //   address translation (~35 M rows/s on the measured VM); ascending order
 //   shares translations between neighbours and restores the link's rate.
 #ifndef JDIRECT_FFI_GATHER_KERNELS_CUH_
