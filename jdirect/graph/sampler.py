@@ -1,0 +1,174 @@
+"""Uniform neighbour sampling into fixed-shape, padded blocks.
+
+Terms: `nodes[0]` are the seeds (a mini-batch); hop k samples up to
+`fanout` neighbours of every node of `nodes[k-1]` without replacement, and
+`nodes[k]` is `nodes[k-1]` followed by the newly reached nodes (ascending
+ids, which also orders the feature reads by address). The GNN reads
+features of `nodes[L]` and layer by layer reduces them to the seeds.
+
+Fanouts follow DGL's convention: `fanouts[i]` belongs to GNN layer i,
+counted from the input, so the last fanout is the one drawn at the seeds.
+
+Every array has a shape fixed by (batch_size, fanouts, num_nodes), so a
+jitted step compiles once. Padding rules:
+  * `input_nodes[i]` for i >= num_input is `num_nodes` (out of range: a
+    gather in "fill" mode returns the fill and reads nothing);
+  * `nbrs[l][i, j]` is a position in the next-larger node list; it is only
+    meaningful where `masks[l][i, j]`; padded rows have all-false masks;
+  * `labels[i]`/`seed_mask[i]` for seeds beyond the batch are 0/False.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from .csr import Graph
+
+
+class Batch(NamedTuple):
+    """One sampled mini-batch; a pytree of arrays (see module doc).
+
+    Attributes:
+      input_nodes: int32[caps[L]] node ids whose features the model reads
+        (int64 for graphs of 2**31 nodes or more, which need jax_enable_x64).
+      nbrs: per GNN layer from the input, int32[caps[L-1-i], fanouts[i]].
+      masks: bool arrays shaped like `nbrs`.
+      labels: int32[batch_size].
+      seed_mask: bool[batch_size].
+      counts: int32[L + 1], valid entries of nodes[0..L].
+    """
+
+    input_nodes: np.ndarray
+    nbrs: tuple[np.ndarray, ...]
+    masks: tuple[np.ndarray, ...]
+    labels: np.ndarray
+    seed_mask: np.ndarray
+    counts: np.ndarray
+
+
+def layer_caps(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> list[int]:
+    """Most nodes each of nodes[0..L] can hold: the padded sizes."""
+    caps = [batch_size]
+    for f in reversed(fanouts):
+        caps.append(min(num_nodes, caps[-1] * (1 + f)))
+    return caps
+
+
+def _sample_positions(rng: np.random.Generator, deg: np.ndarray, fanout: int) -> np.ndarray:
+    """int64[len(deg), fanout]: distinct positions in [0, deg), -1 if unused.
+
+    Rows with deg <= fanout take every position; the others draw a uniform
+    subset without replacement with Floyd's algorithm, vectorised over rows.
+    """
+    pos = np.full((deg.size, fanout), -1, np.int64)
+    small = deg <= fanout
+    full = np.arange(fanout)
+    pos[small] = np.where(full < deg[small, None], full, -1)
+    big = np.flatnonzero(~small)
+    if big.size:
+        d = deg[big]
+        chosen = np.empty((big.size, fanout), np.int64)
+        for i in range(fanout):
+            j = d - fanout + i
+            t = (rng.random(big.size) * (j + 1)).astype(np.int64)
+            seen = (chosen[:, :i] == t[:, None]).any(axis=1)
+            chosen[:, i] = np.where(seen, j, t)
+        pos[big] = chosen
+    return pos
+
+
+class NeighborSampler:
+    """Samples `Batch`es from a `Graph` (CPU, NumPy; thread-safe).
+
+    Args:
+      graph: the graph.
+      fanouts: neighbours per node for each GNN layer, input side first
+        (DGL's convention); () gives seed-only batches (an MLP's input).
+      batch_size: seeds per batch; shorter final batches are padded.
+      seed: with (epoch, batch index) it fixes every draw.
+
+    Raises:
+      ValueError: non-positive batch size or fanout.
+    """
+
+    def __init__(self, graph: Graph, fanouts: Sequence[int], batch_size: int, *, seed: int = 0):
+        if batch_size <= 0 or any(int(f) <= 0 for f in fanouts):
+            raise ValueError("batch_size and fanouts must be positive")
+        self.graph = graph
+        self.fanouts = tuple(int(f) for f in fanouts)
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.caps = layer_caps(self.batch_size, self.fanouts, graph.num_nodes)
+        # int32 ids (the padding value num_nodes included) unless too many nodes.
+        self.node_dtype = np.int32 if graph.num_nodes < 2**31 - 1 else np.int64
+        self._local = threading.local()
+
+    def _marks(self) -> np.ndarray:
+        # node id -> position in the current node list, -1 if absent; one per
+        # thread, restored to all -1 after each hop.
+        marks = getattr(self._local, "marks", None)
+        if marks is None:
+            marks = self._local.marks = np.full(self.graph.num_nodes, -1, np.int64)
+        return marks
+
+    def batches(self, nodes: np.ndarray, epoch: int, *, shuffle: bool = True) -> list[np.ndarray]:
+        """The seed arrays of one epoch over `nodes`, shuffled per (seed, epoch)."""
+        nodes = np.asarray(nodes, np.int64)
+        if shuffle:
+            nodes = np.random.default_rng([self.seed, epoch]).permutation(nodes)
+        return [nodes[i : i + self.batch_size] for i in range(0, len(nodes), self.batch_size)]
+
+    def sample(self, seeds: np.ndarray, key: Sequence[int]) -> Batch:
+        """Samples the blocks of one batch; `key` (e.g. (epoch, i)) fixes the draws.
+
+        Raises:
+          ValueError: more seeds than batch_size, or ids out of range.
+        """
+        g = self.graph
+        seeds = np.asarray(seeds, np.int64)
+        if seeds.size > self.batch_size:
+            raise ValueError(f"{seeds.size} seeds exceed batch_size {self.batch_size}")
+        if seeds.size and (seeds.min() < 0 or seeds.max() >= g.num_nodes):
+            raise ValueError(f"seed ids must lie in [0, {g.num_nodes})")
+        rng = np.random.default_rng([self.seed, *key])
+        marks = self._marks()
+        nodes = seeds
+        counts = [seeds.size]
+        nbrs, masks = [], []
+        for hop, fanout in enumerate(reversed(self.fanouts), start=1):
+            start = g.indptr[nodes]
+            pos = _sample_positions(rng, g.indptr[nodes + 1] - start, fanout)
+            mask = pos >= 0
+            picked = g.indices[(start[:, None] + np.where(mask, pos, 0))[mask]].astype(np.int64)
+            marks[nodes] = np.arange(nodes.size)
+            new = np.unique(picked[marks[picked] < 0])
+            marks[new] = nodes.size + np.arange(new.size)
+            local = np.zeros(mask.shape, np.int32)
+            local[mask] = marks[picked]
+            marks[nodes] = -1
+            marks[new] = -1
+            nbrs.append(_pad_rows(local, self.caps[hop - 1]))
+            masks.append(_pad_rows(mask, self.caps[hop - 1]))
+            nodes = np.concatenate([nodes, new])
+            counts.append(nodes.size)
+        input_nodes = np.full(self.caps[-1], g.num_nodes, self.node_dtype)
+        input_nodes[: nodes.size] = nodes
+        labels = np.zeros(self.batch_size, np.int32)
+        labels[: seeds.size] = g.labels[seeds]
+        return Batch(
+            input_nodes=input_nodes,
+            nbrs=tuple(reversed(nbrs)),  # input-side layer first
+            masks=tuple(reversed(masks)),
+            labels=labels,
+            seed_mask=np.arange(self.batch_size) < seeds.size,
+            counts=np.asarray(counts, np.int32),
+        )
+
+
+def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros((rows,) + a.shape[1:], a.dtype)
+    out[: a.shape[0]] = a
+    return out

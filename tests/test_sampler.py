@@ -1,0 +1,97 @@
+"""Neighbour sampling: fanouts, no repeats, relabelling, fixed shapes, padding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jdirect.graph import NeighborSampler, synthetic
+from jdirect.graph.sampler import layer_caps
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic("tiny", seed=1, progress=False)
+
+
+def neighbour_sets(g):
+    return [set(g.indices[g.indptr[v]:g.indptr[v + 1]].tolist()) for v in range(g.num_nodes)]
+
+
+def test_blocks_are_consistent(graph):
+    fanouts = (4, 3, 5)
+    s = NeighborSampler(graph, fanouts, batch_size=64, seed=0)
+    nbr_sets = neighbour_sets(graph)
+    seeds = graph.train[:50]
+    b = s.sample(seeds, (0, 0))
+    counts = b.counts.tolist()
+    nodes = b.input_nodes[: counts[-1]].astype(np.int64)
+    assert len(set(nodes.tolist())) == len(nodes)  # unique node sets
+    np.testing.assert_array_equal(nodes[:50], seeds)  # seeds lead
+    assert np.all(b.input_nodes[counts[-1]:] == graph.num_nodes)  # padding is out of range
+    # Layer i (input side first) maps nodes[L-1-i] -> neighbours in nodes[L-i].
+    L = len(fanouts)
+    for i, fanout in enumerate(fanouts):
+        hop = L - i
+        nbrs, mask = b.nbrs[i], b.masks[i]
+        assert nbrs.shape == mask.shape == (s.caps[hop - 1], fanout)
+        dst_count, src_count = counts[hop - 1], counts[hop]
+        assert not mask[dst_count:].any()
+        for r in range(dst_count):
+            v = nodes[r]
+            picked = nodes[nbrs[r][mask[r]]]
+            assert np.all(nbrs[r][mask[r]] < src_count)
+            assert len(set(picked.tolist())) == len(picked)  # no neighbour twice
+            assert set(picked.tolist()) <= nbr_sets[v]  # real neighbours, relabelled right
+            assert len(picked) == min(fanout, len(nbr_sets[v]))  # fanout respected, low degree kept
+
+
+def test_fixed_shapes_across_batches(graph):
+    s = NeighborSampler(graph, (5, 5), batch_size=32)
+    shapes = set()
+    for i, seeds in enumerate(s.batches(graph.train, epoch=0)):
+        b = s.sample(seeds, (0, i))
+        shapes.add(tuple(a.shape for a in (b.input_nodes, *b.nbrs, *b.masks, b.labels)))
+    assert len(shapes) == 1
+    assert layer_caps(32, (5, 5), graph.num_nodes) == s.caps
+
+
+def test_reproducible_and_seed_dependent(graph):
+    a = NeighborSampler(graph, (6, 6), 40, seed=7)
+    b = NeighborSampler(graph, (6, 6), 40, seed=7)
+    c = NeighborSampler(graph, (6, 6), 40, seed=8)
+    seeds = graph.train[:40]
+    x, y, z = a.sample(seeds, (2, 3)), b.sample(seeds, (2, 3)), c.sample(seeds, (2, 3))
+    np.testing.assert_array_equal(x.input_nodes, y.input_nodes)
+    assert not np.array_equal(x.input_nodes, z.input_nodes)
+    order0 = np.concatenate(a.batches(graph.train, 0))
+    np.testing.assert_array_equal(np.sort(order0), np.sort(graph.train))
+    assert not np.array_equal(order0, np.concatenate(a.batches(graph.train, 1)))
+
+
+def test_uniform_without_replacement():
+    # A star: node 0 has 10 neighbours; fanout 3 must pick each equally often.
+    from jdirect.graph.csr import csr_from_edges, Graph
+
+    indptr, indices = csr_from_edges(np.zeros(10, np.int64), np.arange(1, 11), 11, symmetrize=True)
+    g = Graph(indptr=indptr, indices=indices, features=np.zeros((11, 2), np.float32),
+              labels=np.zeros(11, np.int32), train=np.array([0]), val=np.array([0]),
+              test=np.array([0]), num_classes=1)
+    s = NeighborSampler(g, (3,), 1)
+    hits = np.zeros(11)
+    for i in range(3000):
+        b = s.sample(np.array([0]), (0, i))
+        hits[b.input_nodes[1:4]] += 1
+    assert np.all(np.abs(hits[1:] / 3000 - 0.3) < 0.04)
+
+
+def test_mlp_batches_and_bad_input(graph):
+    s = NeighborSampler(graph, (), 16)
+    b = s.sample(graph.train[:10], (0, 0))
+    assert b.nbrs == () and b.input_nodes.shape == (16,) and b.seed_mask.sum() == 10
+    with pytest.raises(ValueError, match="exceed"):
+        s.sample(graph.train[:17], (0, 0))
+    with pytest.raises(ValueError, match="seed ids"):
+        s.sample(np.array([graph.num_nodes]), (0, 0))
+    with pytest.raises(ValueError, match="positive"):
+        NeighborSampler(graph, (0,), 16)
