@@ -15,6 +15,7 @@ writes JSON and a PNG bar chart. Example (GPU machine):
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import jax
@@ -49,8 +50,10 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=Path("benchmarks/out/graphsage.json"))
     args = p.parse_args()
 
-    graph = load_dataset(args.dataset, args.data_dir)
-    print(graph, flush=True)
+    start = time.perf_counter()
+    graph = load_dataset(args.dataset, args.data_dir, progress=False)
+    made_s = time.perf_counter() - start
+    print(f"{graph} [{made_s:.1f}s]", flush=True)
     cfg = TrainConfig(fanouts=tuple(int(f) for f in args.fanouts.split(",")),
                       batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
                       prefetch=args.workers, eval_max=args.eval_max, progress=False)
@@ -90,7 +93,7 @@ def main() -> None:
             for k in ("e2e_s", "presampled_s", "vs_device_presampled", "vs_floor", "val_acc")
             if r[k] is not None]
     print_table(rows, ("k",), [r["mode"] for r in records], "mode", "v", fmt="{:.3f}")
-    meta = run_meta(dataset=graph.name, graph=repr(graph), memcpy_gbps=memcpy,
+    meta = run_meta(dataset=graph.name, graph=repr(graph), memcpy_gbps=memcpy, dataset_s=made_s,
                     config={k: v for k, v in vars(cfg).items()})
     write_json(args.json, meta, records)
     plot(records, args.json.with_suffix(".png"))

@@ -96,7 +96,7 @@ class Trainer:
         fanouts = tuple(cfg.fanouts) if cfg.model == "sage" else ()
         self.sampler = NeighborSampler(graph, fanouts, cfg.batch_size, seed=cfg.seed)
         self.source = FeatureSource(graph.features, cfg.features,
-                                    staging_buffers=cfg.prefetch + cfg.workers,
+                                    staging_buffers=cfg.workers,
                                     rows_per_batch=self.sampler.caps[-1])
         cls = GraphSAGE if cfg.model == "sage" else MLP
         layers = max(1, len(cfg.fanouts))

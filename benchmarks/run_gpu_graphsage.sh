@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Device session for the GraphSAGE issue and the sanitizer: build, GPU tests,
+# graphsage benchmark on `products`, compute-sanitizer over the gather tests.
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-build-isolation --no-deps -e . \
+  -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 2>&1 | tail -3
+if [ "${RUN_TESTS:-1}" = 1 ]; then
+  python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -8
+fi
+if [ "${RUN_GRAPHSAGE:-1}" = 1 ]; then
+  python3 benchmarks/graphsage.py --json "$OUT/graphsage.json" ${GRAPHSAGE_ARGS:-} 2>&1 \
+    | tee "$OUT/graphsage.log" | tail -14
+fi
+if [ "${RUN_SANITIZER:-1}" = 1 ]; then
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${SANITIZER_TIMEOUT:-300}" \
+    compute-sanitizer --tool memcheck --print-limit 20 \
+    python3 -m pytest -q -p no:cacheprovider tests/test_gather.py \
+      -k "${SANITIZER_K:-address or rank1 or extreme or empty or readme}" 2>&1 \
+    | tee "$OUT/sanitizer.log" | tail -12
+fi
