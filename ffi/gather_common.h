@@ -26,6 +26,7 @@ struct GatherArgs {
   char* out;
   Mode mode;
   FillPattern fill;
+  DeviceCache cache;
 };
 
 inline ffi::Error MakeGatherArgs(const char* table, int64_t nrows,
@@ -61,7 +62,22 @@ inline ffi::Error MakeGatherArgs(const char* table, int64_t nrows,
                      static_cast<char*>(out->untyped_data()),
                      static_cast<Mode>(mode),
                      FillPattern{static_cast<uint64_t>(fill_lo),
-                                 static_cast<uint64_t>(fill_hi)}};
+                                 static_cast<uint64_t>(fill_hi)},
+                     DeviceCache{}};
+  return ffi::Error::Success();
+}
+
+// The device cache of a CachedTable; empty operands mean no cache.
+inline ffi::Error MakeCache(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer rows,
+                            int64_t nrows, int64_t row_bytes, DeviceCache* cache) {
+  if (slots.element_count() == 0) return ffi::Error::Success();
+  if (static_cast<int64_t>(slots.element_count()) != nrows || row_bytes <= 0 ||
+      static_cast<int64_t>(rows.size_bytes()) % row_bytes != 0) {
+    return ffi::Error::InvalidArgument(
+        "jdirect gather: cache slots or rows do not match the table");
+  }
+  *cache = DeviceCache{slots.typed_data(), static_cast<const char*>(rows.untyped_data()),
+                       static_cast<int64_t>(rows.size_bytes()) / row_bytes};
   return ffi::Error::Success();
 }
 
@@ -113,6 +129,7 @@ ffi::Error GatherFromArray(const Runner& run, ffi::AnyBuffer table,
 // after which close() synchronises the device before unpinning.
 template <typename Runner>
 ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
+                            ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
                             ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
                             int64_t mode, int64_t fill_lo, int64_t fill_hi,
                             int64_t nrows, int64_t row_bytes) {
@@ -124,6 +141,7 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       e.failure()) {
     return e;
   }
+  if (auto e = MakeCache(slots, cached, nrows, row_bytes, &a.cache); e.failure()) return e;
   return run(a);
 }
 
@@ -151,6 +169,8 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
 #define JDIRECT_BIND_GATHER_HOST(CTX)                          \
   xla::ffi::Ffi::Bind() CTX                                    \
       .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* handle */     \
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* cache slots */ \
+      .Arg<xla::ffi::AnyBuffer>() /* cached rows */            \
       .Arg<xla::ffi::AnyBuffer>() /* idx */                    \
       .Ret<xla::ffi::AnyBuffer>() /* out */                    \
       .Ret<xla::ffi::AnyBuffer>() /* workspace */              \
@@ -162,6 +182,8 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
 
 #define JDIRECT_BIND_GATHER_HOST_STATIC(CTX)    \
   xla::ffi::Ffi::Bind() CTX                     \
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* cache slots */ \
+      .Arg<xla::ffi::AnyBuffer>() /* cached rows */ \
       .Arg<xla::ffi::AnyBuffer>() /* idx */     \
       .Ret<xla::ffi::AnyBuffer>() /* out */     \
       .Ret<xla::ffi::AnyBuffer>() /* workspace */ \

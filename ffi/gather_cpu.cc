@@ -18,7 +18,7 @@ void GatherRows(const GatherArgs& a) {
     const int64_t r = ResolveRow(idx[i], a.nrows, a.mode);
     char* dst = a.out + i * a.row_bytes;
     if (r >= 0) {
-      std::memcpy(dst, a.table + r * a.row_bytes, a.row_bytes);
+      std::memcpy(dst, RowAddress(a.table, r, a.row_bytes, a.cache), a.row_bytes);
       continue;
     }
     if (fill_row.empty() && a.row_bytes > 0) {
@@ -50,7 +50,8 @@ ffi::Error GatherArray(ffi::AnyBuffer table, ffi::AnyBuffer idx,
   return GatherFromArray(CpuRunner{}, table, idx, out, mode, fill_lo, fill_hi);
 }
 
-ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::AnyBuffer idx,
+ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::S32> slots,
+                      ffi::AnyBuffer cached, ffi::AnyBuffer idx,
                       ffi::Result<ffi::AnyBuffer> out,
                       ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
                       int64_t fill_lo, int64_t fill_hi, int64_t nrows,
@@ -59,16 +60,17 @@ ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::AnyBuffer idx,
     return ffi::Error::InvalidArgument(
         "jdirect gather: a HostTable handle has exactly one element");
   }
-  return GatherFromHandle(CpuRunner{}, handle.typed_data()[0], idx, out, mode,
-                          fill_lo, fill_hi, nrows, row_bytes);
+  return GatherFromHandle(CpuRunner{}, handle.typed_data()[0], slots, cached, idx, out,
+                          mode, fill_lo, fill_hi, nrows, row_bytes);
 }
 
-ffi::Error GatherHostStatic(ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
+ffi::Error GatherHostStatic(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
+                            ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> /*workspace*/,
                             int64_t handle, int64_t mode, int64_t fill_lo,
                             int64_t fill_hi, int64_t nrows, int64_t row_bytes) {
-  return GatherFromHandle(CpuRunner{}, static_cast<int32_t>(handle), idx, out,
-                          mode, fill_lo, fill_hi, nrows, row_bytes);
+  return GatherFromHandle(CpuRunner{}, static_cast<int32_t>(handle), slots, cached, idx,
+                          out, mode, fill_lo, fill_hi, nrows, row_bytes);
 }
 
 }  // namespace

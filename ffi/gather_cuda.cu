@@ -43,6 +43,7 @@ unsigned Blocks(int64_t work, int64_t per_block) {
 int VectorBytes(const GatherArgs& a) {
   const uint64_t bits = static_cast<uint64_t>(a.row_bytes) |
                         reinterpret_cast<uintptr_t>(a.table) |
+                        reinterpret_cast<uintptr_t>(a.cache.rows) |
                         reinterpret_cast<uintptr_t>(a.out);
   for (int w : {16, 8, 4, 2}) {
     if ((bits & static_cast<uint64_t>(w - 1)) == 0) return w;
@@ -70,7 +71,7 @@ void LaunchCallerOrder(const GatherArgs& a, cudaStream_t stream) {
     const int64_t total = a.n * vpr;
     GatherKernel<V, I><<<Blocks(total, int64_t{kThreads} * kUnroll), kThreads, 0, stream>>>(
         a.table, a.nrows, static_cast<const I*>(a.idx), vpr, total,
-        reinterpret_cast<V*>(a.out), a.mode, a.fill);
+        reinterpret_cast<V*>(a.out), a.mode, a.fill, a.cache);
   });
 }
 
@@ -136,7 +137,7 @@ ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws
     GatherSortedKernel<V, K><<<Blocks(n * vpr, int64_t{kThreads} * kUnroll), kThreads, 0,
                                stream>>>(a.table, keys_out, pos_out, n,
                                          static_cast<K>(a.nrows), vpr,
-                                         reinterpret_cast<V*>(a.out), a.fill);
+                                         reinterpret_cast<V*>(a.out), a.fill, a.cache);
   });
   return ffi::Error::Success();
 }
@@ -200,7 +201,8 @@ ffi::Error GatherArray(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer
   return GatherFromArray(Runner(stream, workspace), table, idx, out, mode, fill_lo, fill_hi);
 }
 
-ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle, ffi::AnyBuffer idx,
+ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
+                      ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached, ffi::AnyBuffer idx,
                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
                       int64_t mode, int64_t fill_lo, int64_t fill_hi, int64_t nrows,
                       int64_t row_bytes) {
@@ -221,17 +223,18 @@ ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle, ffi::An
         "jdirect gather: the HostTable handle was moved to device memory; "
         "pass the HostTable itself to jit, not a device_put copy of it");
   }
-  return GatherFromHandle(Runner(stream, workspace), *p, idx, out, mode, fill_lo, fill_hi,
-                          nrows, row_bytes);
+  return GatherFromHandle(Runner(stream, workspace), *p, slots, cached, idx, out, mode,
+                          fill_lo, fill_hi, nrows, row_bytes);
 }
 
-ffi::Error GatherHostStatic(cudaStream_t stream, ffi::AnyBuffer idx,
+ffi::Error GatherHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> slots,
+                            ffi::AnyBuffer cached, ffi::AnyBuffer idx,
                             ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, int64_t handle, int64_t mode,
                             int64_t fill_lo, int64_t fill_hi, int64_t nrows,
                             int64_t row_bytes) {
-  return GatherFromHandle(Runner(stream, workspace), static_cast<int32_t>(handle), idx, out,
-                          mode, fill_lo, fill_hi, nrows, row_bytes);
+  return GatherFromHandle(Runner(stream, workspace), static_cast<int32_t>(handle), slots,
+                          cached, idx, out, mode, fill_lo, fill_hi, nrows, row_bytes);
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ template <typename V, typename I>
 __global__ void GatherKernel(const char* __restrict__ table, int64_t nrows,
                              const I* __restrict__ idx, int64_t vecs_per_row,
                              int64_t total, V* __restrict__ out, Mode mode,
-                             FillPattern fill) {
+                             FillPattern fill, DeviceCache cache) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t row_bytes = vecs_per_row * static_cast<int64_t>(sizeof(V));
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -48,7 +48,7 @@ __global__ void GatherKernel(const char* __restrict__ table, int64_t nrows,
         const int64_t i = item / vecs_per_row;
         const int64_t v = item - i * vecs_per_row;
         const int64_t r = ResolveRow(idx[i], nrows, mode);
-        vals[u] = r >= 0 ? reinterpret_cast<const V*>(table + r * row_bytes)[v]
+        vals[u] = r >= 0 ? reinterpret_cast<const V*>(RowAddress(table, r, row_bytes, cache))[v]
                          : FillVector<V>(fill, v);
       }
     }
@@ -83,7 +83,8 @@ __global__ void GatherSortedKernel(const char* __restrict__ table,
                                    const K* __restrict__ keys,
                                    const int32_t* __restrict__ positions,
                                    int64_t n, K fill_key, int64_t vecs_per_row,
-                                   V* __restrict__ out, FillPattern fill) {
+                                   V* __restrict__ out, FillPattern fill,
+                                   DeviceCache cache) {
   const int64_t total = n * vecs_per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t row_bytes = vecs_per_row * static_cast<int64_t>(sizeof(V));
@@ -101,8 +102,8 @@ __global__ void GatherSortedKernel(const char* __restrict__ table,
         dst[u] = static_cast<int64_t>(positions[k]) * vecs_per_row + v;
         vals[u] = key == fill_key
                       ? FillVector<V>(fill, v)
-                      : reinterpret_cast<const V*>(
-                            table + static_cast<int64_t>(key) * row_bytes)[v];
+                      : reinterpret_cast<const V*>(RowAddress(
+                            table, static_cast<int64_t>(key), row_bytes, cache))[v];
       }
     }
 #pragma unroll

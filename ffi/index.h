@@ -48,6 +48,25 @@ struct FillPattern {
   uint64_t hi;
 };
 
+// Rows of a cached table kept in device memory: row r lives at slot
+// slots[r] of `rows` if that slot is in [0, count), else in the host table.
+// An uncached table has slots == nullptr. The bound check keeps a bad slot
+// map from reading outside the cache.
+struct DeviceCache {
+  const int32_t* slots = nullptr;
+  const char* rows = nullptr;
+  int64_t count = 0;
+};
+
+JDIRECT_HD const char* RowAddress(const char* table, int64_t r, int64_t row_bytes,
+                                  const DeviceCache& cache) {
+  if (cache.slots != nullptr) {
+    const int64_t s = cache.slots[r];
+    if (s >= 0 && s < cache.count) return cache.rows + s * row_bytes;
+  }
+  return table + r * row_bytes;
+}
+
 }  // namespace jdirect
 
 #endif  // JDIRECT_FFI_INDEX_H_

@@ -6,10 +6,14 @@ jax.Array) directly over PCIe, with no staging copy.
 """
 
 from . import _ffi  # registers the FFI targets
+from .cached_table import CachedTable
 from .gather import gather
 from .host_table import HostTable
+from .managed_table import ManagedTable
+from .quantized import Int8Table, decode_rows, quantize_rows
 
-__all__ = ["HostTable", "gather", "has_cuda"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "ManagedTable", "decode_rows", "gather",
+           "has_cuda", "quantize_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

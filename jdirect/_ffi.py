@@ -69,13 +69,23 @@ if _cuda is not None:
     _cuda.jdirect_cuda_pin.argtypes = [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64,
     ]
-    _cuda.jdirect_cuda_pin.restype = ctypes.c_int32
-    _cuda.jdirect_cuda_unpin.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    _cuda.jdirect_cuda_pin.restype = ctypes.c_int64
+    _cuda.jdirect_cuda_unpin.argtypes = [ctypes.c_int64]
     _cuda.jdirect_cuda_unpin.restype = None
     _cuda.jdirect_cuda_synchronize.argtypes = [ctypes.c_char_p, ctypes.c_int64]
     _cuda.jdirect_cuda_synchronize.restype = ctypes.c_int32
     _cuda.jdirect_cuda_sort_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
     _cuda.jdirect_cuda_sort_workspace_bytes.restype = ctypes.c_int64
+    _cuda.jdirect_cuda_managed_alloc.argtypes = [
+        ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64,
+    ]
+    _cuda.jdirect_cuda_managed_alloc.restype = ctypes.c_void_p
+    _cuda.jdirect_cuda_managed_prefetch.argtypes = [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64,
+    ]
+    _cuda.jdirect_cuda_managed_prefetch.restype = ctypes.c_int32
+    _cuda.jdirect_cuda_managed_free.argtypes = [ctypes.c_void_p]
+    _cuda.jdirect_cuda_managed_free.restype = None
     _register(_cuda, "Cuda", "CUDA")
 
 
@@ -103,22 +113,23 @@ def table_close(handle: int) -> bool:
     return _cpu.jdirect_table_close(handle) == 0
 
 
-def cuda_pin(address: int, nbytes: int, read_only: bool) -> bool:
-    """Pins host memory for mapped access by every GPU.
+def cuda_pin(address: int, nbytes: int, read_only: bool) -> int:
+    """Pins host memory for mapped access by every GPU; returns a pin id for
+    `cuda_unpin` (pages shared with other tables are reference-counted;
+    memory another library registered is used as it is).
 
-    Returns True if jdirect pinned it (and must unpin it), False if it was
-    already registered by someone else. Raises RuntimeError on failure.
+    Raises RuntimeError on failure.
     """
     require_cuda("Pinning a HostTable")
     err = ctypes.create_string_buffer(_ERRLEN)
-    status = _cuda.jdirect_cuda_pin(address, nbytes, int(read_only), err, _ERRLEN)
-    if status == 1:
+    pin = int(_cuda.jdirect_cuda_pin(address, nbytes, int(read_only), err, _ERRLEN))
+    if pin < 0:
         raise RuntimeError(f"jdirect could not pin the table: {err.value.decode()}")
-    return status == 0
+    return pin
 
 
-def cuda_unpin(address: int, nbytes: int) -> None:
-    _cuda.jdirect_cuda_unpin(address, nbytes)
+def cuda_unpin(pin: int) -> None:
+    _cuda.jdirect_cuda_unpin(pin)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -128,6 +139,27 @@ def sort_workspace_bytes(n: int, nrows: int) -> int:
     if _cuda is None:
         return 0
     return max(0, int(_cuda.jdirect_cuda_sort_workspace_bytes(n, nrows)))
+
+
+def managed_alloc(nbytes: int, device: int, advice: int) -> int:
+    """Allocates managed memory (see ffi/managed_cuda.cu for `advice`);
+    raises RuntimeError if it would exceed the GPU's free memory or fails."""
+    require_cuda("A ManagedTable")
+    err = ctypes.create_string_buffer(_ERRLEN)
+    address = _cuda.jdirect_cuda_managed_alloc(nbytes, device, advice, err, _ERRLEN)
+    if not address:
+        raise RuntimeError(f"jdirect: {err.value.decode()}")
+    return int(address)
+
+
+def managed_prefetch(address: int, nbytes: int, device: int) -> None:
+    err = ctypes.create_string_buffer(_ERRLEN)
+    if _cuda.jdirect_cuda_managed_prefetch(address, nbytes, device, err, _ERRLEN) != 0:
+        raise RuntimeError(f"jdirect: {err.value.decode()}")
+
+
+def managed_free(address: int) -> None:
+    _cuda.jdirect_cuda_managed_free(address)
 
 
 def cuda_synchronize() -> None:

@@ -10,12 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _dtypes, _ffi
+from .cached_table import CachedTable
 from .host_table import HostTable
+from .quantized import Int8Table, decode_rows
 
 # Values match ffi/index.h's Mode.
 _MODES = {None: 0, "fill": 0, "clip": 1, "wrap": 2}
 
-Table = Any  # jax.Array, NumPy array, or HostTable
+Table = Any  # jax.Array, NumPy array, HostTable, CachedTable or Int8Table
 
 
 def _mode_code(mode: str | None) -> int:
@@ -50,6 +52,7 @@ def gather(
     mode: str | None = None,
     fill_value: Any = None,
     locality: bool = True,
+    out_dtype: Any = None,
 ) -> jax.Array:
     """Rows of `table` at `idx`: `jnp.take(table, idx, axis=0, mode=mode, fill_value=fill_value)`.
 
@@ -62,8 +65,9 @@ def gather(
     constant and gets no gradient).
 
     Args:
-      table: a `HostTable`, a jax.Array (any memory kind), or anything
-        `jnp.asarray` accepts; rank >= 1, rows along axis 0.
+      table: a `HostTable`, `CachedTable` or `Int8Table`, a jax.Array (any
+        memory kind), or anything `jnp.asarray` accepts; rank >= 1, rows
+        along axis 0.
       idx: int32 or int64 indices of any shape.
       mode: as in `jnp.take`. None or "fill": indices in [-n, n) select rows
         (negative ones count from the end), others give `fill_value`.
@@ -77,6 +81,11 @@ def gather(
         positions). Results are identical either way; False reads rows in
         the caller's order, for comparison. Device tables and calls with
         fewer than 1024 indices always use the caller's order.
+      out_dtype: convert the rows to this dtype on the device, in the same
+        jitted call (only the table's own bytes cross PCIe: a bfloat16
+        table delivered as float32 moves half the bytes of a float32 one).
+        Equal to `gather(...).astype(out_dtype)`. For an `Int8Table`, the
+        decoded dtype (default float32).
 
     Returns:
       An array of shape `idx.shape + table.shape[1:]` and the table's dtype,
@@ -92,9 +101,15 @@ def gather(
       jax.errors.JaxRuntimeError (when the result is computed): the
         HostTable was closed.
     """
+    if isinstance(table, Int8Table):
+        packed = gather(table.table, idx, mode=mode, fill_value=0, locality=locality)
+        return decode_rows(packed, out_dtype or jnp.float32)
+    if out_dtype is not None:
+        rows = gather(table, idx, mode=mode, fill_value=fill_value, locality=locality)
+        return rows.astype(out_dtype)
     mode_code = _mode_code(mode)
     idx = _as_indices(idx)
-    if isinstance(table, HostTable):
+    if isinstance(table, (HostTable, CachedTable)):
         _dtypes.check_canonical(table.dtype)
     else:
         table = jax.lax.stop_gradient(jnp.asarray(table))
@@ -114,16 +129,20 @@ def gather(
     # Address order needs a sort workspace, sized per call on the GPU only.
     sort = bool(locality) and jax.default_backend() == "gpu"
     call = functools.partial(_call, row_shape=shape[1:], dtype=dtype, nrows=shape[0], sort=sort)
-    if not isinstance(table, HostTable):
+    if not isinstance(table, (HostTable, CachedTable)):
         return call(_ffi.GATHER, attrs=attrs)(table, idx)
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
     attrs += (("nrows", shape[0]), ("row_bytes", row_bytes))
-    if table._handle_id is not None:
+    if isinstance(table, CachedTable):
+        host, cache = table.table, (table._slots, table._rows)
+    else:  # no cache: empty operands
+        host, cache = table, (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), dtype))
+    if host._handle_id is not None:
         # A concrete table (closed over, or called eagerly): its handle is a
         # compile-time attribute, like any other constant of the program.
-        attrs += (("handle", table._handle_id),)
-        return call(_ffi.GATHER_HOST_STATIC, attrs=attrs)(idx)
-    return call(_ffi.GATHER_HOST, attrs=attrs)(table._handle, idx)
+        attrs += (("handle", host._handle_id),)
+        return call(_ffi.GATHER_HOST_STATIC, attrs=attrs)(*cache, idx)
+    return call(_ffi.GATHER_HOST, attrs=attrs)(host._handle, *cache, idx)
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,7 +152,8 @@ def _call(
 ) -> Callable[..., jax.Array]:
     """The FFI call for one static configuration, with its batching rule.
 
-    Operands are (table-or-handle?, idx); idx is always last. The second
+    Operands are (table, idx) or ([handle,] cache slots, cached rows, idx):
+    idx is always last. The second
     result is the GPU's sort workspace (empty for caller order), allocated
     by XLA so that its lifetime follows the program's streams.
     """
@@ -157,7 +177,7 @@ def _call(
             # Output rows follow the indices, batch axis included: one launch.
             return batched_call(*operands), True
         if target != _ffi.GATHER:
-            raise ValueError("jdirect.gather cannot vmap over HostTables")
+            raise ValueError("jdirect.gather cannot vmap over HostTables or CachedTables")
         table, idx = operands
         if not idx_batched:
             idx = jnp.broadcast_to(idx, (axis_size,) + idx.shape)

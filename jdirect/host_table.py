@@ -15,7 +15,22 @@ def _on_gpu() -> bool:
     return jax.default_backend() == "gpu"
 
 
-def _release(handle: int, address: int, nbytes: int, unpin: bool, base: Any) -> None:
+def _check_array(array: Any) -> None:
+    """Raises TypeError or ValueError unless `array` can back a table."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(
+            f"HostTable wraps a NumPy array (np.memmap included), got {type(array).__name__}"
+        )
+    if array.ndim < 1:
+        raise ValueError("HostTable needs an array of rank >= 1 (rows along axis 0)")
+    if not array.flags.c_contiguous:
+        raise ValueError(
+            "HostTable needs a C-contiguous array; pass np.ascontiguousarray(a) (that makes a copy)"
+        )
+    _dtypes.check_table_dtype(array.dtype)
+
+
+def _release(handle: int, pin: int, base: Any) -> None:
     """Closes a table: no new gathers, in-flight ones finish, then unpin.
 
     Holds `base` (the array) until it returns, so the memory outlives every
@@ -23,11 +38,11 @@ def _release(handle: int, address: int, nbytes: int, unpin: bool, base: Any) -> 
     """
     if not _ffi.table_close(handle):
         return
-    if unpin:
+    if pin:
         # The registry has stopped new launches; gathers already enqueued on
         # any stream must finish before the pages are released.
         _ffi.cuda_synchronize()
-        _ffi.cuda_unpin(address, nbytes)
+        _ffi.cuda_unpin(pin)
     del base
 
 
@@ -63,29 +78,22 @@ class HostTable:
     __slots__ = ("shape", "dtype", "_handle", "_handle_id", "_array", "_finalizer", "__weakref__")
 
     def __init__(self, array: np.ndarray):
-        if not isinstance(array, np.ndarray):
-            raise TypeError(
-                f"HostTable wraps a NumPy array (np.memmap included), got {type(array).__name__}"
-            )
-        if array.ndim < 1:
-            raise ValueError("HostTable needs an array of rank >= 1 (rows along axis 0)")
-        if not array.flags.c_contiguous:
-            raise ValueError(
-                "HostTable needs a C-contiguous array; pass np.ascontiguousarray(a) "
-                "(that makes a copy)"
-            )
-        dtype = _dtypes.check_table_dtype(array.dtype)
-        self.shape: tuple[int, ...] = tuple(int(d) for d in array.shape)
-        self.dtype: np.dtype = dtype
-        self._array = array
+        _check_array(array)
         address, nbytes = array.ctypes.data, array.nbytes
         on_gpu = _on_gpu()
-        unpin = on_gpu and _ffi.cuda_pin(address, nbytes, read_only=not array.flags.writeable)
-        nrows = self.shape[0]
-        row_bytes = nbytes // nrows if nrows else int(np.prod(self.shape[1:])) * dtype.itemsize
-        handle = _ffi.table_open(address, nrows, row_bytes)
+        pin = _ffi.cuda_pin(address, nbytes, read_only=not array.flags.writeable) if on_gpu else 0
+        self._array = array
+        self._open(array.shape, array.dtype, address, on_gpu, _release, pin, array)
+
+    def _open(self, shape, dtype, address: int, on_gpu: bool, release, *release_args) -> None:
+        """Registers the table's memory; `release(handle, *release_args)`
+        runs once, on close or collection."""
+        self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
+        self.dtype: np.dtype = np.dtype(dtype)
+        row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        handle = _ffi.table_open(address, self.shape[0], row_bytes)
         self._handle_id: int | None = handle
-        self._finalizer = weakref.finalize(self, _release, handle, address, nbytes, unpin, array)
+        self._finalizer = weakref.finalize(self, release, handle, *release_args)
         # The GPU handler reads the handle on the host when it enqueues the
         # kernel, so it lives in host memory (pinned_host is what jit keeps).
         kind = "pinned_host" if on_gpu else None

@@ -285,3 +285,55 @@ def test_address_order_matches_caller_order(placement, row_shape, dtype):
                     lambda t, i: jdirect.gather(t, i, mode=mode, locality=locality)
                 )(table, idx)
                 assert_same(out, ref)
+
+
+def test_cached_table_matches_host_table():
+    rng = np.random.default_rng(3)
+    host = random_table(rng, (3000, 24), np.float32)
+    with jdirect.HostTable(host) as table:
+        counts = rng.zipf(1.3, 3000).astype(np.float64)
+        cached = jdirect.CachedTable.from_counts(table, counts, budget_bytes=300 * (96 + 4))
+        assert cached.cached_rows.size == 300
+        idx = jnp.asarray(indices(rng, 3000, (8000,), np.int32))
+        for mode in MODES:
+            ref = jnp.take(jnp.asarray(host), idx, axis=0, mode=mode)
+            for locality in (True, False):
+                out = jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode, locality=locality))(
+                    cached, idx)
+                assert_same(out, ref)
+        closure = jax.jit(lambda i: jdirect.gather(cached, i))
+        assert_same(closure(idx[:100]), jnp.take(jnp.asarray(host), idx[:100], axis=0))
+    with pytest.raises(ValueError, match="distinct"):
+        jdirect.CachedTable(jdirect.HostTable(host), [1, 1])
+    with pytest.raises(ValueError, match="lie in"):
+        jdirect.CachedTable(jdirect.HostTable(host), [3000])
+    with pytest.raises(TypeError, match="HostTable"):
+        jdirect.CachedTable(host, [0])
+
+
+def test_out_dtype_matches_converting_after_an_exact_gather():
+    rng = np.random.default_rng(4)
+    host = random_table(rng, (500, 12), ml_dtypes.bfloat16)
+    idx = jnp.asarray(indices(rng, 500, (2000,), np.int32))
+    with jdirect.HostTable(host) as table:
+        for mode in MODES:
+            out = jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode, out_dtype=jnp.float32))(
+                table, idx)
+            assert_same(out, jnp.take(jnp.asarray(host), idx, axis=0, mode=mode).astype(jnp.float32))
+
+
+def test_int8_rows_decode_like_jnp():
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal((700, 20)).astype(np.float32) * rng.random((700, 1)) * 10
+    packed = jdirect.quantize_rows(values)
+    idx = jnp.asarray(indices(rng, 700, (3000,), np.int32))
+    with jdirect.Int8Table(values) as table:
+        for mode in MODES:
+            out = jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode))(table, idx)
+            ref = jdirect.decode_rows(jnp.take(jnp.asarray(packed), idx, axis=0, mode=mode,
+                                               fill_value=0))
+            assert_same(out, ref)
+        exact = np.asarray(jdirect.gather(table, jnp.arange(700)))
+        # Quantization error is at most half a step, max|row| / 254.
+        step = np.abs(values).max(axis=1, keepdims=True) / 127
+        assert np.all(np.abs(exact - values) <= step / 2 + 1e-6)

@@ -166,3 +166,42 @@ def test_cpu_backend_needs_no_cuda():
     t = place(np.ones((3, 2), np.float32), "host_table")
     np.testing.assert_array_equal(jdirect.gather(t, jnp.array([2])), [[1.0, 1.0]])
     t.close()
+
+
+def test_tables_sharing_a_page_are_independent():
+    """Pinning is per page: two tables on one page must not unpin each other."""
+    base = np.arange(4096, dtype=np.float32)
+    first, second = base[:100].reshape(50, 2), base[100:300].reshape(100, 2)
+    t1, t2 = jdirect.HostTable(first), jdirect.HostTable(second)
+    idx = jnp.array([0, 99, -1])
+    t1.close()
+    np.testing.assert_array_equal(jax.jit(jdirect.gather)(t2, idx), second[[0, 99, -1]])
+    t3 = jdirect.HostTable(first)  # re-pins pages still held by t2
+    t2.close()
+    np.testing.assert_array_equal(jdirect.gather(t3, jnp.array([49])), first[[49]])
+    t3.close()
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the CPU-only error path")
+def test_managed_table_needs_a_gpu():
+    with pytest.raises(RuntimeError, match="GPU"):
+        jdirect.ManagedTable(np.ones((4, 2), np.float32))
+
+
+@gpu_only
+@pytest.mark.parametrize("advice, prefetch", [("host", False), ("device", True), ("none", False)])
+def test_gpu_managed_table(advice, prefetch):
+    host = np.random.default_rng(0).standard_normal((5000, 16)).astype(np.float32)
+    idx = jnp.asarray(np.random.default_rng(1).integers(-6000, 6000, 4000), jnp.int32)
+    t = jdirect.ManagedTable(host, advice=advice, prefetch=prefetch)
+    f = jax.jit(jdirect.gather)
+    np.testing.assert_array_equal(f(t, idx), jnp.take(jnp.asarray(host), idx, axis=0))
+    t.close()
+    with pytest.raises(Exception, match="closed"):
+        jax.block_until_ready(f(t, idx))
+
+
+@gpu_only
+def test_gpu_managed_memory_is_never_oversubscribed():
+    with pytest.raises(RuntimeError, match="refusing"):
+        _ffi.managed_alloc(1 << 50, jax.devices()[0].id, 1)

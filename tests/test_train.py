@@ -37,10 +37,13 @@ def run_epochs(graph, **kw):
 
 
 def test_feature_modes_give_the_same_losses(graph):
+    # device and jdirect overlap the next read with the step (two streams);
+    # host stages on the CPU; the serial step is the reference for all.
     losses = {m: run_epochs(graph, features=m)[0] for m in ("device", "host", "jdirect")}
-    np.testing.assert_allclose(losses["host"], losses["device"], rtol=1e-6)
-    np.testing.assert_allclose(losses["jdirect"], losses["device"], rtol=1e-6)
-    assert losses["device"][1] < losses["device"][0]
+    serial = run_epochs(graph, features="jdirect", overlap=False)[0]
+    for mode in ("device", "host", "jdirect"):
+        np.testing.assert_allclose(losses[mode], serial, rtol=1e-6)
+    assert serial[1] < serial[0]
 
 
 def test_presampled_epoch_matches_sampled(graph):

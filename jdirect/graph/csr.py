@@ -95,12 +95,9 @@ def validate(g: Graph) -> None:
             _require(int(ids.min()) >= 0 and int(ids.max()) < n, f"{split} ids must lie in [0, {n})")
 
 
-def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
-                   symmetrize: bool) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (indptr int64, indices int32 or int64) from an edge list.
-
-    Self-loops and duplicate edges are dropped; neighbours come out sorted.
-    With `symmetrize`, every edge is stored in both directions.
+def edge_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
+              symmetrize: bool) -> np.ndarray:
+    """Sorted distinct int64 keys src * num_nodes + dst, self-loops dropped.
 
     Raises:
       ValueError: mismatched lengths or node ids outside [0, num_nodes).
@@ -114,13 +111,35 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
     if symmetrize:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
     keep = src != dst
-    key = src[keep] * num_nodes + dst[keep]
-    del src, dst, keep
-    key.sort()
-    if key.size:
-        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
-    rows, cols = np.divmod(key, num_nodes)
-    del key
+    return unique_sorted(src[keep] * num_nodes + dst[keep])
+
+
+def unique_sorted(keys: np.ndarray, kind: str | None = None) -> np.ndarray:
+    """Sorts `keys` in place and drops repeats. kind="stable" (timsort)
+    merges pre-sorted runs, e.g. a sorted array plus a sorted tail, in
+    linear time."""
+    keys.sort(kind=kind)
+    if keys.size:
+        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+    return keys
+
+
+def csr_from_keys(keys: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (indptr int64, indices int32 or int64) from sorted distinct keys."""
+    rows, cols = np.divmod(keys, num_nodes)
     indptr = np.zeros(num_nodes + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])
     return indptr, cols.astype(np.int32 if num_nodes < 2**31 else np.int64)
+
+
+def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
+                   symmetrize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (indptr int64, indices int32 or int64) from an edge list.
+
+    Self-loops and duplicate edges are dropped; neighbours come out sorted.
+    With `symmetrize`, every edge is stored in both directions.
+
+    Raises:
+      ValueError: mismatched lengths or node ids outside [0, num_nodes).
+    """
+    return csr_from_keys(edge_keys(src, dst, num_nodes, symmetrize=symmetrize), num_nodes)

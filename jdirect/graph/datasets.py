@@ -18,7 +18,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   split=(0.2, 0.1), noise=3.0),
     "products": dict(num_nodes=2_449_029, num_edges=61_900_000, feature_dim=100,
                      num_classes=47, split=(196_615 / 2_449_029, 39_323 / 2_449_029),
-                     noise=2.0),
+                     noise=7.0),
 }
 
 

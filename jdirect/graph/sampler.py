@@ -106,13 +106,25 @@ class NeighborSampler:
         self.node_dtype = np.int32 if graph.num_nodes < 2**31 - 1 else np.int64
         self._local = threading.local()
 
-    def _marks(self) -> np.ndarray:
-        # node id -> position in the current node list, -1 if absent; one per
-        # thread, restored to all -1 after each hop.
-        marks = getattr(self._local, "marks", None)
-        if marks is None:
-            marks = self._local.marks = np.full(self.graph.num_nodes, -1, np.int64)
-        return marks
+    def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        # Per thread: node id -> position in the current node list (-1 if
+        # absent), and a bitmap for unique-ing; both restored after each hop.
+        # Plain vectorised indexing releases the GIL, unlike np.unique's hash
+        # path, so sampling workers run in parallel.
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            n = self.graph.num_nodes
+            scratch = self._local.scratch = (np.full(n, -1, np.int64), np.zeros(n, bool))
+        return scratch
+
+    def _unique(self, ids: np.ndarray, seen: np.ndarray) -> np.ndarray:
+        """Sorted distinct values of `ids` (a bitmap pass when they are many)."""
+        if ids.size * 16 < seen.size:
+            return np.unique(ids)
+        seen[ids] = True
+        out = np.flatnonzero(seen)
+        seen[out] = False
+        return out
 
     def batches(self, nodes: np.ndarray, epoch: int, *, shuffle: bool = True) -> list[np.ndarray]:
         """The seed arrays of one epoch over `nodes`, shuffled per (seed, epoch)."""
@@ -134,7 +146,7 @@ class NeighborSampler:
         if seeds.size and (seeds.min() < 0 or seeds.max() >= g.num_nodes):
             raise ValueError(f"seed ids must lie in [0, {g.num_nodes})")
         rng = np.random.default_rng([self.seed, *key])
-        marks = self._marks()
+        marks, seen = self._scratch()
         nodes = seeds
         counts = [seeds.size]
         nbrs, masks = [], []
@@ -144,7 +156,7 @@ class NeighborSampler:
             mask = pos >= 0
             picked = g.indices[(start[:, None] + np.where(mask, pos, 0))[mask]].astype(np.int64)
             marks[nodes] = np.arange(nodes.size)
-            new = np.unique(picked[marks[picked] < 0])
+            new = self._unique(picked[marks[picked] < 0], seen)
             marks[new] = nodes.size + np.arange(new.size)
             local = np.zeros(mask.shape, np.int32)
             local[mask] = marks[picked]

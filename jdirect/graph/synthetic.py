@@ -10,10 +10,13 @@ measurably beats features alone.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from tqdm.auto import tqdm
 
-from .csr import Graph, csr_from_edges
+from .csr import Graph, csr_from_keys, edge_keys, unique_sorted
 
 _CHUNK = 1 << 22  # edges or feature rows generated per step
 
@@ -72,41 +75,42 @@ def generate(
     class_start = np.searchsorted(labels[by_class], np.arange(num_classes))
     class_end = np.append(class_start[1:], num_nodes)
 
-    us, vs = [], []
+    def chunk(seed: int, m: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        src = np.minimum(np.searchsorted(cum, rng.random(m) * cum[-1], side="right") - 1,
+                         num_nodes - 1)
+        cls = labels[by_class[src]]
+        lo, hi = cum[class_start[cls]], cum[class_end[cls]]
+        same = rng.random(m) < homophily
+        pick = np.where(same, lo + rng.random(m) * (hi - lo), rng.random(m) * cum[-1])
+        dst = np.minimum(np.searchsorted(cum, pick, side="right") - 1, num_nodes - 1)
+        return edge_keys(by_class[src], by_class[dst], num_nodes, symmetrize=True)
 
-    def draw(count: int) -> None:
-        done = 0
-        with tqdm(total=count, desc=f"{name}: edges", unit="e", unit_scale=True,
-                  disable=not progress, leave=False) as bar:
-            while done < count:
-                m = min(_CHUNK, count - done)
-                rng = np.random.default_rng(edge_seed.integers(2**63))
-                src = np.minimum(np.searchsorted(cum, rng.random(m) * cum[-1], side="right") - 1,
-                                 num_nodes - 1)
-                cls = labels[by_class[src]]
-                lo, hi = cum[class_start[cls]], cum[class_end[cls]]
-                same = rng.random(m) < homophily
-                pick = np.where(same, lo + rng.random(m) * (hi - lo), rng.random(m) * cum[-1])
-                dst = np.minimum(np.searchsorted(cum, pick, side="right") - 1, num_nodes - 1)
-                us.append(by_class[src])
-                vs.append(by_class[dst])
-                done += m
-                bar.update(m)
+    def draw(count: int) -> np.ndarray:
+        """Sorted distinct keys of `count` drawn edges (both directions)."""
+        sizes = [min(_CHUNK, count - s) for s in range(0, count, _CHUNK)]
+        seeds = [int(edge_seed.integers(2**63)) for _ in sizes]
+        # Chunks are independent and NumPy releases the GIL: draw in threads;
+        # the result depends only on the seeds, not on the scheduling.
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            parts = list(tqdm(pool.map(chunk, seeds, sizes), total=len(sizes),
+                              desc=f"{name}: edges", disable=not progress, leave=False))
+        return unique_sorted(np.concatenate(parts), kind="stable")
 
     # Self-loops and repeats are dropped, so draw again for the shortfall
-    # (a few rounds at most) until the graph has about num_edges edges.
+    # (a few rounds at most) until the graph has about num_edges edges; each
+    # round merges sorted keys in linear time.
     drawn = num_edges
-    draw(drawn)
+    keys = draw(drawn)
     for _ in range(4):
-        indptr, indices = csr_from_edges(np.concatenate(us), np.concatenate(vs), num_nodes,
-                                         symmetrize=True)
-        have = indices.size // 2
+        have = keys.size // 2
         if have >= 0.995 * num_edges:
             break
         extra = int((num_edges - have) * drawn / max(have, 1)) + 1
         drawn += extra
-        draw(extra)
-    del us, vs
+        keys = unique_sorted(np.concatenate([keys, draw(extra)]), kind="stable")
+    indptr, indices = csr_from_keys(keys, num_nodes)
+    del keys
 
     centroids = base.standard_normal((num_classes, feature_dim)).astype(np.float32)
     features = np.empty((num_nodes, feature_dim), dtype=feature_dtype)

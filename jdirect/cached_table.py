@@ -1,0 +1,97 @@
+"""CachedTable: a HostTable whose hottest rows are also kept in device memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from .host_table import HostTable
+
+
+class CachedTable:
+    """A `HostTable` plus copies of chosen rows in device memory.
+
+    `jdirect.gather` on a CachedTable serves indices of cached rows from
+    device memory and the others zero-copy from the host table, in one call
+    and with the same result as gathering from the HostTable. Useful when a
+    few rows are read far more often than the rest (power-law graphs,
+    embeddings of frequent ids).
+
+    Device memory used: the cached rows, plus a 4-byte slot per table row.
+    The cache is a snapshot: rows written in the host table afterwards are
+    not seen through cached slots. It does not own the HostTable: close
+    that separately.
+
+    Args:
+      table: the HostTable.
+      rows: distinct row ids to cache.
+
+    Raises:
+      TypeError: `table` is not a HostTable.
+      ValueError: ids out of range, repeated, or more than 2**31 - 1.
+    """
+
+    def __init__(self, table: HostTable, rows: Any):
+        if not isinstance(table, HostTable):
+            raise TypeError(f"CachedTable caches a HostTable, got {type(table).__name__}")
+        nrows = table.shape[0]
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if rows.size and (rows.min() < 0 or rows.max() >= nrows):
+            raise ValueError(f"cached row ids must lie in [0, {nrows})")
+        if np.unique(rows).size != rows.size:
+            raise ValueError("cached row ids must be distinct")
+        if rows.size >= 2**31:
+            raise ValueError("at most 2**31 - 1 rows can be cached")
+        slots = np.full(nrows, -1, np.int32)
+        slots[rows] = np.arange(rows.size, dtype=np.int32)
+        self.table = table
+        self.cached_rows = rows
+        self._slots = jax.device_put(slots)
+        self._rows = jax.device_put(np.ascontiguousarray(table.numpy()[rows]))
+
+    @classmethod
+    def from_counts(cls, table: HostTable, counts: Any, budget_bytes: int) -> "CachedTable":
+        """Caches the rows with the highest `counts` (access frequencies,
+        degrees) that fit in `budget_bytes` of device memory.
+
+        Raises:
+          ValueError: `counts` does not have one entry per row, or a negative budget.
+        """
+        counts = np.asarray(counts).ravel()
+        if counts.shape != (table.shape[0],):
+            raise ValueError(f"counts needs {table.shape[0]} entries, got {counts.shape}")
+        if budget_bytes < 0:
+            raise ValueError("budget_bytes must be >= 0")
+        row_bytes = table.nbytes // max(table.shape[0], 1)
+        per_row = row_bytes + 4  # the row and its share of the slot map
+        k = min(table.shape[0], budget_bytes // per_row) if per_row else table.shape[0]
+        hottest = np.argsort(-counts, kind="stable")[:k]
+        return cls(table, np.sort(hottest))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.table.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.table.dtype
+
+    def __repr__(self) -> str:
+        return f"CachedTable({self.table!r}, {self.cached_rows.size:,} rows cached)"
+
+    def _tree_flatten(self):
+        return (self.table, self._slots, self._rows), None
+
+    @classmethod
+    def _tree_unflatten(cls, aux, children) -> "CachedTable":
+        view = object.__new__(cls)
+        view.table, view._slots, view._rows = children
+        view.cached_rows = None
+        return view
+
+
+jax.tree_util.register_pytree_node(
+    CachedTable, CachedTable._tree_flatten, CachedTable._tree_unflatten
+)
