@@ -5,6 +5,13 @@ of one call, measured to completion, sort and scatter included. Methods:
 
   jdirect            jdirect.gather from a pinned HostTable (address order)
   jdirect-pinned     the same from a pinned_host jax.Array
+  jdirect-cached     a CachedTable: the most frequent rows (10 % of the table
+                     by default, counted on a separate draw) in device memory
+  jdirect-bf16       a bfloat16 table of the same rows, delivered as float32
+                     (GB/s counts the float32 bytes delivered)
+  jdirect-int8       an Int8Table (int8 + per-row scale), delivered as float32
+  uvm-host           ManagedTable, advice "host": pages stay, GPU reads them
+  uvm-prefetched     ManagedTable, advice "device", prefetched to the GPU
   naive              jdirect.gather(locality=False): one pass in caller order
   sorted+scatter     reference: jnp sort, naive gather in sorted order, jnp
                      scatter back (GraphBolt-style), one jitted program
@@ -27,6 +34,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 import jdirect
@@ -35,8 +43,9 @@ from _common import print_table, run_meta, timed, write_json
 ROW_BYTES = (64, 128, 512, 1024, 4096)
 INDICES = (100_000, 1_000_000)
 METHODS = (
-    "jdirect", "jdirect-pinned", "naive", "sorted+scatter", "numpy+device_put",
-    "torch-16threads", "device-jnp.take",
+    "jdirect", "jdirect-pinned", "jdirect-cached", "jdirect-bf16", "jdirect-int8", "naive",
+    "sorted+scatter", "numpy+device_put", "torch-16threads", "uvm-host", "uvm-prefetched",
+    "device-jnp.take",
 )
 
 
@@ -64,6 +73,11 @@ def memcpy_gbps(device: jax.Device, reps: int) -> float:
     on_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
     src = jax.device_put(np.ones(1 << 28, np.float32), pinned)
     return src.nbytes / timed(lambda: jax.device_put(src, on_device), reps) / 1e9
+
+
+@jax.jit
+def gather_f32(table, idx):
+    return jdirect.gather(table, idx, out_dtype=jnp.float32)
 
 
 @jax.jit
@@ -105,6 +119,10 @@ def main() -> None:
     parser.add_argument("--dists", nargs="+", default=["uniform", "zipf"])
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--cache-fraction", type=float, default=0.10,
+                        help="jdirect-cached: share of the table's bytes cached on the device")
+    parser.add_argument("--uvm-row-bytes", type=int, nargs="+", default=[512, 4096],
+                        help="row sizes for the managed-memory methods (each copies the table)")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/out/gather.json"))
     args = parser.parse_args()
 
@@ -130,6 +148,20 @@ def main() -> None:
             pinned = jax.device_put(host, sharding)
         on_device = None if device_words is None else device_words[: rows * width].reshape(rows, width)
         torch_run = torch_path(host, max(args.indices)) if "torch-16threads" in args.methods else None
+        extra = {}
+        if "jdirect-bf16" in args.methods:
+            # The first half of the same buffer seen as bfloat16 rows of the
+            # same width: half the bytes per row, no second table in memory.
+            extra["jdirect-bf16"] = jdirect.HostTable(
+                words.view(ml_dtypes.bfloat16)[: rows * width].reshape(rows, width))
+        if "jdirect-int8" in args.methods and width > 4:
+            packed = words.view(np.uint8)[: rows * (width + 4)].reshape(rows, width + 4)
+            extra["jdirect-int8"] = jdirect.Int8Table.from_packed(packed)
+        if on_gpu and row_bytes in args.uvm_row_bytes:
+            if "uvm-host" in args.methods:
+                extra["uvm-host"] = jdirect.ManagedTable(host, advice="host")
+            if "uvm-prefetched" in args.methods:
+                extra["uvm-prefetched"] = jdirect.ManagedTable(host, advice="device", prefetch=True)
         for dist in args.dists:
             for n in args.indices:
                 idx_np = make_indices(rng, dist, n, rows)
@@ -142,6 +174,19 @@ def main() -> None:
                 }
                 if pinned is not None:
                     runs["jdirect-pinned"] = lambda: gather(pinned, idx)
+                if "jdirect-cached" in args.methods:
+                    counts = np.bincount(make_indices(np.random.default_rng(1), dist, 2 * n, rows),
+                                         minlength=rows)
+                    cached = jdirect.CachedTable.from_counts(
+                        table, counts, int(args.cache_fraction * rows * row_bytes))
+                    runs["jdirect-cached"] = lambda: gather(cached, idx)
+                for name in ("uvm-host", "uvm-prefetched"):
+                    if name in extra:
+                        runs[name] = lambda t=extra[name]: gather(t, idx)
+                if "jdirect-bf16" in extra:
+                    runs["jdirect-bf16"] = lambda: gather_f32(extra["jdirect-bf16"], idx)
+                if "jdirect-int8" in extra:
+                    runs["jdirect-int8"] = lambda: gather_f32(extra["jdirect-int8"], idx)
                 if torch_run is not None:
                     runs["torch-16threads"] = lambda: torch_run(idx_np)
                 if on_device is not None:
@@ -152,7 +197,8 @@ def main() -> None:
                         continue
                     got = runs[name]()
                     got = got.cpu().numpy() if hasattr(got, "cpu") else np.asarray(got)
-                    np.testing.assert_array_equal(got[:256], expected, err_msg=name)
+                    if name not in ("jdirect-bf16", "jdirect-int8"):  # other tables' values
+                        np.testing.assert_array_equal(got[:256], expected, err_msg=name)
                     seconds = timed(runs[name], args.reps)
                     rec = dict(method=name, dist=dist, row_bytes=row_bytes, indices=n,
                                seconds=seconds, gbps=n * row_bytes / seconds / 1e9,
@@ -161,7 +207,9 @@ def main() -> None:
                     print(f"  {name:17s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
                           f"{rec['gbps']:8.2f} GB/s", flush=True)
         table.close()
-        del pinned, on_device, torch_run
+        for t in extra.values():
+            t.close()
+        del pinned, on_device, torch_run, extra
 
     methods = [m for m in args.methods if any(r["method"] == m for r in records)]
     print(f"\nGB/s of useful bytes; device {device.device_kind}, jax {jax.__version__}, "

@@ -17,7 +17,7 @@ fi
 if [ "${RUN_SANITIZER:-1}" = 1 ]; then
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${SANITIZER_TIMEOUT:-300}" \
     compute-sanitizer --tool memcheck --print-limit 20 \
-    python3 -m pytest -q -p no:cacheprovider tests/test_gather.py \
-      -k "${SANITIZER_K:-address or rank1 or extreme or empty or readme}" 2>&1 \
+    python3 -m pytest -q -p no:cacheprovider tests/test_gather.py tests/test_host_table.py \
+      -k "${SANITIZER_K:-address or rank1 or extreme or empty or readme or cached or int8 or out_dtype or managed or sharing}" 2>&1 \
     | tee "$OUT/sanitizer.log" | tail -12
 fi

@@ -50,8 +50,27 @@ class Int8Table:
     """
 
     def __init__(self, array: np.ndarray):
-        self.table = HostTable(quantize_rows(array))
-        self.shape = (self.table.shape[0], self.table.shape[1] - 4)
+        self._wrap(quantize_rows(array))
+
+    @classmethod
+    def from_packed(cls, packed: np.ndarray) -> "Int8Table":
+        """Wraps rows already packed by `quantize_rows` (uint8 [n, d + 4]) in
+        place, without a copy.
+
+        Raises:
+          TypeError, ValueError: not a uint8 array of shape [n, d + 4], d >= 1.
+        """
+        if not isinstance(packed, np.ndarray) or packed.dtype != np.uint8:
+            raise TypeError("from_packed needs a uint8 NumPy array")
+        if packed.ndim != 2 or packed.shape[1] < 5:
+            raise ValueError(f"packed rows need shape [n, d + 4] with d >= 1, got {packed.shape}")
+        table = object.__new__(cls)
+        table._wrap(packed)
+        return table
+
+    def _wrap(self, packed: np.ndarray) -> None:
+        self.table = HostTable(packed)
+        self.shape = (packed.shape[0], packed.shape[1] - 4)
 
     def close(self) -> None:
         self.table.close()
