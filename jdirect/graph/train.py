@@ -22,7 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.experimental.compute_on import compute_on2
+try:  # jax <= 0.10 names the functional form compute_on2; later ones compute_on
+    from jax.experimental.compute_on import compute_on2 as on_stream
+except ImportError:
+    from jax.experimental.compute_on import compute_on as on_stream
 from tqdm.auto import tqdm
 
 from .csr import Graph
@@ -95,9 +98,9 @@ def pipelined_step(read: Callable, graphdef, state, table, x: jax.Array, batch: 
     would serialise them). Elsewhere the annotations are ignored.
     """
 
-    x_next = compute_on2(lambda t, n: read(t, n, None), compute_type="gpu_stream:1",
+    x_next = on_stream(lambda t, n: read(t, n, None), compute_type="gpu_stream:1",
                          out_memory_spaces=_ON_DEVICE)(table, next_nodes)
-    state, loss, correct = compute_on2(functools.partial(_train_pure, graphdef),
+    state, loss, correct = on_stream(functools.partial(_train_pure, graphdef),
                                        compute_type="gpu_stream:2",
                                        out_memory_spaces=_ON_DEVICE)(state, x, batch)
     return state, loss, correct, x_next
