@@ -47,6 +47,8 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--eval-max", type=int, default=20_000)
+    p.add_argument("--no-overlap", action="store_true",
+                   help="serial steps: no two-stream overlap of the next read")
     p.add_argument("--json", type=Path, default=Path("benchmarks/out/graphsage.json"))
     args = p.parse_args()
 
@@ -56,7 +58,8 @@ def main() -> None:
     print(f"{graph} [{made_s:.1f}s]", flush=True)
     cfg = TrainConfig(fanouts=tuple(int(f) for f in args.fanouts.split(",")),
                       batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
-                      prefetch=args.workers, eval_max=args.eval_max, progress=False)
+                      prefetch=args.workers, eval_max=args.eval_max, progress=False,
+                      overlap=not args.no_overlap)
     memcpy = memcpy_gbps(jax.devices()[0], 5) if on_gpu else None
     records = []
     batches = None

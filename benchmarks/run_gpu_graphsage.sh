@@ -7,6 +7,12 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-build-isolation --no-deps -e . \
   -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 2>&1 | tail -3
+if [ "${RUN_PROBE:-1}" = 1 ]; then
+  for mode in jdirect device; do
+    python3 benchmarks/probe_overlap.py $mode 2>&1 | tee -a "$OUT/probe.log" | tail -1
+  done
+  grep -q "probe (device) ok" "$OUT/probe.log" || { echo "overlap probe failed"; exit 3; }
+fi
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -8
 fi

@@ -99,11 +99,25 @@ def pipelined_step(read: Callable, graphdef, state, table, x: jax.Array, batch: 
     """
 
     x_next = on_stream(lambda t, n: read(t, n, None), compute_type="gpu_stream:1",
-                         out_memory_spaces=_ON_DEVICE)(table, next_nodes)
-    state, loss, correct = on_stream(functools.partial(_train_pure, graphdef),
-                                       compute_type="gpu_stream:2",
+                       out_memory_spaces=_ON_DEVICE)(table, next_nodes)
+    leaves, tree = jax.tree.flatten(state)
+    changed: list[int] = []
+
+    def train(state, x, batch):
+        # Only leaves the update changes leave the region: XLA's stream
+        # wrapper cannot outline a region that returns a parameter as is
+        # (an RNG key, say).
+        before = jax.tree.leaves(state)
+        new_state, loss, correct = _train_pure(graphdef, state, x, batch)
+        after = jax.tree.leaves(new_state)
+        changed.extend(i for i, (a, b) in enumerate(zip(before, after)) if a is not b)
+        return [after[i] for i in changed], loss, correct
+
+    updated, loss, correct = on_stream(train, compute_type="gpu_stream:2",
                                        out_memory_spaces=_ON_DEVICE)(state, x, batch)
-    return state, loss, correct, x_next
+    for i, value in zip(changed, updated):
+        leaves[i] = value
+    return jax.tree.unflatten(tree, leaves), loss, correct, x_next
 
 
 def _train_pure(graphdef, state, x: jax.Array, batch: Batch):
