@@ -65,7 +65,11 @@ class TrainConfig:
 
 def _loss(model: nnx.Module, x: jax.Array, batch: Batch):
     logits = model(x, batch)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
+    # One-hot rather than optax's integer-label form: its take_along_axis
+    # gather, inside a stream-annotated region, trips XLA's stream wrapper
+    # (jax 0.11.2: "cannot remove instruction ... parameter").
+    onehot = jax.nn.one_hot(batch.labels, logits.shape[-1], dtype=logits.dtype)
+    ce = -(jax.nn.log_softmax(logits) * onehot).sum(axis=-1)
     w = batch.seed_mask.astype(jnp.float32)
     return (ce * w).sum() / jnp.maximum(w.sum(), 1.0), logits
 
