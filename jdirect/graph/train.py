@@ -102,7 +102,7 @@ def pipelined_step(read: Callable, graphdef, state, table, x: jax.Array, batch: 
     would serialise them). Elsewhere the annotations are ignored.
     """
 
-    x_next = on_stream(lambda t, n: read(t, n, None), compute_type="gpu_stream:1",
+    x_next = on_stream(_inlined(lambda t, n: read(t, n, None)), compute_type="gpu_stream:1",
                        out_memory_spaces=_ON_DEVICE)(table, next_nodes)
     leaves, tree = jax.tree.flatten(state)
     changed: list[int] = []
@@ -117,11 +117,22 @@ def pipelined_step(read: Callable, graphdef, state, table, x: jax.Array, batch: 
         changed.extend(i for i, (a, b) in enumerate(zip(before, after)) if a is not b)
         return [after[i] for i in changed], loss, correct
 
-    updated, loss, correct = on_stream(train, compute_type="gpu_stream:2",
+    updated, loss, correct = on_stream(_inlined(train), compute_type="gpu_stream:2",
                                        out_memory_spaces=_ON_DEVICE)(state, x, batch)
     for i, value in zip(changed, updated):
         leaves[i] = value
     return jax.tree.unflatten(tree, leaves), loss, correct, x_next
+
+
+def _inlined(f: Callable) -> Callable:
+    """`f`, traced with nested jits (jnp's helpers) inlined: XLA (jax
+    0.11.2) finds no stream for calls nested in an annotated region."""
+
+    def run(*args):
+        with jax.disable_jit():
+            return f(*args)
+
+    return run
 
 
 def _train_pure(graphdef, state, x: jax.Array, batch: Batch):
