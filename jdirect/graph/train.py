@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from .csr import Graph
 from .features import FeatureSource, read_staged
-from .model import MLP, GraphSAGE
+from .model import MLP, GraphSAGE, dropout_masks
 from .pipeline import Prefetcher
 from .sampler import Batch, NeighborSampler
 
@@ -63,8 +63,8 @@ class TrainConfig:
     overlap: bool = True
 
 
-def _loss(model: nnx.Module, x: jax.Array, batch: Batch):
-    logits = model(x, batch)
+def _loss(model: nnx.Module, x: jax.Array, batch: Batch, keep):
+    logits = model(x, batch, keep)
     # One-hot rather than optax's integer-label form: its take_along_axis
     # gather, inside a stream-annotated region, trips XLA's stream wrapper
     # (jax 0.11.2: "cannot remove instruction ... parameter").
@@ -78,23 +78,30 @@ def _correct(logits: jax.Array, batch: Batch) -> jax.Array:
     return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
 
 
-def _update(model, optimizer, x: jax.Array, batch: Batch):
-    (loss, logits), grads = nnx.value_and_grad(_loss, has_aux=True)(model, x, batch)
+def _update(model, optimizer, x: jax.Array, batch: Batch, keep):
+    (loss, logits), grads = nnx.value_and_grad(_loss, has_aux=True)(model, x, batch, keep)
     optimizer.update(model, grads)
     return loss, _correct(logits, batch)
 
 
-@nnx.jit(static_argnums=0)
-def train_step(read: Callable, model, optimizer, table, batch: Batch, staged):
-    return _update(model, optimizer, read(table, batch.input_nodes, staged), batch)
+def _step_key(seed: int, step: jax.Array) -> jax.Array:
+    # Dropout draws depend only on (seed, global step): resumable.
+    return jax.random.fold_in(jax.random.key(seed), step)
+
+
+@nnx.jit(static_argnums=(0, 1))
+def train_step(read: Callable, seed: int, model, optimizer, table, batch: Batch, staged,
+               step: jax.Array):
+    keep = dropout_masks(model, batch, _step_key(seed, step))
+    return _update(model, optimizer, read(table, batch.input_nodes, staged), batch, keep)
 
 
 _ON_DEVICE = jax.memory.Space.Device
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def pipelined_step(read: Callable, graphdef, state, table, x: jax.Array, batch: Batch,
-                   next_nodes: jax.Array):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def pipelined_step(read: Callable, seed: int, graphdef, state, table, x: jax.Array,
+                   batch: Batch, next_nodes: jax.Array, step: jax.Array):
     """Trains on (x, batch) while reading the next batch's rows.
 
     The read and the update are separate regions on two GPU streams, so the
@@ -107,18 +114,21 @@ def pipelined_step(read: Callable, graphdef, state, table, x: jax.Array, batch: 
     leaves, tree = jax.tree.flatten(state)
     changed: list[int] = []
 
-    def train(state, x, batch):
+    # Random bits are drawn outside the regions (XLA cannot place the
+    # PRNG's nested calls on an annotated stream).
+    keep = dropout_masks(nnx.merge(graphdef, state)[0], batch, _step_key(seed, step))
+
+    def train(state, x, batch, keep):
         # Only leaves the update changes leave the region: XLA's stream
-        # wrapper cannot outline a region that returns a parameter as is
-        # (an RNG key, say).
+        # wrapper cannot outline a region that returns a parameter as is.
         before = jax.tree.leaves(state)
-        new_state, loss, correct = _train_pure(graphdef, state, x, batch)
+        new_state, loss, correct = _train_pure(graphdef, state, x, batch, keep)
         after = jax.tree.leaves(new_state)
         changed.extend(i for i, (a, b) in enumerate(zip(before, after)) if a is not b)
         return [after[i] for i in changed], loss, correct
 
     updated, loss, correct = on_stream(_inlined(train), compute_type="gpu_stream:2",
-                                       out_memory_spaces=_ON_DEVICE)(state, x, batch)
+                                       out_memory_spaces=_ON_DEVICE)(state, x, batch, keep)
     for i, value in zip(changed, updated):
         leaves[i] = value
     return jax.tree.unflatten(tree, leaves), loss, correct, x_next
@@ -135,10 +145,10 @@ def _inlined(f: Callable) -> Callable:
     return run
 
 
-def _train_pure(graphdef, state, x: jax.Array, batch: Batch):
+def _train_pure(graphdef, state, x: jax.Array, batch: Batch, keep):
     """One update as a pure function of (model, optimizer) state."""
     model, optimizer = nnx.merge(graphdef, state)
-    loss, correct = _update(model, optimizer, x, batch)
+    loss, correct = _update(model, optimizer, x, batch, keep)
     return nnx.state((model, optimizer)), loss, correct
 
 
@@ -212,7 +222,6 @@ class Trainer:
         state = graphdef = x = prev = None
         if pipelined:
             graphdef, state = nnx.split((self.model, self.optimizer))
-        self.model.train()
         start = time.perf_counter()
 
         def account(item: dict, loss: jax.Array, ok: jax.Array, since: float) -> None:
@@ -229,26 +238,29 @@ class Trainer:
 
         with Prefetcher(produce, count, depth=cfg.prefetch, workers=cfg.workers) as batches:
             it = iter(batches)
-            for _ in tqdm(range(count), desc=f"epoch {epoch}", disable=not cfg.progress, leave=False):
+            first_step = epoch * count  # global step of batch 0: dropout's key
+            for i in tqdm(range(count), desc=f"epoch {epoch}", disable=not cfg.progress, leave=False):
                 t0 = time.perf_counter()
                 item = next(it)
                 t1 = time.perf_counter()
                 totals["wait_s"] += t1 - t0
                 if not pipelined:
-                    loss, ok = train_step(read, self.model, self.optimizer, table,
-                                          item["batch"], item["staged"])
+                    loss, ok = train_step(read, cfg.seed, self.model, self.optimizer, table,
+                                          item["batch"], item["staged"], first_step + i)
                     account(item, loss, ok, t1)
                 elif prev is None:  # the first batch's rows: nothing to overlap yet
                     x = _read_only(read, table, item["batch"].input_nodes, None)
                 else:
-                    state, loss, ok, x = pipelined_step(read, graphdef, state, table, x,
-                                                        prev["batch"], item["batch"].input_nodes)
+                    state, loss, ok, x = pipelined_step(
+                        read, cfg.seed, graphdef, state, table, x, prev["batch"],
+                        item["batch"].input_nodes, first_step + i - 1)
                     account(prev, loss, ok, t1)
                 prev = item
         if pipelined and prev is not None:
             nnx.update((self.model, self.optimizer), state)
             t1 = time.perf_counter()
-            loss, ok = train_step(read_staged, self.model, self.optimizer, None, prev["batch"], x)
+            loss, ok = train_step(read_staged, cfg.seed, self.model, self.optimizer, None,
+                                  prev["batch"], x, first_step + count - 1)
             account(prev, loss, ok, t1)
         epoch_s = time.perf_counter() - start
         gather_s, compute_s = (t * count for t in self._time_parts(kept))
@@ -279,7 +291,10 @@ class Trainer:
 
         gather = 0.0 if self.source.mode == "host" else mean_time(
             lambda i: _read_only(read, table, items[i]["batch"].input_nodes, None))
-        compute = mean_time(lambda i: _train_pure_jit(graphdef, state, xs[i], items[i]["batch"]))
+        keeps = [dropout_masks(self.model, it["batch"], jax.random.key(i))
+                 for i, it in enumerate(items)]
+        compute = mean_time(
+            lambda i: _train_pure_jit(graphdef, state, xs[i], items[i]["batch"], keeps[i]))
         return gather, compute
 
     # -- evaluation --------------------------------------------------------
@@ -290,14 +305,12 @@ class Trainer:
                                                                  replace=False)
         seeds = self.sampler.batches(nodes, epoch=EVAL_EPOCH, shuffle=False)
         produce = self._produce(seeds, EVAL_EPOCH, None)
-        self.model.eval()
         correct = 0
         with Prefetcher(produce, len(seeds), depth=self.cfg.prefetch,
                         workers=self.cfg.workers) as batches:
             for item in batches:
                 correct += int(eval_step(self.source.read, self.model, self.source.table,
                                          item["batch"], item["staged"]))
-        self.model.train()
         return correct / max(len(nodes), 1)
 
     # -- whole run ---------------------------------------------------------
