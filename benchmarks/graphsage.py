@@ -47,8 +47,8 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--eval-max", type=int, default=20_000)
-    p.add_argument("--no-overlap", action="store_true",
-                   help="serial steps: no two-stream overlap of the next read")
+    p.add_argument("--overlap", action="store_true",
+                   help="two-stream steps: read batch i+1 during step i")
     p.add_argument("--json", type=Path, default=Path("benchmarks/out/graphsage.json"))
     args = p.parse_args()
 
@@ -59,7 +59,7 @@ def main() -> None:
     cfg = TrainConfig(fanouts=tuple(int(f) for f in args.fanouts.split(",")),
                       batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
                       prefetch=args.workers, eval_max=args.eval_max, progress=False,
-                      overlap=not args.no_overlap)
+                      overlap=args.overlap)
     memcpy = memcpy_gbps(jax.devices()[0], 5) if on_gpu else None
     records = []
     batches = None

@@ -58,9 +58,11 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     progress: bool = True
     calibrate_batches: int = 4
-    # Read batch i+1's features while batch i trains (device and jdirect
-    # modes; host mode stages on the CPU, already overlapped).
-    overlap: bool = True
+    # Read batch i+1's features on a second GPU stream while batch i trains
+    # (device and jdirect modes; host mode stages on the CPU, already
+    # overlapped). Off by default: on jax 0.11.2 / H200 the two-stream step
+    # measured slower than the serial one (benchmarks/RESULTS.md).
+    overlap: bool = False
 
 
 def _loss(model: nnx.Module, x: jax.Array, batch: Batch, keep):
