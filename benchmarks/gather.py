@@ -29,6 +29,7 @@ table. Prints a table, writes JSON and a PNG plot. Example (GPU machine):
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -42,6 +43,8 @@ from _common import print_table, run_meta, timed, write_json
 
 ROW_BYTES = (64, 128, 512, 1024, 4096)
 INDICES = (100_000, 1_000_000)
+# Methods whose table sits in device memory: off the plot's PCIe scale.
+IN_DEVICE = ("device-jnp.take", "uvm-prefetched")
 METHODS = (
     "jdirect", "jdirect-pinned", "jdirect-cached", "jdirect-bf16", "jdirect-int8", "naive",
     "sorted+scatter", "numpy+device_put", "torch-16threads", "uvm-host", "uvm-prefetched",
@@ -124,7 +127,14 @@ def main() -> None:
     parser.add_argument("--uvm-row-bytes", type=int, nargs="+", default=[512, 4096],
                         help="row sizes for the managed-memory methods (each copies the table)")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/out/gather.json"))
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the PNG from an existing --json file")
     args = parser.parse_args()
+    if args.replot:
+        saved = json.loads(args.json.read_text())
+        methods = list(dict.fromkeys(r["method"] for r in saved["results"]))
+        plot(saved["results"], methods, saved["meta"]["memcpy_gbps"], args.json.with_suffix(".png"))
+        return
 
     device = jax.devices()[0]
     total = int(args.table_gb * 2**30)
@@ -229,19 +239,20 @@ def plot(records: list[dict], methods: list[str], memcpy: float | None, path: Pa
         print("matplotlib not installed: no plot")
         return
     panels = sorted({(r["dist"], r["indices"]) for r in records})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
+    colors = plt.cm.tab20(np.linspace(0, 1, 20))
     for ax, (dist, n) in zip(axes[0], panels):
         for m in methods:
             pts = sorted((r["row_bytes"], r["gbps"]) for r in records
                          if r["method"] == m and r["dist"] == dist and r["indices"] == n)
-            if pts and m != "device-jnp.take":
-                ax.plot(*zip(*pts), marker="o", label=m)
+            if pts and m not in IN_DEVICE:
+                ax.plot(*zip(*pts), marker="o", label=m, color=colors[methods.index(m) % 20])
         if memcpy:
             ax.axhline(memcpy, color="k", linestyle="--", label="pinned memcpy")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("row bytes")
         ax.set_ylabel("GB/s (useful bytes)")
-        ax.set_title(f"{dist}, {n:,} indices")
+        ax.set_title(f"{dist}, {n:,} indices (device-resident methods omitted)", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()

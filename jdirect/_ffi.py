@@ -43,6 +43,13 @@ def _load(name: str) -> ctypes.CDLL | None:
     return ctypes.CDLL(str(path)) if path is not None else None
 
 
+def _declare(lib: ctypes.CDLL, prototypes: dict) -> None:
+    """Sets argtypes and restype of each C function: name -> (args, result)."""
+    for name, (args, result) in prototypes.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, result
+
+
 def _register(lib: ctypes.CDLL, suffix: str, platform: str) -> None:
     for target, stem in _TARGETS.items():
         capsule = jax.ffi.pycapsule(getattr(lib, stem + suffix))
@@ -55,37 +62,27 @@ if _cpu is None:
         "jdirect's native library libjdirect_cpu.so was not found; "
         "reinstall with `pip install .` so that it is built"
     )
-_cpu.jdirect_table_open.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-_cpu.jdirect_table_open.restype = ctypes.c_int32
-_cpu.jdirect_table_close.argtypes = [ctypes.c_int32]
-_cpu.jdirect_table_close.restype = ctypes.c_int32
+_declare(_cpu, {
+    "jdirect_table_open": ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64], ctypes.c_int32),
+    "jdirect_table_close": ([ctypes.c_int32], ctypes.c_int32),
+})
 _register(_cpu, "Cpu", "cpu")
 
 # Loading needs no GPU: the CUDA runtime is linked statically and finds the
 # driver only when first called.
 _cuda = _load("libjdirect_cuda.so")
 if _cuda is not None:
-    _cuda.jdirect_cuda_device_count.restype = ctypes.c_int32
-    _cuda.jdirect_cuda_pin.argtypes = [
-        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64,
-    ]
-    _cuda.jdirect_cuda_pin.restype = ctypes.c_int64
-    _cuda.jdirect_cuda_unpin.argtypes = [ctypes.c_int64]
-    _cuda.jdirect_cuda_unpin.restype = None
-    _cuda.jdirect_cuda_synchronize.argtypes = [ctypes.c_char_p, ctypes.c_int64]
-    _cuda.jdirect_cuda_synchronize.restype = ctypes.c_int32
-    _cuda.jdirect_cuda_sort_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
-    _cuda.jdirect_cuda_sort_workspace_bytes.restype = ctypes.c_int64
-    _cuda.jdirect_cuda_managed_alloc.argtypes = [
-        ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64,
-    ]
-    _cuda.jdirect_cuda_managed_alloc.restype = ctypes.c_void_p
-    _cuda.jdirect_cuda_managed_prefetch.argtypes = [
-        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64,
-    ]
-    _cuda.jdirect_cuda_managed_prefetch.restype = ctypes.c_int32
-    _cuda.jdirect_cuda_managed_free.argtypes = [ctypes.c_void_p]
-    _cuda.jdirect_cuda_managed_free.restype = None
+    _i64, _i32, _ptr, _err = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p
+    _declare(_cuda, {
+        "jdirect_cuda_device_count": ([], _i32),
+        "jdirect_cuda_pin": ([_ptr, _i64, _i32, _err, _i64], _i64),
+        "jdirect_cuda_unpin": ([_i64], None),
+        "jdirect_cuda_synchronize": ([_err, _i64], _i32),
+        "jdirect_cuda_sort_workspace_bytes": ([_i64, _i64], _i64),
+        "jdirect_cuda_managed_alloc": ([_i64, _i32, _i32, _err, _i64], _ptr),
+        "jdirect_cuda_managed_prefetch": ([_ptr, _i64, _i32, _err, _i64], _i32),
+        "jdirect_cuda_managed_free": ([_ptr], None),
+    })
     _register(_cuda, "Cuda", "CUDA")
 
 

@@ -15,8 +15,7 @@ def test_generator_is_deterministic_and_valid():
     a = synthetic("tiny", seed=3, progress=False)
     b = synthetic("tiny", seed=3, progress=False)
     c = synthetic("tiny", seed=4, progress=False)
-    for field in ("indptr", "indices", "features", "labels", "train", "val", "test"):
-        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert_same_graph(a, b)
     assert not np.array_equal(a.indices, c.indices)
     # Undirected, no self loops, no duplicates, sorted neighbours.
     src = np.repeat(np.arange(a.num_nodes), a.degrees())
@@ -71,6 +70,12 @@ def test_csr_from_edges():
         csr_from_edges(np.array([0]), np.array([5]), 3, symmetrize=False)
 
 
+def assert_same_graph(h, g) -> None:
+    for field in ("indptr", "indices", "features", "labels", "train", "val", "test"):
+        np.testing.assert_array_equal(getattr(h, field), getattr(g, field), err_msg=field)
+    assert h.num_classes == g.num_classes
+
+
 def _write_csv_gz(path, rows, fmt):
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:
@@ -100,12 +105,7 @@ def test_ogb_round_trip(tmp_path, layout):
         _write_csv_gz(root / f"split/sales_ranking/{name}.csv.gz", ids[:, None], "%d")
     for _ in range(2):  # the second load reads the memory-mapped cache
         h = load_ogb_node(root)
-        np.testing.assert_array_equal(h.indptr, g.indptr)
-        np.testing.assert_array_equal(h.indices, g.indices)
-        np.testing.assert_array_equal(h.features, g.features)
-        np.testing.assert_array_equal(h.labels, g.labels)
-        np.testing.assert_array_equal(h.val, g.val)
-        assert h.num_classes == g.num_classes
+        assert_same_graph(h, g)
     assert isinstance(h.features, np.memmap)
 
 
@@ -129,9 +129,4 @@ def test_reddit_round_trip(tmp_path, fmt):
     else:
         np.savez(tmp_path / "reddit_graph.npz", format=np.array(b"csr"), shape=shape,
                  indptr=g.indptr, indices=g.indices, data=np.ones(g.num_edges))
-    h = load_reddit(tmp_path)
-    np.testing.assert_array_equal(h.indptr, g.indptr)
-    np.testing.assert_array_equal(h.indices, g.indices)
-    np.testing.assert_array_equal(h.features, g.features)
-    np.testing.assert_array_equal(h.train, g.train)
-    np.testing.assert_array_equal(h.test, g.test)
+    assert_same_graph(load_reddit(tmp_path), g)
