@@ -32,6 +32,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data-dir", help="directory of an OGB or Reddit dataset")
     p.add_argument("--features", default="jdirect", choices=MODES,
                    help="where the feature table lives (default: host memory, jdirect)")
+    p.add_argument("--cache-fraction", type=float, default=0.2,
+                   help="jdirect-cache: share of the feature table kept on the device")
     p.add_argument("--feature-dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="synthetic presets: feature table dtype")
     p.add_argument("--fanouts", default="15,10,5",
@@ -73,6 +75,7 @@ def main(argv=None) -> dict:
         batch_size=args.batch_size or (256 if small else 1024), hidden=args.hidden,
         dropout=args.dropout, lr=args.lr, epochs=args.epochs or (8 if small else 3),
         seed=args.seed, features=args.features, prefetch=args.prefetch, workers=args.workers,
+        cache_fraction=args.cache_fraction,
         eval_max=args.eval_max, checkpoint_dir=args.checkpoint_dir, progress=not args.quiet,
         overlap=args.overlap,
     )

@@ -40,9 +40,9 @@ def test_feature_modes_give_the_same_losses(graph):
     # Serial steps in every mode, and the two-stream pipelined step (next
     # read overlapped) for the modes that read inside the step.
     serial = run_epochs(graph, features="jdirect")[0]
-    for mode in ("device", "host", "jdirect"):
+    for mode in ("device", "host", "jdirect", "jdirect-cache"):
         np.testing.assert_allclose(run_epochs(graph, features=mode)[0], serial, rtol=1e-6)
-    for mode in ("device", "jdirect"):
+    for mode in ("device", "jdirect", "jdirect-cache"):
         np.testing.assert_allclose(run_epochs(graph, features=mode, overlap=True)[0], serial,
                                    rtol=1e-6)
     assert serial[1] < serial[0]

@@ -7,6 +7,8 @@ Modes (same model, same batches, same results):
            with the previous step by the prefetcher).
   jdirect  the table stays in host memory (a pinned HostTable); the step
            reads its rows with jdirect.gather, zero-copy.
+  jdirect-cache  as jdirect, with the highest-degree nodes' rows also in
+           device memory (a CachedTable, `cache_fraction` of the table).
 
 Padded input slots (id == num_nodes) read as zeros in every mode.
 """
@@ -20,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import HostTable, gather
+from .. import CachedTable, HostTable, gather
 from .sampler import Batch
 
-MODES = ("device", "host", "jdirect")
+MODES = ("device", "host", "jdirect", "jdirect-cache")
 
 
 def read_device(table: jax.Array, input_nodes: jax.Array, staged: Any) -> jax.Array:
@@ -44,6 +46,8 @@ class FeatureSource:
     Attributes:
       mode: one of MODES.
       table: what the jitted step receives as its table argument.
+      degrees, cache_fraction: jdirect-cache only: which rows are hot, and
+        the share of the table's bytes to keep on the device.
       read: traced function (table, input_nodes, staged) -> rows.
 
     Raises:
@@ -51,7 +55,8 @@ class FeatureSource:
     """
 
     def __init__(self, features: np.ndarray, mode: str, *, staging_buffers: int = 8,
-                 rows_per_batch: int = 0):
+                 rows_per_batch: int = 0, degrees: np.ndarray | None = None,
+                 cache_fraction: float = 0.2):
         if mode not in MODES:
             raise ValueError(f"unknown feature mode {mode!r}; choose from {MODES}")
         self.mode = mode
@@ -63,6 +68,12 @@ class FeatureSource:
             self.table, self.read = jax.device_put(np.asarray(features)), read_device
         elif mode == "jdirect":
             self.table, self.read = HostTable(features), read_jdirect
+        elif mode == "jdirect-cache":
+            # Sampling reaches nodes roughly in proportion to their degree.
+            hot = degrees if degrees is not None else np.zeros(features.shape[0])
+            budget = int(cache_fraction * features.nbytes)
+            self.table = CachedTable.from_counts(HostTable(features), hot, budget)
+            self.read = read_jdirect
         else:
             self.read = read_staged
             if jax.default_backend() == "gpu" and rows_per_batch:
@@ -94,7 +105,8 @@ class FeatureSource:
                 self._buffers.put(buffer)
 
     def close(self) -> None:
-        if isinstance(self.table, HostTable):
-            self.table.close()
+        host = self.table.table if isinstance(self.table, CachedTable) else self.table
+        if isinstance(host, HostTable):
+            host.close()
         while self._buffers is not None and not self._buffers.empty():
             self._buffers.get().close()

@@ -52,6 +52,7 @@ class TrainConfig:
     seed: int = 0
     model: str = "sage"  # or "mlp": features only
     features: str = "jdirect"
+    cache_fraction: float = 0.2  # jdirect-cache: share of the table on the device
     prefetch: int = 4
     workers: int = 4
     eval_max: int | None = None  # evaluate on at most this many val/test nodes
@@ -182,7 +183,8 @@ class Trainer:
         self.sampler = NeighborSampler(graph, fanouts, cfg.batch_size, seed=cfg.seed)
         self.source = FeatureSource(graph.features, cfg.features,
                                     staging_buffers=cfg.workers,
-                                    rows_per_batch=self.sampler.caps[-1])
+                                    rows_per_batch=self.sampler.caps[-1],
+                                    degrees=graph.degrees(), cache_fraction=cfg.cache_fraction)
         cls = GraphSAGE if cfg.model == "sage" else MLP
         layers = max(1, len(cfg.fanouts))
         self.model = cls(graph.features.shape[1], cfg.hidden, graph.num_classes, layers,
