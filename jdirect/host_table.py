@@ -40,9 +40,13 @@ def _release(handle: int, pin: int, base: Any) -> None:
         return
     if pin:
         # The registry has stopped new launches; gathers already enqueued on
-        # any stream must finish before the pages are released.
-        _ffi.cuda_synchronize()
-        _ffi.cuda_unpin(pin)
+        # any stream must finish before the pages are released. A failed
+        # synchronize means the context is dead (at exit, or after a fault):
+        # nothing runs any more, so unpinning is still safe.
+        try:
+            _ffi.cuda_synchronize()
+        finally:
+            _ffi.cuda_unpin(pin)
     del base
 
 

@@ -22,8 +22,10 @@ ADVICE = {"none": 0, "host": 1, "device": 2}
 
 def _release_managed(handle: int, address: int) -> None:
     if _ffi.table_close(handle):
-        _ffi.cuda_synchronize()  # gathers already enqueued finish first
-        _ffi.managed_free(address)
+        try:
+            _ffi.cuda_synchronize()  # gathers already enqueued finish first
+        finally:
+            _ffi.managed_free(address)
 
 
 class ManagedTable(HostTable):

@@ -114,7 +114,7 @@ class NeighborSampler:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             n = self.graph.num_nodes
-            scratch = self._local.scratch = (np.full(n, -1, np.int64), np.zeros(n, bool))
+            scratch = self._local.scratch = (np.full(n, -1, self.node_dtype), np.zeros(n, bool))
         return scratch
 
     def _unique(self, ids: np.ndarray, seen: np.ndarray) -> np.ndarray:
