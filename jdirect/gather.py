@@ -77,10 +77,11 @@ def gather(
         default NaN for inexact types, the minimum for signed and the maximum
         for unsigned integers, True for bool.
       locality: on a GPU, read host rows in ascending address order (sort
-        the indices, read each distinct row once, scatter to the caller's
-        positions). Results are identical either way; False reads rows in
-        the caller's order, for comparison. Device tables and calls with
-        fewer than 1024 indices always use the caller's order.
+        the resolved rows, read them in order so that repeats hit L2,
+        scatter to the caller's positions). Results are identical either
+        way; False reads rows in the caller's order, for comparison. Device
+        tables and calls with fewer than 1024 indices always use the
+        caller's order.
       out_dtype: convert the rows to this dtype on the device, in the same
         jitted call (only the table's own bytes cross PCIe: a bfloat16
         table delivered as float32 moves half the bytes of a float32 one).
@@ -88,8 +89,8 @@ def gather(
         decoded dtype (default float32).
 
     Returns:
-      An array of shape `idx.shape + table.shape[1:]` and the table's dtype,
-      on the default device.
+      An array of shape `idx.shape + table.shape[1:]` and the table's dtype
+      (or `out_dtype`), on the default device.
 
     Raises:
       TypeError: indices are not int32/int64, the table's dtype cannot be
