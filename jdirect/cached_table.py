@@ -66,7 +66,7 @@ class CachedTable:
             raise ValueError("budget_bytes must be >= 0")
         row_bytes = table.nbytes // max(table.shape[0], 1)
         per_row = row_bytes + 4  # the row and its share of the slot map
-        k = min(table.shape[0], budget_bytes // per_row) if per_row else table.shape[0]
+        k = min(table.shape[0], budget_bytes // per_row)
         hottest = np.argsort(-counts, kind="stable")[:k]
         return cls(table, np.sort(hottest))
 
