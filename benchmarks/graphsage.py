@@ -1,39 +1,91 @@
-"""GraphSAGE epoch time by feature placement: device, host (CPU gather +
-device_put) and jdirect (zero-copy from host memory).
+"""GraphSAGE epoch time by sampler (device, cpu) and feature placement
+(device, host, jdirect, jdirect-cache), with the epoch's split.
 
-Same graph, model, seed and batches for every mode. Two figures per mode:
-  e2e        an epoch with the CPU sampler running in the prefetcher
-  presampled an epoch over batches sampled beforehand: feature access and
-             compute only, which isolates what feature placement costs
-and the PCIe floor: feature bytes the batches need (each batch's unique
-input rows once) over the measured pinned memcpy rate. Also each mode's
-val accuracy after these epochs (they should agree). Prints a table,
-writes JSON and a PNG bar chart. Example (GPU machine):
-  python benchmarks/graphsage.py --dataset products --json benchmarks/out/graphsage.json
+Same graph, model and seed everywhere. Per (sampler, mode):
+  e2e_s        median end-to-end training epoch (what a user waits for)
+  presampled_s an epoch over device-resident batches sampled beforehand,
+               steps dispatched back to back: feature access + compute
+and, timed alone over the same epoch's batches (device sampler's batches):
+  sample_s     the device sampler alone (the CPU sampler's worker-seconds
+               are reported by the trainer as cpu_sample_s)
+  gather_s     the feature read alone
+  compute_s    the update alone (rows already on the device)
+  idle_s       e2e_s - (sample_s + gather_s + compute_s): > 0 is time the
+               GPU waited, < 0 is overlap
+The PCIe floor is the epoch's input rows (each batch's unique rows once)
+times the row bytes over the pinned memcpy rate measured in the same run.
+Prints a table, writes JSON and a PNG. Example (GPU machine):
+  python benchmarks/graphsage.py --dataset products --json $OUT/graphsage.json
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import statistics
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from jdirect.graph import Prefetcher, load_dataset
-from jdirect.graph.features import MODES
-from jdirect.graph.train import Trainer, TrainConfig
+from jdirect.graph import load_dataset, steps
+from jdirect.graph.config import FEATURE_MODES, TrainConfig
+from jdirect.graph.feeds import DeviceFeed
+from jdirect.graph.train import Trainer
 from _common import print_table, run_meta, write_json
 from gather import memcpy_gbps
 
 
-def presample(trainer: Trainer, epoch: int, workers: int) -> list:
-    sampler = trainer.sampler
-    seeds = sampler.batches(trainer.graph.train, epoch)
-    with Prefetcher(lambda i: sampler.sample(seeds[i], (epoch, i)), len(seeds),
-                    depth=2 * workers, workers=workers) as batches:
-        return list(batches)
+def epoch_time(fn, batches, reps: int) -> float:
+    """Median seconds of `fn(b)` over all `batches`, dispatched back to back."""
+    jax.block_until_ready([fn(b) for b in batches[:2]])
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready([fn(b) for b in batches])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _read(read, table, input_nodes):
+    return read(table, input_nodes, None)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _compute(graphdef, state, x, batch):
+    return steps.update(graphdef, state, steps.zero_metrics(), x, batch, jax.random.key(0))
+
+
+def split_times(trainer: Trainer, reps: int) -> dict:
+    """Sampling, feature read and update of one epoch, each timed alone."""
+    feed = trainer.feed
+    sampler, source = feed.sampler, trainer.source
+    order, epoch, _ = next(feed.epoch(trainer.graph.train, 1))
+    idx = [np.int32(i) for i in range(order.shape[0])]
+    sample = jax.jit(lambda i: sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i)))
+    batches = [sample(i) for i in idx]
+    xs = [_read(source.read, source.table, b.input_nodes) for b in batches]
+    state = trainer.state
+    pre_state = [state]
+
+    def presampled_step(i):
+        pre_state[0], metrics = steps.train_step(trainer.graphdef, source.read, 0, pre_state[0],
+                                                 steps.zero_metrics(), source.table,
+                                                 batches[i], None, i)
+        return metrics
+
+    rows = sum(int(b.counts[-1]) for b in batches)
+    return dict(
+        sample_s=epoch_time(sample, idx, reps),
+        gather_s=epoch_time(lambda i: _read(source.read, source.table, batches[i].input_nodes),
+                            idx, reps),
+        compute_s=epoch_time(lambda i: _compute(trainer.graphdef, state, xs[i], batches[i]),
+                             idx, reps),
+        presampled_s=epoch_time(presampled_step, idx, reps),
+        input_rows=rows,
+    )
 
 
 def main() -> None:
@@ -41,85 +93,93 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="products" if on_gpu else "small")
     p.add_argument("--data-dir")
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--feature-dtype")
+    p.add_argument("--samplers", nargs="+", default=["device", "cpu"], choices=["device", "cpu"])
+    p.add_argument("--modes", nargs="+", default=list(FEATURE_MODES), choices=FEATURE_MODES)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--workers", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=3, help="timed end-to-end epochs (median)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions of each timed-alone part")
     p.add_argument("--eval-max", type=int, default=20_000)
-    p.add_argument("--overlap", action="store_true",
-                   help="two-stream steps: read batch i+1 during step i")
     p.add_argument("--json", type=Path, default=Path("benchmarks/out/graphsage.json"))
     args = p.parse_args()
 
     start = time.perf_counter()
-    graph = load_dataset(args.dataset, args.data_dir, progress=False)
+    overrides = {"feature_dtype": args.feature_dtype} if args.feature_dtype else {}
+    graph = load_dataset(args.dataset, args.data_dir, progress=False, **overrides)
     made_s = time.perf_counter() - start
     print(f"{graph} [{made_s:.1f}s]", flush=True)
-    cfg = TrainConfig(fanouts=tuple(int(f) for f in args.fanouts.split(",")),
-                      batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
-                      prefetch=args.workers, eval_max=args.eval_max, progress=False,
-                      overlap=args.overlap)
+    base = TrainConfig(dataset=args.dataset, fanouts=tuple(int(f) for f in args.fanouts.split(",")),
+                       batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
+                       prefetch=args.workers, eval_max=args.eval_max, progress=False,
+                       log_every=10**9)
     memcpy = memcpy_gbps(jax.devices()[0], 5) if on_gpu else None
+    row_bytes = graph.features.shape[1] * graph.features.dtype.itemsize
     records = []
-    batches = None
-    for mode in args.modes:
-        trainer = Trainer(graph, TrainConfig(**{**vars(cfg), "features": mode}))
-        try:
-            if batches is None:
-                batches = presample(trainer, 1, args.workers)
-                row_bytes = graph.features.shape[1] * graph.features.dtype.itemsize
-                feature_bytes = sum(int(b.counts[-1]) for b in batches) * row_bytes
-            trainer.train_epoch(0, batches[:3])  # compile, warm up
-            pre = trainer.train_epoch(1, batches)
-            e2e = trainer.train_epoch(2)
-            val = trainer.evaluate(graph.val)
-        finally:
-            trainer.close()
-        rec = dict(mode=mode, e2e_s=e2e["epoch_s"], presampled_s=pre["epoch_s"],
-                   val_acc=val, batches=pre["batches"], feature_gb=feature_bytes / 1e9,
-                   pcie_floor_s=feature_bytes / (memcpy * 1e9) if memcpy else None,
-                   e2e=e2e, presampled=pre)
-        records.append(rec)
-        print(f"{mode:8s} e2e {e2e['epoch_s']:7.2f}s (wait {e2e['wait_s']:.2f}, step "
-              f"{e2e['step_s']:.2f}, sample cpu {e2e['sample_s']:.2f}) | presampled "
-              f"{pre['epoch_s']:6.2f}s (gather {pre['gather_s']:.2f}, compute "
-              f"{pre['compute_s']:.2f}, wait {pre['wait_s']:.2f}) | val {val:.4f}", flush=True)
+    for sampler in args.samplers:
+        for mode in args.modes:
+            if sampler == "device" and mode == "host":
+                continue  # host mode gathers on the CPU from CPU-sampled batches
+            with Trainer(graph, base.replace(features=mode, sampler=sampler)) as t:
+                t.train_epoch(0)  # compile, warm up
+                epochs = [t.train_epoch(e) for e in range(1, 1 + args.epochs)]
+                rec = dict(sampler=sampler, mode=mode,
+                           e2e_s=statistics.median(m["epoch_s"] for m in epochs),
+                           loss=epochs[-1]["loss"], val_acc=t.evaluate(graph.val),
+                           batches=t.batches_per_epoch)
+                if "sample_s" in epochs[-1]:
+                    rec.update(cpu_sample_s=epochs[-1]["sample_s"], wait_s=epochs[-1]["wait_s"])
+                if isinstance(t.feed, DeviceFeed):
+                    rec.update(split_times(t, args.reps))
+                    rec["idle_s"] = rec["e2e_s"] - rec["sample_s"] - rec["gather_s"] - \
+                        rec["compute_s"]
+                    feature_bytes = rec["input_rows"] * row_bytes
+                    rec["feature_gb"] = feature_bytes / 1e9
+                    rec["pcie_floor_s"] = feature_bytes / (memcpy * 1e9) if memcpy else None
+            records.append(rec)
+            print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in rec.items()), flush=True)
 
-    device = next((r for r in records if r["mode"] == "device"), None)
+    floor = next((r["pcie_floor_s"] for r in records if r.get("pcie_floor_s")), None)
+    dev = {r["sampler"]: r["e2e_s"] for r in records if r["mode"] == "device"}
     for r in records:
-        r["vs_device_presampled"] = r["presampled_s"] / device["presampled_s"] if device else None
-        r["vs_floor"] = r["presampled_s"] / r["pcie_floor_s"] if r["pcie_floor_s"] else None
-    print(f"\n{graph.name}: {len(batches)} batches, {feature_bytes / 1e9:.2f} GB of input rows/epoch"
-          + (f", PCIe floor {records[0]['pcie_floor_s']:.3f}s at {memcpy:.1f} GB/s" if memcpy else ""))
-    rows = [dict(k=k, mode=r["mode"], v=r[k]) for r in records
-            for k in ("e2e_s", "presampled_s", "vs_device_presampled", "vs_floor", "val_acc")
-            if r[k] is not None]
-    print_table(rows, ("k",), [r["mode"] for r in records], "mode", "v", fmt="{:.3f}")
+        r["vs_device"] = r["e2e_s"] / dev[r["sampler"]] if r["sampler"] in dev else None
+        r["vs_floor"] = r["e2e_s"] / floor if floor else None
+    print(f"\n{graph.name}: {records[0]['batches']} batches"
+          + (f", PCIe floor {floor:.3f}s at {memcpy:.1f} GB/s" if floor else ""))
+    keys = ("e2e_s", "presampled_s", "sample_s", "gather_s", "compute_s", "idle_s", "vs_device",
+            "vs_floor", "val_acc")
+    rows = [dict(k=f"{r['sampler']}/{k}", col=r["mode"], v=r[k]) for r in records for k in keys
+            if r.get(k) is not None]
+    print_table(rows, ("k",), list(dict.fromkeys(r["mode"] for r in records)), "col", "v",
+                fmt="{:.3f}")
     meta = run_meta(dataset=graph.name, graph=repr(graph), memcpy_gbps=memcpy, dataset_s=made_s,
-                    config={k: v for k, v in vars(cfg).items()})
+                    config=vars(args) | {"json": str(args.json)})
     write_json(args.json, meta, records)
-    plot(records, args.json.with_suffix(".png"))
+    plot(records, floor, args.json.with_suffix(".png"))
 
 
-def plot(records: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
+def plot(records: list[dict], floor: float | None, path: Path) -> None:
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot")
-        return
-    fig, ax = plt.subplots(figsize=(7, 4))
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
     x = np.arange(len(records))
-    ax.bar(x - 0.2, [r["e2e_s"] for r in records], 0.4, label="end to end (sampler included)")
-    ax.bar(x + 0.2, [r["presampled_s"] for r in records], 0.4, label="pre-sampled")
-    if records[0]["pcie_floor_s"]:
-        ax.axhline(records[0]["pcie_floor_s"], color="k", ls="--", label="PCIe floor")
-    ax.set_xticks(x, [r["mode"] for r in records])
-    ax.set_ylabel("epoch seconds")
-    ax.legend()
+    ax.bar(x - 0.2, [r["e2e_s"] for r in records], 0.4, label="end-to-end epoch")
+    bottom = np.zeros(len(records))
+    for part in ("sample_s", "gather_s", "compute_s"):
+        vals = np.array([r.get(part) or 0.0 for r in records])
+        ax.bar(x + 0.2, vals, 0.4, bottom=bottom, label=f"{part[:-2]} alone")
+        bottom += vals
+    if floor:
+        ax.axhline(floor, color="k", ls="--", label="PCIe floor")
+    ax.set_xticks(x, [f"{r['sampler']}\n{r['mode']}" for r in records], fontsize=8)
+    ax.set_ylabel("seconds per epoch")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")

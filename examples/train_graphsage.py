@@ -1,104 +1,169 @@
 """Train GraphSAGE with node features left in host memory (jdirect).
 
-With no arguments: the embedded `small` synthetic graph, features read by
-jdirect.gather, then a features-only MLP baseline for comparison. Runs on
-the GPU if JAX has one, else on the CPU.
+With no arguments: the embedded `small` synthetic graph (configs/default.py),
+features read by jdirect.gather, then a features-only MLP baseline for
+comparison. Runs on the GPU if JAX has one (sampling on the device too),
+else on the CPU. Flags override the configuration's values.
 
 Examples:
   python examples/train_graphsage.py
-  python examples/train_graphsage.py --dataset products --features jdirect --epochs 3
-  python examples/train_graphsage.py --dataset ogb --data-dir ~/data/ogbn_products
+  python examples/train_graphsage.py --config products
+  python examples/train_graphsage.py --dataset ogb --data-dir ~/data/ogbn_arxiv --weight-decay 5e-4
   python examples/train_graphsage.py --checkpoint-dir /tmp/ckpt   # rerun to resume
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
+import sys
 import time
 from pathlib import Path
 
 import jax
 
 from jdirect.graph import PRESETS, load_dataset
-from jdirect.graph.features import MODES
-from jdirect.graph.train import Trainer, TrainConfig
+from jdirect.graph.config import (FEATURE_DTYPES, FEATURE_MODES, SAMPLERS, TrainConfig, as_dict,
+                                  parse_fanouts)
+from jdirect.graph.metrics_file import MetricsFile
+from jdirect.graph.train import Trainer, sampler_kind
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def _number(kind: type, low: float, high: float | None = None, *, open_low: bool = False,
+            open_high: bool = False):
+    """An argparse type: `kind` within [low, high] (ends excluded if open)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a{'n integer' if kind is int else ' number'}"
+                                             f", got {text!r}")
+        if value < low or (open_low and value == low) or (high is not None and (
+                value > high or (open_high and value == high))):
+            lo, hi = "(" if open_low else "[", ")" if open_high else "]"
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside {lo}{low}, {'inf' if high is None else high}{hi}")
+        return value
+
+    return parse
+
+
+def _fanouts(text: str) -> tuple[int, ...]:
+    try:
+        return parse_fanouts(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="GraphSAGE with host-resident features (jdirect)")
-    p.add_argument("--dataset", default="small", choices=sorted(PRESETS) + ["ogb", "reddit"],
-                   help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
-    p.add_argument("--data-dir", help="directory of an OGB or Reddit dataset")
-    p.add_argument("--features", default="jdirect", choices=MODES,
-                   help="where the feature table lives (default: host memory, jdirect)")
-    p.add_argument("--cache-fraction", type=float, default=0.2,
-                   help="jdirect-cache: share of the feature table kept on the device")
-    p.add_argument("--feature-dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                   help="synthetic presets: feature table dtype")
-    p.add_argument("--fanouts", default="15,10,5",
-                   help="neighbours per layer, input layer first (DGL order)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="seeds per batch (default 1024; 256 for tiny/small)")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--epochs", type=int, default=None, help="default 3 (8 for tiny/small)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prefetch", type=int, default=4, help="batches prepared ahead")
-    p.add_argument("--workers", type=int, default=4, help="sampling/staging threads")
-    p.add_argument("--eval-max", type=int, default=None,
-                   help="evaluate on at most this many val/test nodes")
-    p.add_argument("--overlap", action="store_true",
-                   help="read batch i+1's features on a second GPU stream during step i "
-                        "(experimental: slower than serial steps on jax 0.11.2)")
-    p.add_argument("--checkpoint-dir", help="save each epoch here; resume if it has one")
-    p.add_argument("--no-baseline", action="store_true", help="skip the features-only MLP")
-    p.add_argument("--metrics", type=Path, default=Path("metrics.json"),
-                   help="JSON file for per-epoch metrics")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    return p.parse_args(argv)
+    add = p.add_argument
+    add("--config", help="a configuration in configs/ (default: the dataset's own if there is "
+                         "one, else 'default') or a path to a .py file with get_config()")
+    add("--dataset", choices=sorted(PRESETS) + ["ogb", "reddit"],
+        help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
+    add("--data-dir", help="directory of an OGB or Reddit dataset")
+    add("--features", choices=FEATURE_MODES, help="where the feature table lives")
+    add("--sampler", choices=SAMPLERS, help="where neighbours are sampled (auto: GPU if present)")
+    add("--cache-fraction", type=_number(float, 0, 1),
+        help="jdirect-cache: share of the feature table kept on the device")
+    add("--feature-dtype", choices=[d for d in FEATURE_DTYPES if d],
+        help="synthetic presets: feature table dtype")
+    add("--fanouts", type=_fanouts, help="neighbours per layer, input layer first (DGL order)")
+    add("--batch-size", type=_number(int, 1), help="seeds per optimizer step")
+    add("--hidden", type=_number(int, 1), help="hidden width")
+    add("--dropout", type=_number(float, 0, 1, open_high=True), help="dropout rate, in [0, 1)")
+    add("--lr", type=_number(float, 0, open_low=True), help="learning rate")
+    add("--weight-decay", type=_number(float, 0), help="AdamW weight decay")
+    add("--epochs", type=_number(int, 1), help="passes over the training nodes")
+    add("--min-steps", type=_number(int, 0),
+        help="train at least this many optimizer steps (adds epochs on small graphs)")
+    add("--seed", type=int, help="fixes the synthetic graph, weights, samples and dropout")
+    add("--prefetch", type=_number(int, 1), help="CPU sampler: batches prepared ahead")
+    add("--workers", type=_number(int, 1), help="CPU sampler: sampling/staging threads")
+    add("--eval-max", type=_number(int, 1), help="evaluate on at most this many val/test nodes")
+    add("--log-every", type=_number(int, 1), help="steps between reads of the running loss")
+    add("--checkpoint-dir", help="save each epoch here; resume if it has one")
+    add("--no-baseline", action="store_true", help="skip the features-only MLP")
+    add("--metrics", type=Path, default=Path("metrics.json"),
+        help="JSON file of the run's settings, per-epoch metrics and results "
+             "(rewritten after every epoch)")
+    add("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def load_config(name: str) -> TrainConfig:
+    """configs/NAME.py's get_config(), or a .py file's."""
+    path = Path(name) if name.endswith(".py") else CONFIGS / f"{name}.py"
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIGS.glob("*.py"))
+        raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
+    spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The configuration with the flags that were given applied; validated."""
+    name = args.config
+    if name is None:
+        name = args.dataset if args.dataset and (CONFIGS / f"{args.dataset}.py").is_file() \
+            else "default"
+    cfg = load_config(name)
+    flags = {k: v for k, v in vars(args).items()
+             if v is not None and k in TrainConfig.__dataclass_fields__}
+    if args.quiet:
+        flags["progress"] = False
+    return cfg.replace(**flags).validate()
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
-    small = args.dataset in ("tiny", "small")
-    overrides = {"feature_dtype": args.feature_dtype} if args.feature_dtype else {}
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        metrics = MetricsFile(args.metrics, dict(config=as_dict(cfg)))
+    except ValueError as e:
+        p.error(str(e))
     t0 = time.perf_counter()
-    graph = load_dataset(args.dataset, args.data_dir, seed=args.seed,
-                         progress=not args.quiet, **overrides)
+    try:
+        overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
+        graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
+                             **overrides)
+    except (OSError, ValueError) as e:
+        p.exit(1, f"{p.prog}: error: {e}\n")
     print(f"{graph}  [{time.perf_counter() - t0:.1f}s]")
     print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-          f"features: {args.features}")
-    cfg = TrainConfig(
-        fanouts=tuple(int(f) for f in args.fanouts.split(",") if f),
-        batch_size=args.batch_size or (256 if small else 1024), hidden=args.hidden,
-        dropout=args.dropout, lr=args.lr, epochs=args.epochs or (8 if small else 3),
-        seed=args.seed, features=args.features, prefetch=args.prefetch, workers=args.workers,
-        cache_fraction=args.cache_fraction,
-        eval_max=args.eval_max, checkpoint_dir=args.checkpoint_dir, progress=not args.quiet,
-        overlap=args.overlap,
-    )
-    results = {"config": vars(args) | {"metrics": str(args.metrics)}, "graph": repr(graph)}
-    runs = [("sage", cfg.checkpoint_dir)] + ([] if args.no_baseline else [("mlp", None)])
-    for model, ckpt in runs:
-        print(f"--- {model} ---")
-        trainer = Trainer(graph, TrainConfig(**{**vars(cfg), "model": model,
-                                                "checkpoint_dir": ckpt}))
+          f"features: {cfg.features}, sampler: {sampler_kind(cfg)}")
+    results: dict = {}
+    runs = [("sage", cfg)]
+    if not args.no_baseline:
+        runs.append(("mlp", cfg.replace(model="mlp", checkpoint_dir=None)))
+    for name, run_cfg in runs:
+        print(f"--- {name} ---")
         try:
-            out = trainer.fit()
-        finally:
-            trainer.close()
-        print(f"{model}: test accuracy {out['test_acc']:.4f}")
-        results[model] = out
-    if "mlp" in results:
+            trainer = Trainer(graph, run_cfg)
+        except ValueError as e:
+            p.exit(1, f"{p.prog}: error: {e}\n")
+        with trainer:
+            out = trainer.fit(on_epoch=lambda h, name=name: metrics.update(
+                **{name: dict(history=h)}))
+        results[name] = out
+        metrics.update(**{name: out})
+        best = f"epoch {out['best_epoch']}, best validation" if out["best_epoch"] >= 0 else "last"
+        test = "no test nodes" if out["test_acc"] is None else f"{out['test_acc']:.4f}"
+        print(f"{name}: test accuracy {test} (model of {best})")
+    if "mlp" in results and None not in (results["sage"]["test_acc"], results["mlp"]["test_acc"]):
         gain = 100 * (results["sage"]["test_acc"] - results["mlp"]["test_acc"])
         print(f"GraphSAGE - MLP: {gain:+.1f} accuracy points")
     print(f"total {time.perf_counter() - t0:.1f}s")
-    args.metrics.write_text(json.dumps(results, indent=1))
     print(f"wrote {args.metrics}")
     return results
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main() and 0)

@@ -1,0 +1,58 @@
+"""Test accuracy of GraphSAGE trained with the device sampler vs the CPU
+sampler, over several seeds (same graph, same settings otherwise).
+
+The two samplers draw different (equally uniform) neighbour sets, so runs
+differ by noise; this measures whether the device sampler's accuracy is
+within that noise. Prints mean and standard deviation per sampler, writes
+JSON. Example (GPU machine):
+  python benchmarks/sampler_accuracy.py --config products --seeds 0 1 2 --json $OUT/acc.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from jdirect.graph import load_dataset
+from jdirect.graph.train import Trainer
+from _common import run_meta, write_json
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from train_graphsage import load_config  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="default")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--json", type=Path, default=Path("benchmarks/out/sampler_accuracy.json"))
+    args = p.parse_args()
+    cfg = load_config(args.config).replace(progress=False)
+    if args.epochs:
+        cfg = cfg.replace(epochs=args.epochs)
+    overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
+    # One graph for every run: the seed below varies the model, samples and
+    # dropout, not the data.
+    graph = load_dataset(cfg.dataset, cfg.data_dir, seed=0, progress=False, **overrides)
+    records = []
+    for sampler in ("device", "cpu"):
+        for seed in args.seeds:
+            with Trainer(graph, cfg.replace(sampler=sampler, seed=seed)) as t:
+                out = t.fit(log=lambda s: None)
+            records.append(dict(sampler=sampler, seed=seed, test_acc=out["test_acc"],
+                                best_epoch=out["best_epoch"],
+                                val_acc=out["history"][out["best_epoch"]]["val_acc"]))
+            print(records[-1], flush=True)
+    for sampler in ("device", "cpu"):
+        accs = [r["test_acc"] for r in records if r["sampler"] == sampler]
+        print(f"{sampler:6s} test accuracy {statistics.mean(accs):.4f} "
+              f"+- {statistics.pstdev(accs):.4f} over seeds {args.seeds}")
+    write_json(args.json, run_meta(graph=repr(graph), config=vars(args) | {"json": str(args.json)}),
+               records)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""papers100M-sized synthetic graph (111M nodes, ~1.6B undirected edges,
+128-dim features): bfloat16 rows in host memory with the hottest rows cached
+on the GPU, sampling on the device. Needs a GPU machine with ~100 GB of RAM."""
+
+from jdirect.graph.config import TrainConfig
+
+
+def get_config() -> TrainConfig:
+    return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
+                       batch_size=1024, epochs=1, eval_max=50_000)

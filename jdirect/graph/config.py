@@ -1,0 +1,137 @@
+"""`TrainConfig`: every setting of a GraphSAGE run, validated in one place.
+
+The CLI (examples/train_graphsage.py) and the configurations in `configs/`
+both build a TrainConfig; `validate()` turns a bad value into one clear
+ValueError naming the setting, before any data is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+FEATURE_MODES = ("device", "host", "jdirect", "jdirect-cache")
+SAMPLERS = ("auto", "device", "cpu")
+MODELS = ("sage", "mlp")
+FEATURE_DTYPES = (None, "float32", "bfloat16", "float16")
+
+# A fanout beyond this is a typo, not a sampling plan; shapes are sized by
+# min(fanout, max degree) anyway.
+MAX_FANOUT = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters, data and run settings.
+
+    Attributes:
+      dataset, data_dir, feature_dtype: what `load_dataset` builds.
+      fanouts: neighbours per GNN layer, input layer first (DGL order).
+      batch_size: seeds per optimizer step.
+      hidden, dropout, lr, weight_decay: model and AdamW.
+      epochs: passes over the training nodes; `min_steps` raises the count
+        so that small graphs still get that many optimizer steps.
+      seed: fixes the synthetic graph, the initial weights, every sample
+        and every dropout mask.
+      model: "sage" or "mlp" (the seed's own features only).
+      features: where the feature table lives (see features.py).
+      cache_fraction: jdirect-cache: share of the table's bytes on the device.
+      sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
+        workers feeding the step) or "auto" (device on a GPU, else cpu;
+        the host feature mode always samples on the CPU).
+      prefetch, workers: the CPU sampler's batches in flight and threads.
+      eval_max: evaluate on at most this many val/test nodes (None: all).
+      log_every: optimizer steps between reads of the running metrics (the
+        only times the host waits for the device within an epoch).
+      checkpoint_dir: save after every epoch and resume from it.
+      progress: tqdm bars.
+    """
+
+    dataset: str = "small"
+    data_dir: str | None = None
+    feature_dtype: str | None = None
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    hidden: int = 256
+    dropout: float = 0.5
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    epochs: int = 3
+    min_steps: int = 0
+    seed: int = 0
+    model: str = "sage"
+    features: str = "jdirect"
+    cache_fraction: float = 0.2
+    sampler: str = "auto"
+    prefetch: int = 4
+    workers: int = 4
+    eval_max: int | None = None
+    log_every: int = 50
+    checkpoint_dir: str | None = None
+    progress: bool = True
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> "TrainConfig":
+        """Returns self, or raises ValueError naming the first bad setting."""
+        _check(isinstance(self.fanouts, tuple) and len(self.fanouts) > 0,
+               "fanouts", "must be a non-empty list of positive integers, e.g. 15,10,5")
+        for f in self.fanouts:
+            _check(_is_int(f) and 0 < f <= MAX_FANOUT, "fanouts",
+                   f"must be integers in [1, {MAX_FANOUT}], got {f!r}")
+        for name in ("batch_size", "hidden", "epochs", "prefetch", "workers", "log_every"):
+            value = getattr(self, name)
+            _check(_is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
+        _check(_is_int(self.min_steps) and self.min_steps >= 0, "min_steps",
+               f"must be an integer >= 0, got {self.min_steps!r}")
+        _check(self.eval_max is None or (_is_int(self.eval_max) and self.eval_max >= 1),
+               "eval_max", f"must be None or an integer >= 1, got {self.eval_max!r}")
+        _check(0.0 <= self.dropout < 1.0, "dropout",
+               f"must lie in [0, 1) (1 drops every activation), got {self.dropout!r}")
+        _check(self.lr > 0, "lr", f"must be > 0, got {self.lr!r}")
+        _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay!r}")
+        _check(0.0 <= self.cache_fraction <= 1.0, "cache_fraction",
+               f"must lie in [0, 1], got {self.cache_fraction!r}")
+        _check(self.model in MODELS, "model", f"must be one of {MODELS}, got {self.model!r}")
+        _check(self.features in FEATURE_MODES, "features",
+               f"must be one of {FEATURE_MODES}, got {self.features!r}")
+        _check(self.sampler in SAMPLERS, "sampler",
+               f"must be one of {SAMPLERS}, got {self.sampler!r}")
+        _check(not (self.sampler == "device" and self.features == "host"), "sampler",
+               "'device' cannot feed the 'host' feature mode, which gathers rows on the CPU "
+               "from the CPU sampler's batches; use --sampler cpu or auto")
+        _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
+               f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
+        return self
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check(ok: bool, name: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"{name} {message}")
+
+
+def parse_fanouts(text: str) -> tuple[int, ...]:
+    """'15,10,5' -> (15, 10, 5); raises ValueError with the offending text."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        fanouts = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"fanouts must be comma-separated integers, e.g. 15,10,5; got {text!r}")
+    return fanouts
+
+
+def as_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """JSON-ready settings (for metrics files and checkpoints)."""
+    out = dataclasses.asdict(cfg)
+    out["fanouts"] = list(cfg.fanouts)
+    return out
+
+
+def fanouts_for(cfg: TrainConfig) -> Sequence[int]:
+    """The sampler's fanouts: the GNN's, or none for the MLP (seeds only)."""
+    return cfg.fanouts if cfg.model == "sage" else ()

@@ -1,0 +1,135 @@
+"""Feeds: how batches reach the training step, one class per sampler.
+
+The trainer sees only the `Feed` interface, so the CPU and the device
+sampler are interchangeable (and a new one needs no trainer edit):
+
+  * `HostFeed` wraps the CPU `NeighborSampler`: worker threads sample (and,
+    in the host feature mode, gather and stage rows) ahead of the step;
+  * `DeviceFeed` wraps the `DeviceSampler`: the epoch's seed order is drawn
+    on the device and each step samples its batch inside the compiled
+    update, so no host work or transfer separates two steps.
+
+Neither waits for the device: steps are dispatched asynchronously and
+return device arrays.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import steps
+from .features import FeatureSource
+from .pipeline import Prefetcher
+from .sampler import NeighborSampler
+
+# Sampling key of evaluation batches: never a training epoch.
+EVAL_EPOCH = 1 << 30
+
+
+class Feed(Protocol):
+    """What the trainer needs from a sampler and its input pipeline."""
+
+    batch_size: int
+
+    def num_batches(self, num_nodes: int) -> int:
+        """Steps in one pass over `num_nodes` seeds."""
+
+    def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[Any]:
+        """Inputs of the pass's steps, one per step (seeds shuffled per epoch)."""
+
+    def train_step(self, graphdef, state, metrics: jax.Array, inputs: Any,
+                   step: int) -> tuple[Any, jax.Array]:
+        """Dispatches one update; `step` is the global step (dropout's key)."""
+
+    def eval_step(self, graphdef, state, correct: jax.Array, inputs: Any) -> jax.Array:
+        """Dispatches one evaluation batch; adds (correct, seeds) to `correct`."""
+
+    def stats(self) -> dict[str, float]:
+        """Host-side times of the last pass (seconds), for the epoch's metrics."""
+
+
+class HostFeed:
+    """CPU sampling on `workers` threads, `prefetch` batches ahead."""
+
+    def __init__(self, sampler: NeighborSampler, source: FeatureSource, *, seed: int,
+                 prefetch: int, workers: int):
+        self.sampler, self.source, self.seed = sampler, source, seed
+        self.batch_size = sampler.batch_size
+        self.prefetch, self.workers = prefetch, workers
+        self._stats: dict[str, float] = {}
+
+    def num_batches(self, num_nodes: int) -> int:
+        return -(-num_nodes // self.batch_size)
+
+    def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[dict]:
+        seed_lists = self.sampler.batches(nodes, epoch, shuffle=epoch != EVAL_EPOCH)
+        stats = self._stats = dict(sample_s=0.0, stage_s=0.0, wait_s=0.0)
+
+        def produce(i: int) -> dict:
+            t0 = time.perf_counter()
+            batch = self.sampler.sample(seed_lists[i], (epoch, i))
+            t1 = time.perf_counter()
+            staged = self.source.stage(batch)
+            stats["sample_s"] += t1 - t0
+            stats["stage_s"] += time.perf_counter() - t1
+            return dict(batch=jax.device_put(batch), staged=staged)
+
+        with Prefetcher(produce, len(seed_lists), depth=self.prefetch,
+                        workers=self.workers) as batches:
+            it = iter(batches)
+            for _ in range(len(seed_lists)):
+                t0 = time.perf_counter()
+                item = next(it)
+                stats["wait_s"] += time.perf_counter() - t0
+                yield item
+
+    def train_step(self, graphdef, state, metrics, inputs, step):
+        return steps.train_step(graphdef, self.source.read, self.seed, state, metrics,
+                                self.source.table, inputs["batch"], inputs["staged"], step)
+
+    def eval_step(self, graphdef, state, correct, inputs):
+        return steps.eval_step(graphdef, self.source.read, state, correct, self.source.table,
+                               inputs["batch"], inputs["staged"])
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+
+class DeviceFeed:
+    """Sampling on the device, inside each compiled step."""
+
+    def __init__(self, sampler, source: FeatureSource, *, seed: int):
+        if source.mode == "host":
+            raise ValueError("the device sampler cannot feed the 'host' feature mode")
+        self.sampler, self.source, self.seed = sampler, source, seed
+        self.batch_size = sampler.batch_size
+        self._seeds: jax.Array | None = None
+
+    def num_batches(self, num_nodes: int) -> int:
+        return self.sampler.num_batches(num_nodes)
+
+    def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple]:
+        order = self.sampler.epoch_seeds(self.sampler.arrays, jnp.asarray(nodes, jnp.int32),
+                                         epoch)
+        epoch = jnp.int32(epoch)
+        for i in range(order.shape[0]):
+            yield order, epoch, jnp.int32(i)
+
+    def train_step(self, graphdef, state, metrics, inputs, step):
+        order, epoch, i = inputs
+        return steps.sample_train_step(graphdef, self.sampler, self.source.read, self.seed,
+                                       state, metrics, self.sampler.arrays, self.source.table,
+                                       order, epoch, i, step)
+
+    def eval_step(self, graphdef, state, correct, inputs):
+        order, epoch, i = inputs
+        return steps.sample_eval_step(graphdef, self.sampler, self.source.read, state, correct,
+                                      self.sampler.arrays, self.source.table, order, epoch, i)
+
+    def stats(self) -> dict[str, float]:
+        return {}

@@ -1,0 +1,70 @@
+"""The example CLI: trains the tiny preset, writes its metrics, and refuses
+bad flags and paths in one line before doing any work."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import train_graphsage  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
+
+
+def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
+    metrics = tmp_path / "m.json"
+    out = train_graphsage.main(["--dataset", "tiny", "--quiet", "--metrics", str(metrics)])
+    saved = json.loads(metrics.read_text())
+    assert saved["sage"]["test_acc"] == out["sage"]["test_acc"]
+    assert out["sage"]["test_acc"] > out["mlp"]["test_acc"] + 0.10
+    assert saved["config"]["dataset"] == "tiny" and saved["environment"]["jax"]
+    assert saved["total_s"] > 0
+    assert {"epoch_s", "loss", "train_acc", "val_acc"} <= set(saved["sage"]["history"][0])
+    printed = capsys.readouterr().out
+    assert "best validation" in printed and "GraphSAGE - MLP" in printed
+
+
+@pytest.mark.parametrize("flags, name", [
+    (["--epochs", "0"], "--epochs"), (["--epochs", "-1"], "--epochs"),
+    (["--batch-size", "-5"], "--batch-size"), (["--batch-size", "0"], "--batch-size"),
+    (["--hidden", "0"], "--hidden"), (["--dropout", "1.0"], "--dropout"),
+    (["--workers", "0"], "--workers"), (["--prefetch", "0"], "--prefetch"),
+    (["--cache-fraction", "2"], "--cache-fraction"),
+    (["--cache-fraction", "-1"], "--cache-fraction"), (["--eval-max", "0"], "--eval-max"),
+    (["--fanouts", "abc"], "--fanouts"), (["--fanouts", ""], "--fanouts"),
+    (["--fanouts", "5,0"], "fanouts"), (["--lr", "0"], "--lr"),
+    (["--features", "gpu-magic"], "--features"), (["--config", "nope"], "nope"),
+    (["--sampler", "device", "--features", "host"], "sampler"),
+])
+def test_bad_flags_are_one_line_errors(flags, name, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_graphsage.main(flags + ["--quiet"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert name in err and "Traceback" not in err
+
+
+def test_an_unwritable_metrics_path_fails_before_training(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_graphsage.main(["--metrics", str(tmp_path / "missing" / "m.json"), "--quiet"])
+    assert exit_info.value.code == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_missing_data_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_graphsage.main(["--dataset", "ogb", "--data-dir", str(tmp_path / "none"),
+                              "--quiet", "--metrics", str(tmp_path / "m.json")])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "none" in err and "Traceback" not in err
+
+
+def test_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit):
+        train_graphsage.main(["--help"])
+    assert "--features" in capsys.readouterr().out
