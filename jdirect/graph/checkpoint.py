@@ -31,9 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._atomic import TMP_PREFIX, atomic_write
+
 _FORMAT = 1
 _NAME = re.compile(r"^epoch-(\d{8})\.npz$")
-_TMP_PREFIX = ".tmp-"
 # Everything reading a damaged file can raise (zipfile wraps most header
 # damage in BadZipFile; numpy raises ValueError; a cut file EOFError).
 _DAMAGE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, TypeError)
@@ -115,14 +116,6 @@ def _config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
             for k in keys if saved.get(k, missing) != current.get(k, missing)]
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Checkpoints:
     """Saves a training-state pytree after each epoch and restores the newest good one.
 
@@ -166,7 +159,7 @@ class Checkpoints:
                 f.write(b"probe")
                 f.flush()
                 os.fsync(f.fileno())
-            for stale in self._dir.glob(_TMP_PREFIX + "*"):  # from a save that was killed
+            for stale in self._dir.glob(TMP_PREFIX + "*"):  # from a save that was killed
                 stale.unlink()
         except OSError as e:
             raise CheckpointError(
@@ -286,18 +279,10 @@ class Checkpoints:
                       history=json.loads(json.dumps(history)), leaves=entries)
         arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
         final = _step_path(self._dir, epoch)
-        fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=self._dir)
-        tmp = Path(tmp_name)
         try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            _read_step(tmp)  # raises if what reached the disk differs
-            os.replace(tmp, final)
-            _fsync_dir(self._dir)
+            # _read_step raises if what reached the disk differs from `state`.
+            atomic_write(final, lambda f: np.savez(f, **arrays), check=_read_step)
         except (OSError, _DamagedStep) as e:
-            tmp.unlink(missing_ok=True)
             raise CheckpointError(f"saving epoch {epoch} to {final} failed ({e}); older "
                                   "checkpoints are untouched") from e
         older = [e for e in self.epochs() if e < epoch]
