@@ -238,7 +238,7 @@ def _labels(raw: np.ndarray, path: Path, num_nodes: int) -> tuple[np.ndarray, np
     if bad.any():
         node = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{path}: labels must be non-negative integers (or NaN for none); "
-                         f"node {node} has {values[node]!r} ({int(bad.sum())} such nodes)")
+                         f"node {node} has {float(values[node])!r} ({int(bad.sum())} such nodes)")
     return np.where(known, values, 0).astype(np.int32), known
 
 
