@@ -158,7 +158,7 @@ def test_several_split_directories_need_a_choice(tmp_path, tiny):
 
 
 @pytest.mark.parametrize("ids, problem", [
-    ("dup", "valid.* val has 1 repeated node ids"),
+    ("dup", "val has 1 repeated node ids"),
     ("overlap", "test and train share 1 node ids"),
     ("range", r"val ids must lie in \[0, 2000\)"),
 ])
@@ -173,7 +173,7 @@ def test_bad_split_ids_are_refused(tmp_path, tiny, ids, problem):
         val = np.append(val, tiny.num_nodes)
     write_csv_gz(root / "split/sales_ranking/valid.csv.gz", val[:, None], "%d")
     write_csv_gz(root / "split/sales_ranking/test.csv.gz", test[:, None], "%d")
-    with pytest.raises(ValueError, match=f"split/sales_ranking: .*{problem.split('.* ')[-1]}"):
+    with pytest.raises(ValueError, match=f"split/sales_ranking: .*{problem}"):
         load_ogb_node(root)
 
 
