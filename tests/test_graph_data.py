@@ -1,14 +1,12 @@
-"""Graphs, the synthetic generator, and the OGB / Reddit loaders."""
+"""Graphs, CSR construction and the synthetic generator (loaders: test_loaders.py)."""
 
 from __future__ import annotations
-
-import gzip
 
 import numpy as np
 import pytest
 
-from jdirect.graph import Graph, load_dataset, load_ogb_node, load_reddit, synthetic
-from jdirect.graph.csr import csr_from_edges
+from jdirect.graph import Graph, load_dataset, synthetic
+from jdirect.graph.csr import csr_from_edge_chunks, csr_from_edges, csr_from_keys, edge_keys
 
 
 def test_generator_is_deterministic_and_valid():
@@ -55,6 +53,8 @@ def test_graph_validation_names_the_field():
         "labels": (g.labels.astype(np.int64), TypeError),
         "train": (np.append(g.train, g.num_nodes), ValueError),
         "features": (g.features[:-1], ValueError),
+        "val": (np.append(g.val, g.val[0]), ValueError),  # repeated id
+        "test": (np.append(g.test, g.train[0]), ValueError),  # also in train
     }
     for name, (value, error) in bad.items():
         with pytest.raises(error, match=name):
@@ -70,63 +70,22 @@ def test_csr_from_edges():
         csr_from_edges(np.array([0]), np.array([5]), 3, symmetrize=False)
 
 
+@pytest.mark.parametrize("symmetrize", [False, True])
+def test_chunked_csr_matches_the_sorted_keys(symmetrize):
+    # Differential: two passes over chunks, small sort blocks, against one global sort.
+    rng = np.random.default_rng(0)
+    n, e = 300, 5000
+    src, dst = rng.integers(0, n, e), rng.zipf(1.5, e) % n  # repeats, self-loops, hubs
+    want = csr_from_keys(edge_keys(src, dst, n, symmetrize=symmetrize), n)
+    chunks = lambda: ((src[s:s + 333], dst[s:s + 333]) for s in range(0, e, 333))
+    for block in (1, 64, 10**6):
+        got = csr_from_edge_chunks(chunks, n, symmetrize=symmetrize, block=block)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert got[1].dtype == np.int32
+
+
 def assert_same_graph(h, g) -> None:
     for field in ("indptr", "indices", "features", "labels", "train", "val", "test"):
         np.testing.assert_array_equal(getattr(h, field), getattr(g, field), err_msg=field)
     assert h.num_classes == g.num_classes
-
-
-def _write_csv_gz(path, rows, fmt):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt") as f:
-        np.savetxt(f, rows, delimiter=",", fmt=fmt)
-
-
-@pytest.mark.parametrize("layout", ["csv", "npz"])
-def test_ogb_round_trip(tmp_path, layout):
-    g = synthetic("tiny", progress=False)
-    src = np.repeat(np.arange(g.num_nodes), g.degrees())
-    once = src < g.indices  # OGB stores an undirected edge once
-    edges = np.stack([src[once], g.indices[once]])
-    root = tmp_path / "ogbn_tiny"
-    if layout == "csv":
-        _write_csv_gz(root / "raw/edge.csv.gz", edges.T, "%d")
-        _write_csv_gz(root / "raw/node-feat.csv.gz", g.features, "%.9g")
-        _write_csv_gz(root / "raw/node-label.csv.gz", g.labels[:, None], "%d")
-        _write_csv_gz(root / "raw/num-node-list.csv.gz", [[g.num_nodes]], "%d")
-    else:
-        (root / "raw").mkdir(parents=True)
-        np.savez_compressed(root / "raw/data.npz", edge_index=edges, node_feat=g.features,
-                            num_nodes_list=np.array([g.num_nodes]),
-                            num_edges_list=np.array([edges.shape[1]]))
-        labels = g.labels.astype(np.float64)[:, None]
-        np.savez_compressed(root / "raw/node-label.npz", node_label=labels)
-    for name, ids in (("train", g.train), ("valid", g.val), ("test", g.test)):
-        _write_csv_gz(root / f"split/sales_ranking/{name}.csv.gz", ids[:, None], "%d")
-    for _ in range(2):  # the second load reads the memory-mapped cache
-        h = load_ogb_node(root)
-        assert_same_graph(h, g)
-    assert isinstance(h.features, np.memmap)
-
-
-def test_ogb_missing_file_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="edge.csv.gz"):
-        load_ogb_node(tmp_path)
-
-
-@pytest.mark.parametrize("fmt", ["coo", "csr"])
-def test_reddit_round_trip(tmp_path, fmt):
-    g = synthetic("tiny", progress=False)
-    types = np.full(g.num_nodes, 3)
-    types[g.train], types[g.val] = 1, 2
-    np.savez(tmp_path / "reddit_data.npz", feature=g.features, label=g.labels.astype(np.int64),
-             node_types=types, node_ids=np.arange(g.num_nodes))
-    shape = np.array([g.num_nodes, g.num_nodes])
-    if fmt == "coo":
-        np.savez(tmp_path / "reddit_graph.npz", format=np.array(b"coo"), shape=shape,
-                 row=np.repeat(np.arange(g.num_nodes), g.degrees()), col=g.indices,
-                 data=np.ones(g.num_edges))
-    else:
-        np.savez(tmp_path / "reddit_graph.npz", format=np.array(b"csr"), shape=shape,
-                 indptr=g.indptr, indices=g.indices, data=np.ones(g.num_edges))
-    assert_same_graph(load_reddit(tmp_path), g)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -20,7 +21,8 @@ class Graph:
       features: [num_nodes, feature_dim] array (NumPy, memmap allowed),
         C-contiguous so that a `HostTable` can wrap it in place.
       labels: int32[num_nodes], in [0, num_classes).
-      train, val, test: int64 node ids of each split.
+      train, val, test: int64 node ids of each split: distinct, and no node
+        in two splits.
       num_classes: number of label classes.
       name: for reports.
     """
@@ -87,12 +89,25 @@ def validate(g: Graph) -> None:
     if n:
         _require(int(g.labels.min()) >= 0 and int(g.labels.max()) < g.num_classes,
                  f"labels must lie in [0, {g.num_classes})")
-    for split in ("train", "val", "test"):
+    seen = np.zeros(n, np.int8)  # which split (1, 2, 3) holds each node
+    for tag, split in enumerate(("train", "val", "test"), start=1):
         ids = getattr(g, split)
         _require(isinstance(ids, np.ndarray) and ids.dtype == np.int64 and ids.ndim == 1,
                  f"{split} must be a 1-D int64 array of node ids", TypeError)
-        if ids.size:
-            _require(int(ids.min()) >= 0 and int(ids.max()) < n, f"{split} ids must lie in [0, {n})")
+        if not ids.size:
+            continue
+        _require(int(ids.min()) >= 0 and int(ids.max()) < n, f"{split} ids must lie in [0, {n})")
+        counts = np.bincount(ids, minlength=n)
+        if counts.max() > 1:
+            first = int(np.flatnonzero(counts > 1)[0])
+            raise ValueError(f"{split} has {int((counts > 1).sum())} repeated node ids "
+                             f"(first: {first}, {int(counts[first])} times)")
+        clash = ids[seen[ids] != 0]
+        if clash.size:
+            other = ("train", "val", "test")[seen[clash[0]] - 1]
+            raise ValueError(f"{split} and {other} share {clash.size} node ids "
+                             f"(first: {int(clash[0])})")
+        seen[ids] = tag
 
 
 def edge_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
@@ -142,4 +157,82 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
     Raises:
       ValueError: mismatched lengths or node ids outside [0, num_nodes).
     """
-    return csr_from_keys(edge_keys(src, dst, num_nodes, symmetrize=symmetrize), num_nodes)
+    return csr_from_edge_chunks(lambda: [(src, dst)], num_nodes, symmetrize=symmetrize)
+
+
+EdgeChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
+
+
+def csr_from_edge_chunks(chunks: EdgeChunks, num_nodes: int, *, symmetrize: bool,
+                         block: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+    """`csr_from_edges` over an edge list read in pieces, in bounded memory.
+
+    `chunks()` yields (src, dst) pairs of equal-length integer arrays (e.g.
+    slices of a memory-mapped edge file); it is called twice: to count
+    degrees, then to place each edge at its row's cursor. Each row is then
+    sorted and deduplicated in place, `block` entries at a time.
+
+    Memory: the result (indices: 4 or 8 bytes per stored edge, twice the
+    distinct edges with `symmetrize`; indptr: 8 bytes per node), a second
+    8 bytes per node of row cursors, and O(chunk + block) scratch; the edge
+    list itself is never copied whole.
+
+    Raises:
+      ValueError: mismatched lengths or node ids outside [0, num_nodes).
+    """
+    def directed():
+        for src, dst in chunks():
+            src = np.asarray(src).astype(np.int64, copy=False).ravel()
+            dst = np.asarray(dst).astype(np.int64, copy=False).ravel()
+            if src.shape != dst.shape:
+                raise ValueError(f"edge lists differ in length: {src.size} sources, "
+                                 f"{dst.size} targets")
+            if src.size and (min(src.min(), dst.min()) < 0
+                             or max(src.max(), dst.max()) >= num_nodes):
+                raise ValueError(f"edge endpoints must lie in [0, {num_nodes})")
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            yield src, dst
+            if symmetrize:
+                yield dst, src
+
+    cursor = np.zeros(num_nodes + 1, np.int64)
+    for src, _ in directed():
+        cursor[1:] += np.bincount(src, minlength=num_nodes)
+    np.cumsum(cursor, out=cursor)
+    indices = np.empty(int(cursor[-1]), np.int32 if num_nodes < 2**31 else np.int64)
+    for src, dst in directed():
+        order = np.argsort(src, kind="stable")
+        src, dst = src[order], dst[order]
+        rows, first, counts = np.unique(src, return_index=True, return_counts=True)
+        rank = np.arange(src.size) - np.repeat(first, counts)
+        indices[cursor[src] + rank] = dst
+        cursor[rows] += counts
+    # Each cursor now sits at its row's end: cursor[:-1] are the row ends.
+    ends = np.concatenate([[0], cursor[:-1]])  # ends[v + 1] = end of row v
+    return _sort_rows_unique(indices, ends, num_nodes, block)
+
+
+def _sort_rows_unique(indices: np.ndarray, indptr: np.ndarray, num_nodes: int,
+                      block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorts each row of a CSR and drops repeated neighbours, in place:
+    rows are processed in blocks of about `block` entries and written back
+    compacted (the write position never passes the read position)."""
+    out = np.zeros(num_nodes + 1, np.int64)
+    write, start = 0, 0
+    while start < num_nodes:
+        # One block: rows [start, stop) holding about `block` entries (at least one row).
+        stop = max(int(np.searchsorted(indptr, indptr[start] + block, side="right")) - 1,
+                   start + 1)
+        stop = min(stop, num_nodes)
+        lo, hi = int(indptr[start]), int(indptr[stop])
+        local = np.repeat(np.arange(stop - start, dtype=np.int64), np.diff(indptr[start:stop + 1]))
+        keys = unique_sorted(local * num_nodes + indices[lo:hi])
+        rows, cols = np.divmod(keys, num_nodes)
+        indices[write:write + cols.size] = cols
+        out[start + 1:stop + 1] = np.bincount(rows, minlength=stop - start)
+        write += cols.size
+        start = stop
+    np.cumsum(out, out=out)
+    indices.resize(write, refcheck=False)  # shrinks in place (realloc), no copy
+    return out, indices

@@ -8,19 +8,53 @@
   1/2/3 = train/val/test) and `reddit_graph.npz` (a SciPy sparse matrix
   saved with save_npz, COO or CSR).
 
-Features parsed from CSV or a compressed npz are cached once as
-`jdirect-cache/features.npy` beside the data and memory-mapped from then
-on, so a `HostTable` wraps them in place without a second copy.
+Features are cached once as `jdirect-cache/features.npy` beside the data
+and memory-mapped from then on, so a `HostTable` wraps them in place
+without a second copy. `jdirect-cache/features.json` records the size and
+modification time of the file the cache was built from; the cache is
+rebuilt when they change. Both are written under a temporary name and
+renamed, so a failed write (disk full, kill) leaves nothing a later run
+trusts.
+
+Damaged or inconsistent files are refused with a ValueError naming the
+file and the problem (truncated archives, wrong column counts, an edge
+array of the wrong orientation, non-integer labels, bad splits, NaN or
+infinite features); missing files with FileNotFoundError.
+
+Memory: the npz layout (papers100M) builds the CSR from the memory-mapped
+edge array in two passes (`csr_from_edge_chunks`), so the peak is the CSR
+(4 bytes per stored edge + 16 bytes per node) plus about 100 bytes per
+edge of one chunk (`_EDGE_CHUNK` edges) of scratch; the features are a
+memory map (page cache, not process memory) once cached. The CSV layout
+parses the edge list into memory first (text cannot be mapped).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import json
+import shutil
+import struct
+import tempfile
+import warnings
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from .csr import Graph, csr_from_edges
+from ._atomic import TMP_PREFIX, atomic_write
+from .csr import Graph, csr_from_edge_chunks
+
+# Edges handled per step while building a CSR from an edge file; the
+# scratch memory is about 100 bytes per edge of one step.
+_EDGE_CHUNK = 1 << 23
+# What reading a truncated or altered file can raise: gzip (EOFError,
+# BadGzipFile is an OSError), zip (BadZipFile, zlib.error), numpy (ValueError).
+_UNREADABLE = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error)
 
 
 def _need(path: Path) -> Path:
@@ -29,92 +63,338 @@ def _need(path: Path) -> Path:
     return path
 
 
-def _read_csv(path: Path, dtype) -> np.ndarray:
-    with gzip.open(_need(path), "rt") as f:
-        return np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
+def _read_csv(path: Path, dtype, columns: int | None = None) -> np.ndarray:
+    """A gzipped CSV as a [rows, columns] array; ValueError naming `path` if unreadable."""
+    try:
+        with gzip.open(_need(path), "rt") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked by callers
+            rows = np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
+    except _UNREADABLE as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{path} is unreadable ({type(e).__name__}: {e})") from e
+    if columns is not None and rows.size and rows.shape[1] != columns:
+        raise ValueError(f"{path}: expected {columns} comma-separated columns, found {rows.shape[1]}")
+    return rows
 
 
-def _cached_features(root: Path, make) -> np.ndarray:
-    """The feature table memory-mapped from the cache, made once by `make()`."""
-    cache = root / "jdirect-cache" / "features.npy"
-    if not cache.exists():
-        cache.parent.mkdir(exist_ok=True)
-        tmp = cache.with_suffix(".tmp.npy")
-        np.save(tmp, np.ascontiguousarray(make()))
-        tmp.replace(cache)  # a crash mid-write leaves no half cache behind
-    return np.load(cache, mmap_mode="r")
+class _Npz:
+    """An .npz archive read member by member: small arrays whole, large ones
+    memory-mapped (stored members) or streamed (compressed ones)."""
+
+    def __init__(self, path: Path):
+        self.path = _need(path)
+        try:
+            self._zip = zipfile.ZipFile(path)
+        except _UNREADABLE as e:
+            raise ValueError(f"{path} is not an .npz archive ({type(e).__name__}: {e})") from e
+
+    def __enter__(self) -> _Npz:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._zip.close()
+
+    def _info(self, key: str) -> zipfile.ZipInfo:
+        try:
+            return self._zip.getinfo(key + ".npy")
+        except KeyError:
+            have = sorted(n.removesuffix(".npy") for n in self._zip.namelist())
+            raise ValueError(f"{self.path} has no array {key!r} (it holds {have})") from None
+
+    def _unreadable(self, key: str, e: Exception) -> ValueError:
+        return ValueError(f"{self.path}: array {key!r} is unreadable ({type(e).__name__}: {e})")
+
+    def array(self, key: str) -> np.ndarray:
+        """One member, read whole."""
+        try:
+            with self._zip.open(self._info(key)) as f:
+                return np.lib.format.read_array(f, allow_pickle=False)
+        except _UNREADABLE as e:
+            raise self._unreadable(key, e) from e
+
+    def copy(self, key: str, out: BinaryIO) -> None:
+        """Streams one member's .npy bytes to `out` (bounded memory)."""
+        try:
+            with self._zip.open(self._info(key)) as f:
+                shutil.copyfileobj(f, out, 1 << 24)
+        except (EOFError, ValueError, zipfile.BadZipFile, zlib.error) as e:
+            raise self._unreadable(key, e) from e
+
+    @contextlib.contextmanager
+    def mapped(self, key: str, scratch: Path) -> Iterator[np.ndarray]:
+        """One member memory-mapped: in place if stored uncompressed, else
+        decompressed to a temporary file in `scratch`, deleted afterwards."""
+        info = self._info(key)
+        if info.compress_type == zipfile.ZIP_STORED:
+            yield self._map_stored(key, info)
+            return
+        scratch.mkdir(exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=scratch, prefix=TMP_PREFIX, suffix=".npy") as tmp:
+            self.copy(key, tmp)
+            tmp.flush()
+            try:
+                yield np.load(tmp.name, mmap_mode="r")
+            except _UNREADABLE as e:
+                raise self._unreadable(key, e) from e
+
+    def _map_stored(self, key: str, info: zipfile.ZipInfo) -> np.ndarray:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(info.header_offset)
+                local = f.read(30)  # the local file header; its name and extra lengths
+                if local[:4] != b"PK\x03\x04":
+                    raise ValueError("bad local header")
+                name_len, extra_len = struct.unpack("<HH", local[26:30])
+                f.seek(info.header_offset + 30 + name_len + extra_len)
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(f)
+                offset = f.tell()
+            return np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape,
+                             order="F" if fortran else "C")
+        except _UNREADABLE as e:
+            raise self._unreadable(key, e) from e
 
 
-def _split_dir(root: Path) -> Path:
-    splits = sorted(p for p in (root / "split").glob("*") if p.is_dir())
-    if not splits:
-        raise FileNotFoundError(f"expected a split directory under {root / 'split'}")
-    return splits[0]
+def _nonfinite(features: np.ndarray) -> tuple[int, int]:
+    """(count of NaN/inf values, first row holding one or -1), scanned in chunks."""
+    count, first = 0, -1
+    step = max(1, (1 << 26) // max(1, features[:1].nbytes))
+    for start in range(0, features.shape[0], step):
+        bad = ~np.isfinite(features[start:start + step])
+        n = int(bad.sum())
+        if n and first < 0:
+            first = start + int(np.flatnonzero(bad.any(axis=1))[0])
+        count += n
+    return count, first
 
 
-def load_ogb_node(root: Path, *, undirected: bool = True) -> Graph:
+def _cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None], *,
+                     allow_nonfinite: bool) -> np.ndarray:
+    """The feature table memory-mapped from `root/jdirect-cache/features.npy`,
+    (re)built by `write(file)` unless the cache records `source` as it is now.
+
+    Raises:
+      ValueError: the cache is unreadable (delete it to rebuild), the table
+        is not 2-D numeric, or it holds NaN/inf and not `allow_nonfinite`.
+      OSError: the cache cannot be written (e.g. disk full); nothing is left.
+    """
+    cache_dir = root / "jdirect-cache"
+    cache, record_path = cache_dir / "features.npy", cache_dir / "features.json"
+    st = source.stat()
+    stamp = dict(source=source.name, size=st.st_size, mtime_ns=st.st_mtime_ns)
+    try:
+        record = json.loads(record_path.read_text())
+        fresh = record["stamp"] == stamp and cache.stat().st_size == record["bytes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        fresh = False
+    if not fresh:
+        cache_dir.mkdir(exist_ok=True)
+        record_path.unlink(missing_ok=True)  # the old cache is no longer vouched for
+        try:
+            atomic_write(cache, write)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot write the feature cache {cache} ({e.strerror or e}); "
+                          "nothing was left behind: free space or make it writable") from e
+    try:
+        features = np.load(cache, mmap_mode="r", allow_pickle=False)
+    except _UNREADABLE as e:
+        raise ValueError(f"the feature cache {cache} is unreadable ({e}); delete it and it is "
+                         f"rebuilt from {source}") from e
+    if features.ndim != 2:
+        raise ValueError(f"{source}: features must be 2-D [nodes, dim], got shape {features.shape}")
+    if not fresh:
+        try:
+            count, first = _nonfinite(features)
+        except TypeError as e:
+            raise ValueError(f"{source}: features of dtype {features.dtype} are not numeric") from e
+        record = dict(stamp=stamp, bytes=cache.stat().st_size, nonfinite=count, first_row=first)
+        atomic_write(record_path, lambda f: f.write(json.dumps(record).encode()))
+    if record["nonfinite"]:
+        msg = (f"{source}: features hold {record['nonfinite']} NaN or infinite values "
+               f"(first in row {record['first_row']})")
+        if not allow_nonfinite:
+            raise ValueError(msg + "; fix the file, or pass allow_nonfinite=True to load anyway")
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    return features
+
+
+def _labels(raw: np.ndarray, path: Path, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 labels with unlabelled nodes as 0, bool mask of labelled nodes).
+
+    NaN marks an unlabelled node (as in papers100M); any other value must be
+    a non-negative integer, else ValueError naming `path` and the node."""
+    if raw.ndim == 2 and raw.shape[1] == 1:
+        raw = raw[:, 0]
+    if raw.shape != (num_nodes,):
+        raise ValueError(f"{path}: expected {num_nodes} labels (one column), got shape {raw.shape}")
+    if not (np.issubdtype(raw.dtype, np.integer) or np.issubdtype(raw.dtype, np.floating)):
+        raise ValueError(f"{path}: labels of dtype {raw.dtype} are not numbers")
+    values = raw.astype(np.float64)
+    known = ~np.isnan(values)
+    bad = known & ~((values >= 0) & (values < 2**31) & (values == np.floor(values)))
+    if bad.any():
+        node = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{path}: labels must be non-negative integers (or NaN for none); "
+                         f"node {node} has {float(values[node])!r} ({int(bad.sum())} such nodes)")
+    return np.where(known, values, 0).astype(np.int32), known
+
+
+def _split_dir(root: Path, split: str | None) -> Path:
+    base = root / "split"
+    names = sorted(p.name for p in base.glob("*") if p.is_dir())
+    if split is not None:
+        if split not in names:
+            raise FileNotFoundError(f"expected a split directory {base / split} (found {names})")
+        return base / split
+    if not names:
+        raise FileNotFoundError(f"expected a split directory under {base}")
+    if len(names) > 1:
+        raise ValueError(f"{base} holds several splits {names}: choose one (split=...)")
+    return base / names[0]
+
+
+def _edge_chunks(edges: np.ndarray, path: Path) -> Callable[[], Iterator[tuple]]:
+    """Chunks of a (2, E) integer edge array, checked for orientation and dtype."""
+    if edges.ndim != 2 or edges.shape[0] != 2:
+        hint = " (it looks like (E, 2): transpose it)" if edges.ndim == 2 and edges.shape[1] == 2 else ""
+        raise ValueError(f"{path}: edge_index must have shape (2, E), got {edges.shape}{hint}")
+    if not np.issubdtype(edges.dtype, np.integer):
+        raise ValueError(f"{path}: edge ids must be integers, got {edges.dtype}")
+    if edges.shape[1] == 0:
+        raise ValueError(f"{path}: the graph has no edges")
+    e = edges.shape[1]
+    return lambda: ((edges[0, s:s + _EDGE_CHUNK], edges[1, s:s + _EDGE_CHUNK])
+                    for s in range(0, e, _EDGE_CHUNK))
+
+
+def _csr(chunks: Callable[[], Iterator[tuple]], num_nodes: int, path: Path, *,
+         symmetrize: bool) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        return csr_from_edge_chunks(chunks, num_nodes, symmetrize=symmetrize, block=_EDGE_CHUNK)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def _graph(path: Path, **fields) -> Graph:
+    """A Graph whose validation errors (e.g. overlapping splits) name `path`."""
+    try:
+        return Graph(**fields)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
+                  allow_nonfinite: bool = False) -> Graph:
     """Loads an OGB node-property dataset from its raw directory.
 
     Args:
       root: the dataset directory (holding raw/ and split/).
       undirected: store every edge in both directions (as OGB's loaders do
         for products; usual for papers100M too).
+      split: the directory under split/ to use; needed when there are several.
+      allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
+        instead of refusing them.
 
     Raises:
       FileNotFoundError: a required file is missing (named in the message).
+      ValueError: a file is unreadable or inconsistent (named, with the problem).
+      OSError: the feature cache cannot be written.
     """
     root = Path(root)
     raw = root / "raw"
     if (raw / "data.npz").exists():
-        data = np.load(raw / "data.npz")
-        edges = data["edge_index"]
-        num_nodes = int(np.asarray(data["num_nodes_list"]).sum())
-        features = _cached_features(root, lambda: data["node_feat"])
-        label_raw = np.load(_need(raw / "node-label.npz"))["node_label"]
+        with _Npz(raw / "data.npz") as data:
+            num_nodes = int(data.array("num_nodes_list").sum())
+            features = _cached_features(root, data.path, lambda f: data.copy("node_feat", f),
+                                        allow_nonfinite=allow_nonfinite)
+            with data.mapped("edge_index", root / "jdirect-cache") as edges:
+                indptr, indices = _csr(_edge_chunks(edges, data.path), num_nodes, data.path,
+                                       symmetrize=undirected)
+        with _Npz(raw / "node-label.npz") as npz:
+            labels, known = _labels(npz.array("node_label"), npz.path, num_nodes)
     else:
-        edges = _read_csv(raw / "edge.csv.gz", np.int64).T
+        edge_path = raw / "edge.csv.gz"
+        edges = _read_csv(edge_path, np.int64, columns=2)
+        if not edges.size:
+            raise ValueError(f"{edge_path}: no edges (expected rows 'source,target')")
         num_nodes = int(_read_csv(raw / "num-node-list.csv.gz", np.int64).sum())
-        features = _cached_features(root, lambda: _read_csv(raw / "node-feat.csv.gz", np.float32))
-        label_raw = _read_csv(raw / "node-label.csv.gz", np.float64)
-    label_raw = np.asarray(label_raw, np.float64).reshape(-1)
-    # Unlabelled nodes (NaN, as in papers100M) are in no split; give them 0.
-    labels = np.nan_to_num(label_raw, nan=0.0).astype(np.int32)
-    split = _split_dir(root)
-    ids = {name: _read_csv(split / f"{name}.csv.gz", np.int64).reshape(-1)
-           for name in ("train", "valid", "test")}
-    indptr, indices = csr_from_edges(edges[0], edges[1], num_nodes, symmetrize=undirected)
-    return Graph(indptr=indptr, indices=indices, features=features, labels=labels,
-                 train=ids["train"], val=ids["valid"], test=ids["test"],
-                 num_classes=int(labels.max()) + 1, name=root.name)
+        feat_path = _need(raw / "node-feat.csv.gz")
+        features = _cached_features(
+            root, feat_path, lambda f: np.save(f, _read_csv(feat_path, np.float32)),
+            allow_nonfinite=allow_nonfinite)
+        indptr, indices = _csr(_edge_chunks(edges.T, edge_path), num_nodes, edge_path,
+                               symmetrize=undirected)
+        del edges
+        label_path = raw / "node-label.csv.gz"
+        labels, known = _labels(_read_csv(label_path, np.float64), label_path, num_nodes)
+    split_dir = _split_dir(root, split)
+    ids = {}
+    for name in ("train", "valid", "test"):
+        path = split_dir / f"{name}.csv.gz"
+        ids[name] = _read_csv(path, np.int64, columns=1).reshape(-1)
+        inside = ids[name][(ids[name] >= 0) & (ids[name] < num_nodes)]  # range: Graph checks
+        if not known[inside].all():
+            node = int(inside[~known[inside]][0])
+            raise ValueError(f"{path}: node {node} has no label (NaN in node-label)")
+    return _graph(split_dir, indptr=indptr, indices=indices, features=features, labels=labels,
+                  train=ids["train"], val=ids["valid"], test=ids["test"],
+                  num_classes=int(labels.max()) + 1, name=root.name)
 
 
-def _scipy_npz_edges(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
-    """(rows, cols, num_nodes) of a matrix saved by scipy.sparse.save_npz."""
-    m = np.load(_need(path))
-    fmt = m["format"].item()
+def _scipy_npz_chunks(npz: _Npz) -> tuple[Callable[[], Iterator[tuple]], int]:
+    """(edge chunks, num_nodes) of a square matrix saved by scipy.sparse.save_npz."""
+    fmt = npz.array("format").item()
     fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
-    shape = tuple(int(x) for x in m["shape"])
+    shape = tuple(int(x) for x in npz.array("shape"))
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"{npz.path}: the adjacency matrix must be square, got shape {shape}")
     if fmt == "coo":
-        return m["row"], m["col"], shape[0]
-    if fmt == "csr":
-        rows = np.repeat(np.arange(shape[0]), np.diff(m["indptr"]))
-        return rows, m["indices"], shape[0]
-    raise ValueError(f"{path}: sparse format {fmt!r} not supported (expected coo or csr)")
+        edges = np.stack([npz.array("row"), npz.array("col")])
+    elif fmt == "csr":
+        indptr = npz.array("indptr")
+        if indptr.shape != (shape[0] + 1,) or np.any(np.diff(indptr) < 0):
+            raise ValueError(f"{npz.path}: indptr must be non-decreasing of length {shape[0] + 1}")
+        edges = np.stack([np.repeat(np.arange(shape[0]), np.diff(indptr)), npz.array("indices")])
+    else:
+        raise ValueError(f"{npz.path}: sparse format {fmt!r} not supported (expected coo or csr)")
+    return _edge_chunks(edges, npz.path), shape[0]
 
 
-def load_reddit(root: Path) -> Graph:
+def load_reddit(root: Path, *, allow_nonfinite: bool = False) -> Graph:
     """Loads Reddit from reddit_data.npz and reddit_graph.npz in `root`.
+
+    Args:
+      root: the directory holding both files.
+      allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
+        instead of refusing them.
 
     Raises:
       FileNotFoundError: a required file is missing (named in the message).
+      ValueError: a file is unreadable or inconsistent (named, with the problem).
+      OSError: the feature cache cannot be written.
     """
     root = Path(root)
-    data = np.load(_need(root / "reddit_data.npz"))
-    rows, cols, num_nodes = _scipy_npz_edges(root / "reddit_graph.npz")
-    indptr, indices = csr_from_edges(rows, cols, num_nodes, symmetrize=False)
-    types = data["node_types"]
+    with _Npz(root / "reddit_data.npz") as data:
+        features = _cached_features(root, data.path, lambda f: data.copy("feature", f),
+                                    allow_nonfinite=allow_nonfinite)
+        num_nodes = features.shape[0]
+        labels, known = _labels(data.array("label"), data.path, num_nodes)
+        types = data.array("node_types").reshape(-1)
+    if types.shape != (num_nodes,) or not np.isin(types, (1, 2, 3)).all():
+        raise ValueError(f"{data.path}: node_types must hold 1, 2 or 3 (train/val/test) for each "
+                         f"of the {num_nodes} nodes; got {types.shape[0]} values, "
+                         f"{sorted(set(np.unique(types).tolist()) - {1, 2, 3})[:5]} unexpected")
+    if not known.all():
+        raise ValueError(f"{data.path}: node {int(np.flatnonzero(~known)[0])} has a NaN label")
+    with _Npz(root / "reddit_graph.npz") as graph:
+        chunks, n = _scipy_npz_chunks(graph)
+        if n != num_nodes:
+            raise ValueError(f"{graph.path}: {n} nodes, but {data.path} has {num_nodes}")
+        indptr, indices = _csr(chunks, num_nodes, graph.path, symmetrize=False)
     split = {t: np.flatnonzero(types == t).astype(np.int64) for t in (1, 2, 3)}
-    labels = data["label"].astype(np.int32)
-    return Graph(indptr=indptr, indices=indices, features=_cached_features(root, lambda: data["feature"]),
-                 labels=labels, train=split[1], val=split[2], test=split[3],
-                 num_classes=int(labels.max()) + 1, name="reddit")
+    return _graph(root, indptr=indptr, indices=indices, features=features, labels=labels,
+                  train=split[1], val=split[2], test=split[3],
+                  num_classes=int(labels.max()) + 1, name="reddit")
