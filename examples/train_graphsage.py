@@ -23,6 +23,7 @@ from pathlib import Path
 import jax
 
 from jdirect.graph import PRESETS, load_dataset
+from jdirect.graph.checkpoint import CheckpointError
 from jdirect.graph.config import (FEATURE_DTYPES, FEATURE_MODES, SAMPLERS, TrainConfig, as_dict,
                                   parse_fanouts)
 from jdirect.graph.metrics_file import MetricsFile
@@ -87,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     add("--eval-max", type=_number(int, 1), help="evaluate on at most this many val/test nodes")
     add("--log-every", type=_number(int, 1), help="steps between reads of the running loss")
     add("--checkpoint-dir", help="save each epoch here; resume if it has one")
+    add("--checkpoint-read-only", action="store_true", default=None,
+        help="resume from --checkpoint-dir without saving to it")
     add("--no-baseline", action="store_true", help="skip the features-only MLP")
     add("--metrics", type=Path, default=Path("metrics.json"),
         help="JSON file of the run's settings, per-epoch metrics and results "
@@ -150,8 +153,12 @@ def main(argv=None) -> dict:
         except ValueError as e:
             p.exit(1, f"{p.prog}: error: {e}\n")
         with trainer:
-            out = trainer.fit(on_epoch=lambda h, name=name: metrics.update(
-                **{name: dict(history=h)}))
+            try:
+                out = trainer.fit(on_epoch=lambda h, name=name: metrics.update(
+                    **{name: dict(history=h)}))
+            except CheckpointError as e:
+                hint = " (flag: --checkpoint-read-only)" if "read_only" in str(e) else ""
+                p.exit(1, f"{p.prog}: error: {e}{hint}\n")
         results[name] = out
         metrics.update(**{name: out})
         best = f"epoch {out['best_epoch']}, best validation" if out["best_epoch"] >= 0 else "last"

@@ -44,6 +44,8 @@ class TrainConfig:
       log_every: optimizer steps between reads of the running metrics (the
         only times the host waits for the device within an epoch).
       checkpoint_dir: save after every epoch and resume from it.
+      checkpoint_read_only: resume from checkpoint_dir without saving
+        (for a directory this run may not write).
       progress: tqdm bars.
     """
 
@@ -68,6 +70,7 @@ class TrainConfig:
     eval_max: int | None = None
     log_every: int = 50
     checkpoint_dir: str | None = None
+    checkpoint_read_only: bool = False
     progress: bool = True
 
     def replace(self, **changes: Any) -> "TrainConfig":

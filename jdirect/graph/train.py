@@ -162,7 +162,7 @@ class Trainer:
         ckpt = None
         if cfg.checkpoint_dir:
             run_config = {k: v for k, v in as_dict(cfg).items() if k in RESUME_KEYS}
-            ckpt = Checkpoints(cfg.checkpoint_dir, run_config)
+            ckpt = Checkpoints(cfg.checkpoint_dir, run_config, read_only=cfg.checkpoint_read_only)
         best = dict(state=self.state, epoch=-1, val_acc=-1.0)
         first = 0
         try:
@@ -182,7 +182,7 @@ class Trainer:
                     best = dict(state=self.state, epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m))
-                if ckpt is not None:
+                if ckpt is not None and not cfg.checkpoint_read_only:
                     ckpt.save(epoch, dict(state=self.state, best=best["state"]), self.history)
                 if on_epoch is not None:
                     on_epoch(self.history)
