@@ -13,8 +13,9 @@ shape. Per hop, over a node list of capacity C and fanout f:
     zero-copy from host memory (`jdirect.gather` on HostTables);
   * unique + relabel: one sort of C * (1 + f) keys (node id, picked?)
     merges the current nodes with the picked ones; a cumulative sum ranks
-    the new ids and locates every picked id among the current nodes; two
-    scatters write the next node list and the relabelled neighbours.
+    the new ids; a binary search finds each id's first sorted entry, which
+    carries its label (a current node's position, or count + rank); a
+    scatter writes the new ids into the next node list.
 
 Randomness: one jax.random key per batch, folded from (seed, epoch, step);
 the draws depend on it and the seeds only, not on the launch grid, the
@@ -305,27 +306,23 @@ def _extend(nodes: jax.Array, count: jax.Array, picked: jax.Array, cap: int,
         (meaningless where picked is padding).
     """
     size = nodes.shape[0]
-    flat = jnp.concatenate([nodes, picked.ravel()])
+    flat = jnp.concatenate([nodes, picked.ravel()]).astype(jnp.uint32)
     # Key 2 * id + (1 if picked): an id's current entry sorts before its
     # picked copies, and padding (num_nodes) sorts last. 2 * id + 1 < 2**32.
+    # Keys alone, no payload: XLA's CPU sort is ~20x faster so, and a GPU
+    # radix sort moves half the bytes.
     from_picked = (jnp.arange(flat.shape[0]) >= size).astype(jnp.uint32)
-    keys, order = lax.sort(((flat.astype(jnp.uint32) << 1) | from_picked,
-                            lax.iota(jnp.int32, flat.shape[0])), num_keys=1, is_stable=False)
+    keys = lax.sort((flat << 1) | from_picked)
     ids = (keys >> 1).astype(jnp.int32)
-    real = ids < num_nodes
-    first = jnp.concatenate([jnp.ones(1, bool), ids[1:] != ids[:-1]])
-    new = first & ((keys & 1) == 1) & real
-    current = ((keys & 1) == 0) & real
-    # One scan gives both ranks: among new ids, and among current ids seen so far.
-    new_rank, current_rank = jnp.cumsum(jnp.stack([new, current]).astype(jnp.int32), axis=1) - 1
-    # The current ids in ascending order with their positions: the k-th
-    # current entry of the merged order is sorted_ids[k].
-    sorted_ids, positions = lax.sort((nodes, lax.iota(jnp.int32, size)), num_keys=1,
-                                     is_stable=False)
-    latest = jnp.maximum(current_rank, 0)
-    known = sorted_ids[latest] == ids
-    label = jnp.where(known, positions[latest], count + new_rank)
-    local = jnp.zeros_like(label).at[order].set(label, unique_indices=True)[size:]
+    new = jnp.concatenate([jnp.ones(1, bool), ids[1:] != ids[:-1]]) & ((keys & 1) == 1)
+    new &= ids < num_nodes
+    new_rank = jnp.cumsum(new, dtype=jnp.int32) - 1
+    # An id's first sorted slot (its current entry, if any) labels it: with
+    # the current node's position, or else with count + its rank among new ids.
+    head = jnp.searchsorted(keys, flat << 1, method="scan_unrolled").astype(jnp.int32)
+    position = jnp.zeros(keys.shape, jnp.int32).at[head[:size]].set(jnp.arange(size))
+    head = head[size:]
+    local = jnp.where((keys[head] & 1) == 0, position[head], count + new_rank[head])
     padding = jnp.full(cap - size, num_nodes, jnp.int32)
     next_nodes = jnp.concatenate([nodes, padding]).at[jnp.where(new, count + new_rank, cap)].set(
         ids, mode="drop")
