@@ -81,7 +81,7 @@ def star_forest(stars: int, leaves: int) -> Graph:
     n = stars * (leaves + 1)
     indptr, indices = csr_from_edges(src, dst, n, symmetrize=True)
     return Graph(indptr=indptr, indices=indices, features=np.zeros((n, 1), np.float32),
-                 labels=np.zeros(n, np.int32), train=centres, val=centres, test=centres,
+                 labels=np.zeros(n, np.int32), train=centres, val=centres[:0], test=centres[:0],
                  num_classes=1)
 
 
