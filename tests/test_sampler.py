@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+import scipy.stats
 
 from jdirect.graph import NeighborSampler, synthetic
+from jdirect.graph.csr import Graph, csr_from_edges
 from jdirect.graph.sampler import layer_caps
 
 
@@ -69,20 +73,38 @@ def test_reproducible_and_seed_dependent(graph):
     assert not np.array_equal(order0, np.concatenate(a.batches(graph.train, 1)))
 
 
-def test_uniform_without_replacement():
-    # A star: node 0 has 10 neighbours; fanout 3 must pick each equally often.
-    from jdirect.graph.csr import csr_from_edges, Graph
+def star_forest(stars: int, leaves: int) -> Graph:
+    """`stars` disjoint stars: centre i * (leaves + 1), its leaves the next ids."""
+    centres = np.arange(stars) * (leaves + 1)
+    src = np.repeat(centres, leaves)
+    dst = src + np.tile(np.arange(1, leaves + 1), stars)
+    n = stars * (leaves + 1)
+    indptr, indices = csr_from_edges(src, dst, n, symmetrize=True)
+    return Graph(indptr=indptr, indices=indices, features=np.zeros((n, 1), np.float32),
+                 labels=np.zeros(n, np.int32), train=centres, val=centres[:0], test=centres[:0],
+                 num_classes=1)
 
-    indptr, indices = csr_from_edges(np.zeros(10, np.int64), np.arange(1, 11), 11, symmetrize=True)
-    g = Graph(indptr=indptr, indices=indices, features=np.zeros((11, 2), np.float32),
-              labels=np.zeros(11, np.int32), train=np.array([0]), val=np.array([0]),
-              test=np.array([0]), num_classes=1)
-    s = NeighborSampler(g, (3,), 1)
-    hits = np.zeros(11)
-    for i in range(3000):
-        b = s.sample(np.array([0]), (0, i))
-        hits[b.input_nodes[1:4]] += 1
-    assert np.all(np.abs(hits[1:] / 3000 - 0.3) < 0.04)
+
+def subset_pvalue(batches, leaves: int, fanout: int) -> float:
+    """Chi-square p-value of the leaf subsets drawn at the seeds (the star
+    centres, in order) of one-layer `batches`, against the uniform law."""
+    subsets = {s: i for i, s in enumerate(itertools.combinations(range(leaves), fanout))}
+    counts = np.zeros(len(subsets))
+    for b in batches:
+        nodes, nbrs, mask = (np.asarray(a) for a in (b.input_nodes, b.nbrs[0], b.masks[0]))
+        centres = nodes[: np.asarray(b.counts)[0]]
+        for row, centre in enumerate(centres):
+            drawn = tuple(sorted((nodes[nbrs[row][mask[row]]] - centre - 1).tolist()))
+            counts[subsets[drawn]] += 1  # KeyError: not `fanout` distinct leaves
+    return scipy.stats.chisquare(counts).pvalue
+
+
+def test_uniform_without_replacement():
+    # 200 stars of 5 leaves, fanout 2: all 10 leaf pairs equally likely.
+    g = star_forest(200, 5)
+    s = NeighborSampler(g, (2,), 200)
+    batches = [s.sample(g.train, (0, i)) for i in range(10)]
+    assert subset_pvalue(batches, 5, 2) > 1e-3
 
 
 def test_mlp_batches_and_bad_input(graph):

@@ -49,6 +49,13 @@ class Batch(NamedTuple):
     counts: np.ndarray
 
 
+def check_config(fanouts: Sequence[int], batch_size: int) -> tuple[tuple[int, ...], int]:
+    """(fanouts, batch_size) as Python ints; ValueError unless all are positive."""
+    if batch_size <= 0 or any(int(f) <= 0 for f in fanouts):
+        raise ValueError("batch_size and fanouts must be positive")
+    return tuple(int(f) for f in fanouts), int(batch_size)
+
+
 def layer_caps(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> list[int]:
     """Most nodes each of nodes[0..L] can hold: the padded sizes."""
     caps = [batch_size]
@@ -95,11 +102,8 @@ class NeighborSampler:
     """
 
     def __init__(self, graph: Graph, fanouts: Sequence[int], batch_size: int, *, seed: int = 0):
-        if batch_size <= 0 or any(int(f) <= 0 for f in fanouts):
-            raise ValueError("batch_size and fanouts must be positive")
         self.graph = graph
-        self.fanouts = tuple(int(f) for f in fanouts)
-        self.batch_size = int(batch_size)
+        self.fanouts, self.batch_size = check_config(fanouts, batch_size)
         self.seed = int(seed)
         self.caps = layer_caps(self.batch_size, self.fanouts, graph.num_nodes)
         # int32 ids (the padding value num_nodes included) unless too many nodes.

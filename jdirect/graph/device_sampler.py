@@ -1,0 +1,329 @@
+"""`DeviceSampler`: uniform neighbour sampling on the accelerator, jittable.
+
+It produces the `Batch` of the CPU `NeighborSampler` (sampler.py: padded
+shapes from `layer_caps`, DGL's fanout order, nodes[k] = nodes[k-1]
+followed by the newly reached nodes in ascending id order, relabelled
+neighbours, masks, padding) with jnp/lax operations only, so sampling runs
+inside a jitted training step: no host round trip and no data-dependent
+shape. Per hop, over a node list of capacity C and fanout f:
+
+  * positions: Floyd's algorithm, vectorised over rows, draws f distinct
+    positions in [0, deg) for rows with deg > f; other rows take them all;
+  * neighbours: indices[indptr[v] + position], from device memory or
+    zero-copy from host memory (`jdirect.gather` on HostTables);
+  * unique + relabel: one sort of C * (1 + f) keys (node id, picked?)
+    merges the current nodes with the picked ones; a cumulative sum ranks
+    the new ids; a binary search finds each id's first sorted entry, which
+    carries its label (a current node's position, or count + rank); a
+    scatter writes the new ids into the next node list.
+
+Randomness: one jax.random key per batch, folded from (seed, epoch, step);
+the draws depend on it and the seeds only, not on the launch grid, the
+device or the CSR's placement.
+
+Large graphs need no jax_enable_x64: node ids are int32 (num_nodes <
+2**31 - 1), edge offsets uint32 (num_edges < 2**32), and `indices` is
+split into chunks of at most 2**31 - 1 entries that int32 can index.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..gather import gather
+from ..host_table import HostTable
+from .csr import Graph
+from .sampler import Batch, check_config, layer_caps
+
+_MAX_CHUNK = 2**31 - 1  # entries int32 can index
+_SAMPLE_STREAM, _SHUFFLE_STREAM = 0, 1  # independent key streams per seed
+
+Table = Union[jax.Array, HostTable]
+
+
+class CsrArrays(NamedTuple):
+    """The graph data `DeviceSampler.sample` reads; a pytree to pass into jit.
+
+    Attributes:
+      indptr: uint32[num_nodes + 1] in device memory, or a HostTable of the
+        int64 indptr's 32-bit words, uint32[num_nodes + 1, 2] (column 0 is
+        the low word: offsets are below 2**32).
+      indices: the neighbour ids in consecutive chunks of at most
+        `chunk_size` entries: int32[m] device arrays, or HostTables of the
+        host array's 32-bit words ([m, 1] for int32, [m, 2] for int64).
+      labels: int32[num_nodes] in device memory.
+    """
+
+    indptr: Table
+    indices: tuple[Table, ...]
+    labels: jax.Array
+
+
+class DeviceSampler:
+    """Samples `Batch`es on the default device, inside jit.
+
+    Args:
+      graph: the graph (host memory).
+      fanouts: neighbours per node for each GNN layer, input side first
+        (DGL's convention); () gives seed-only batches (an MLP's input).
+      batch_size: seeds per batch; shorter batches are padded.
+      seed: with (epoch, step) it fixes every draw and every shuffle.
+      csr: where the CSR lives: "device" (copied to device memory), "host"
+        (HostTables read zero-copy; nothing is copied), or "auto": "device"
+        if indptr and indices as 32-bit words take at most half the
+        device's free memory (leaving room for features and the model).
+      chunk_size: most entries of `indices` per chunk (default and maximum
+        2**31 - 1); smaller values only serve tests.
+
+    Attributes:
+      fanouts, batch_size, caps (`layer_caps`), num_nodes, seed: static
+        configuration.
+      placement: "device" or "host", as resolved.
+      arrays: the `CsrArrays` to pass to `sample`.
+
+    Raises:
+      TypeError: `graph` is not a `Graph`.
+      ValueError: non-positive batch size or fanout; a graph with no nodes,
+        2**31 - 1 nodes or more, or 2**32 edges or more; padded sizes that
+        int32 cannot index; unknown `csr`; `chunk_size` out of range.
+      RuntimeError: csr="host" on a GPU with jdirect built without CUDA.
+    """
+
+    def __init__(self, graph: Graph, fanouts: Sequence[int], batch_size: int, *, seed: int = 0,
+                 csr: str = "auto", chunk_size: int = _MAX_CHUNK):
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be a jdirect.graph.Graph, got {type(graph).__name__}")
+        self.fanouts, self.batch_size = check_config(fanouts, batch_size)
+        n, num_edges = graph.num_nodes, graph.num_edges
+        if not 0 < n < 2**31 - 1:
+            raise ValueError(f"DeviceSampler needs 1 to 2**31 - 2 nodes (int32 ids), got {n:,}")
+        if num_edges >= 2**32:
+            raise ValueError(
+                f"DeviceSampler reads edge offsets as uint32: {num_edges:,} edges exceed 2**32 - 1")
+        if not 0 < chunk_size <= _MAX_CHUNK:
+            raise ValueError(f"chunk_size must lie in [1, 2**31 - 1], got {chunk_size}")
+        if csr not in ("device", "host", "auto"):
+            raise ValueError(f"csr must be 'device', 'host' or 'auto', got {csr!r}")
+        self.num_nodes = n
+        self.seed = int(seed)
+        self.caps = layer_caps(self.batch_size, self.fanouts, n)
+        # A hop sorts caps[k - 1] * (1 + f) keys, indexed with int32.
+        sort_size = max((c * (1 + f) for c, f in zip(self.caps, reversed(self.fanouts))), default=0)
+        if sort_size >= 2**31:
+            raise ValueError(
+                f"batch_size {self.batch_size} with fanouts {self.fanouts} needs {sort_size:,} "
+                "sort slots per hop, more than int32 can index")
+        if csr == "auto":
+            csr = "device" if _fits_on_device(4 * (n + 1 + num_edges)) else "host"
+        self.placement = csr
+        chunks = [graph.indices[i:i + chunk_size] for i in range(0, num_edges, chunk_size)]
+        if csr == "device":
+            indptr = jax.device_put(graph.indptr.astype(np.uint32))
+            indices = tuple(jax.device_put(c.astype(np.int32, copy=False)) for c in chunks)
+        else:
+            indptr = HostTable(_words(graph.indptr, np.uint32))
+            indices = tuple(HostTable(_words(c, np.int32)) for c in chunks)
+        self.arrays = CsrArrays(indptr, indices, jax.device_put(graph.labels))
+
+    def num_batches(self, num_nodes: int) -> int:
+        """Batches in an epoch over `num_nodes` seed nodes (the last may be short)."""
+        return -(-int(num_nodes) // self.batch_size)
+
+    def key(self, epoch: int | jax.Array, step: int | jax.Array) -> jax.Array:
+        """The key of one batch's draws, from (seed, epoch, step); jittable."""
+        base = jax.random.fold_in(jax.random.key(self.seed), _SAMPLE_STREAM)
+        return jax.random.fold_in(jax.random.fold_in(base, epoch), step)
+
+    def epoch_seeds(self, arrays: CsrArrays, nodes: jax.Array, epoch: int | jax.Array, *,
+                    shuffle: bool = True) -> jax.Array:
+        """The seeds of every batch of one epoch over `nodes`; jittable.
+
+        Args:
+          arrays: `self.arrays` (the shuffle reads no graph data; taken so
+            that every sampler method has the same signature).
+          nodes: int32[m] node ids (e.g. the training split).
+          epoch: selects the permutation (with `seed`); may be traced.
+          shuffle: False keeps the order of `nodes` (evaluation).
+
+        Returns:
+          int32[num_batches(m), batch_size]: a permutation of `nodes`,
+          row-major, padded at the end with -1.
+        """
+        del arrays
+        nodes = jnp.asarray(nodes, jnp.int32)
+        if shuffle:
+            base = jax.random.fold_in(jax.random.key(self.seed), _SHUFFLE_STREAM)
+            nodes = jax.random.permutation(jax.random.fold_in(base, epoch), nodes)
+        rows = self.num_batches(nodes.shape[0])
+        pad = jnp.full(rows * self.batch_size - nodes.shape[0], -1, jnp.int32)
+        return jnp.concatenate([nodes, pad]).reshape(rows, self.batch_size)
+
+    def sample(self, arrays: CsrArrays, seeds: jax.Array, key: jax.Array) -> Batch:
+        """Samples the blocks of one batch; jittable, a pure function of its arguments.
+
+        Args:
+          arrays: `self.arrays`.
+          seeds: int32[batch_size] distinct node ids in [0, num_nodes),
+            followed by -1 padding (a row of `epoch_seeds`). Other values
+            give undefined batches (no check can run inside jit).
+          key: from `self.key(epoch, step)`.
+
+        Returns:
+          A `Batch` of device arrays with the CPU sampler's shapes and
+          dtypes; `input_nodes` is padded with num_nodes.
+
+        Raises:
+          ValueError: `seeds` is not shaped [batch_size].
+        """
+        n = self.num_nodes
+        seeds = jnp.asarray(seeds, jnp.int32)
+        if seeds.shape != (self.batch_size,):
+            raise ValueError(f"seeds must be shaped ({self.batch_size},), got {seeds.shape}")
+        seed_mask = seeds >= 0
+        nodes = jnp.where(seed_mask, seeds, n)
+        counts = [jnp.sum(seed_mask, dtype=jnp.int32)]
+        nbrs, masks = [], []
+        # One draw for all hops: a single random-number kernel.
+        sizes = [c * f for c, f in zip(self.caps, reversed(self.fanouts))]
+        bits = jnp.split(jax.random.bits(key, (sum(sizes),), jnp.uint32),
+                         np.cumsum(sizes)[:-1].tolist())
+        for hop, fanout in enumerate(reversed(self.fanouts), start=1):
+            valid = nodes < n
+            rows = jnp.where(valid, nodes, 0)
+            start, end = jnp.split(_take(arrays.indptr, jnp.concatenate([rows, rows + 1])), 2)
+            deg = jnp.where(valid, (end - start).astype(jnp.int32), 0)
+            pos = _draw_positions(bits[hop - 1].reshape(-1, fanout), deg)
+            mask = pos >= 0
+            edges = start[:, None] + jnp.maximum(pos, 0).astype(jnp.uint32)
+            picked = _read_edges(arrays.indices, edges, mask, fill=n)
+            nodes, count, local = _extend(nodes, counts[-1], picked, self.caps[hop], n)
+            nbrs.append(jnp.where(mask, local, 0))
+            masks.append(mask)
+            counts.append(count)
+        labels = jnp.where(seed_mask, arrays.labels[jnp.where(seed_mask, seeds, 0)], 0)
+        return Batch(
+            input_nodes=nodes,
+            nbrs=tuple(reversed(nbrs)),  # input-side layer first
+            masks=tuple(reversed(masks)),
+            labels=labels,
+            seed_mask=seed_mask,
+            counts=jnp.stack(counts),
+        )
+
+
+def _fits_on_device(nbytes: int) -> bool:
+    """Whether `nbytes` take at most half the default device's free memory."""
+    device = jax.devices()[0]
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    if not stats or "bytes_limit" not in stats:
+        return True  # a CPU: device memory is host memory
+    return nbytes <= (stats["bytes_limit"] - stats.get("bytes_in_use", 0)) // 2
+
+
+def _words(array: np.ndarray, dtype: type) -> np.ndarray:
+    """`array`'s 32-bit words as [len(array), itemsize // 4] of `dtype`.
+
+    No copy for a contiguous array; on a little-endian host column 0 holds
+    each element's low word, which is the value when it is below 2**31
+    (ids) or 2**32 (offsets).
+    """
+    array = np.ascontiguousarray(array)
+    return array.view(dtype).reshape(array.shape[0], array.itemsize // 4)
+
+
+def _take(table: Table, idx: jax.Array) -> jax.Array:
+    """table[idx] (int32 idx, out of range -> 0); a HostTable's column 0."""
+    if isinstance(table, HostTable):
+        return gather(table, idx, mode="fill", fill_value=0)[..., 0]
+    return jnp.take(table, idx, mode="fill", fill_value=0)
+
+
+def _read_edges(chunks: tuple[Table, ...], edges: jax.Array, valid: jax.Array,
+                fill: int) -> jax.Array:
+    """int32: the concatenated chunks at uint32 `edges` where `valid`, else `fill`.
+
+    Each chunk is read once at every index, out-of-range ones (other chunks'
+    edges) giving nothing, and the hits are selected: a few full-size
+    gathers rather than a data-dependent split.
+    """
+    out = jnp.full(edges.shape, fill, jnp.int32)
+    first = 0
+    for chunk in chunks:
+        size = chunk.shape[0]
+        local = edges - jnp.uint32(first)  # edges before the chunk wrap to >= 2**31
+        hit = valid & (local < size)
+        out = jnp.where(hit, _take(chunk, jnp.where(hit, local, size).astype(jnp.int32)), out)
+        first += size
+    return out
+
+
+def _draw_positions(bits: jax.Array, deg: jax.Array) -> jax.Array:
+    """int32[len(deg), fanout]: distinct uniform positions in [0, deg), -1 if unused.
+
+    `bits` (uint32[len(deg), fanout], random) drive Floyd's algorithm for
+    rows with deg > fanout: for step i with j = deg - fanout + i, draw t
+    in [0, j] and take t, or j if t was taken before; every subset of size
+    `fanout` is then equally likely (t = bits mod (j + 1) is uniform to
+    within (j + 1) / 2**32). Rows with deg <= fanout take 0..deg-1. The
+    steps are elementwise over rows: fanout**2 / 2 compares a row, cheaper
+    than sorting random keys for the fanouts GNNs use.
+    """
+    fanout = bits.shape[1]
+    col = jnp.arange(fanout, dtype=jnp.int32)
+    top = deg[:, None] - fanout + col  # j of each row and step
+    t = (bits % jnp.maximum(top + 1, 1).astype(jnp.uint32)).astype(jnp.int32)
+    chosen: list[jax.Array] = []
+    for i in range(fanout):
+        seen = functools.reduce(jnp.logical_or, [c == t[:, i] for c in chosen],
+                                jnp.zeros(deg.shape, bool))
+        chosen.append(jnp.where(seen, top[:, i], t[:, i]))
+    drawn = jnp.stack(chosen, axis=1)
+    return jnp.where(deg[:, None] > fanout, drawn, jnp.where(col < deg[:, None], col, -1))
+
+
+def _extend(nodes: jax.Array, count: jax.Array, picked: jax.Array, cap: int,
+            num_nodes: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Appends the new ids of `picked` to `nodes`; relabels `picked`.
+
+    Args:
+      nodes: int32[C]: `count` distinct ids, then num_nodes (padding).
+      count: int32 scalar.
+      picked: int32[C, f] ids, num_nodes where unused.
+      cap: the result's capacity, >= count + the number of new ids.
+      num_nodes: the padding value.
+
+    Returns:
+      next_nodes: int32[cap]: nodes[:count], the distinct ids of `picked`
+        absent from it in ascending order, then num_nodes.
+      next_count: int32 scalar, the valid entries of next_nodes.
+      local: int32[C, f], each picked id's position in next_nodes
+        (meaningless where picked is padding).
+    """
+    size = nodes.shape[0]
+    flat = jnp.concatenate([nodes, picked.ravel()]).astype(jnp.uint32)
+    # Key 2 * id + (1 if picked): an id's current entry sorts before its
+    # picked copies, and padding (num_nodes) sorts last. 2 * id + 1 < 2**32.
+    # Keys alone, no payload: XLA's CPU sort is ~20x faster so, and a GPU
+    # radix sort moves half the bytes.
+    from_picked = (jnp.arange(flat.shape[0]) >= size).astype(jnp.uint32)
+    keys = lax.sort((flat << 1) | from_picked)
+    ids = (keys >> 1).astype(jnp.int32)
+    new = jnp.concatenate([jnp.ones(1, bool), ids[1:] != ids[:-1]]) & ((keys & 1) == 1)
+    new &= ids < num_nodes
+    new_rank = jnp.cumsum(new, dtype=jnp.int32) - 1
+    # An id's first sorted slot (its current entry, if any) labels it: with
+    # the current node's position, or else with count + its rank among new ids.
+    head = jnp.searchsorted(keys, flat << 1, method="scan_unrolled").astype(jnp.int32)
+    position = jnp.zeros(keys.shape, jnp.int32).at[head[:size]].set(jnp.arange(size))
+    head = head[size:]
+    local = jnp.where((keys[head] & 1) == 0, position[head], count + new_rank[head])
+    padding = jnp.full(cap - size, num_nodes, jnp.int32)
+    next_nodes = jnp.concatenate([nodes, padding]).at[jnp.where(new, count + new_rank, cap)].set(
+        ids, mode="drop")
+    return next_nodes, count + new_rank[-1] + 1, local.reshape(picked.shape)

@@ -1,0 +1,214 @@
+"""DeviceSampler: the CPU sampler's Batch contract, sampled by jitted jnp code."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jdirect.graph import NeighborSampler
+from jdirect.graph.csr import Graph, csr_from_edges
+from jdirect.graph.device_sampler import DeviceSampler
+from test_sampler import star_forest, subset_pvalue
+
+FANOUTS = (3, 2)
+BATCH = 48
+ISOLATED = 20  # the last ids have no edges
+
+
+def make_graph() -> Graph:
+    """300 nodes: five hubs (degree ~60), a sparse rest (many degrees below
+    the fanouts) and isolated nodes."""
+    rng = np.random.default_rng(0)
+    n, linked = 300, 300 - ISOLATED
+    src = np.concatenate([rng.integers(0, linked, 700), np.repeat(np.arange(5), 60)])
+    dst = np.concatenate([rng.integers(0, linked, 700), rng.integers(5, linked, 300)])
+    indptr, indices = csr_from_edges(src, dst, n, symmetrize=True)
+    ids = np.arange(n, dtype=np.int64)
+    return Graph(indptr=indptr, indices=indices, features=np.zeros((n, 1), np.float32),
+                 labels=rng.integers(0, 3, n).astype(np.int32), train=ids, val=ids[:0],
+                 test=ids[:0], num_classes=3)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return make_graph()
+
+
+# Placements and chunkings of the CSR (host == device-chunks == device
+# covers both paths and both chunkings at one compilation each): equal draws.
+# The host run reads int64 indices (their low words), the others int32.
+CHUNK = 397
+CONFIGS = {"device": {}, "device-chunks": {"chunk_size": CHUNK},
+           "host-chunks": {"csr": "host", "chunk_size": CHUNK}}
+
+
+class Run(NamedTuple):
+    sampler: DeviceSampler
+    step: Callable  # jitted (arrays, seeds, epoch, i) -> Batch
+    traces: list  # one entry per trace of `step`
+    batches: list  # epoch 0 over all nodes, on the host
+
+
+@pytest.fixture(scope="module")
+def shuffle(graph):
+    """(nodes, epoch, shuffle=True) -> epoch_seeds of a sampler with seed 3, jitted."""
+    s = DeviceSampler(graph, FANOUTS, BATCH, seed=3)
+    epoch_seeds = jax.jit(s.epoch_seeds, static_argnames="shuffle")
+    return lambda nodes, epoch, **kwargs: np.asarray(epoch_seeds(s.arrays, nodes, epoch, **kwargs))
+
+
+@pytest.fixture(scope="module")
+def seeds(graph, shuffle):
+    """Epoch 0's seeds over all 300 nodes: 7 batches, the last padded."""
+    return shuffle(jnp.asarray(graph.train, jnp.int32), 0)
+
+
+@pytest.fixture(scope="module")
+def runs(graph, seeds):
+    out = {}
+    for name, kwargs in CONFIGS.items():
+        g = graph
+        if "host" in name:
+            g = dataclasses.replace(graph, indices=graph.indices.astype(np.int64))
+        s = DeviceSampler(g, FANOUTS, BATCH, seed=3, **kwargs)
+        traces = []
+
+        def step(arrays, seeds, epoch, i, s=s, traces=traces):
+            traces.append(None)
+            return s.sample(arrays, seeds, s.key(epoch, i))
+
+        step = jax.jit(step)
+        batches = [jax.device_get(step(s.arrays, row, jnp.int32(0), jnp.int32(i)))
+                   for i, row in enumerate(seeds)]
+        out[name] = Run(s, step, traces, batches)
+    return out
+
+
+def check_batch(g: Graph, s: DeviceSampler, seeds: np.ndarray, b) -> None:
+    """Asserts the Batch contract of sampler.py against the CSR."""
+    n, counts = g.num_nodes, b.counts.tolist()
+    seeds = seeds[seeds >= 0]
+    nodes = b.input_nodes
+    assert counts[0] == len(seeds)
+    np.testing.assert_array_equal(nodes[: counts[0]], seeds)  # seeds lead
+    assert np.all(nodes[counts[-1]:] == n)  # padding is out of range
+    assert len(np.unique(nodes[: counts[-1]])) == counts[-1]
+    np.testing.assert_array_equal(b.seed_mask, np.arange(s.batch_size) < len(seeds))
+    expected_labels = g.labels[np.minimum(nodes[: s.batch_size], n - 1)]
+    np.testing.assert_array_equal(b.labels, np.where(b.seed_mask, expected_labels, 0))
+    L = len(s.fanouts)
+    for i, fanout in enumerate(s.fanouts):  # layer i maps nodes[L-1-i] -> nodes[L-i]
+        hop = L - i
+        nbrs, mask = b.nbrs[i], b.masks[i]
+        assert nbrs.shape == mask.shape == (s.caps[hop - 1], fanout)
+        assert not mask[counts[hop - 1]:].any() and not nbrs[~mask].any()
+        reached = set()
+        for r in range(counts[hop - 1]):
+            v = nodes[r]
+            true = g.indices[g.indptr[v]:g.indptr[v + 1]]
+            local = nbrs[r][mask[r]]
+            assert np.all(local < counts[hop])
+            picked = nodes[local]
+            assert len(set(picked.tolist())) == len(picked)  # no neighbour twice
+            assert np.isin(picked, true).all()  # real neighbours, relabelled right
+            assert len(picked) == min(fanout, len(true))  # fanout; low degree takes all
+            reached.update(picked.tolist())
+        # The new nodes: exactly those reached and not yet listed, ascending.
+        new = nodes[counts[hop - 1]:counts[hop]]
+        assert np.all(np.diff(new) > 0)
+        assert set(new.tolist()) == reached - set(nodes[: counts[hop - 1]].tolist())
+
+
+def test_batches_match_csr(graph, seeds, runs):
+    assert seeds[-1][-1] == -1  # the last batch is padded
+    deg = graph.degrees()[seeds[seeds >= 0]]
+    # Seeds of degree 0, below the fanout (2 at the seeds), and above it.
+    assert (deg == 0).any() and (deg == 1).any() and (deg > 2).any()
+    run = runs["device"]
+    for row, b in zip(seeds, run.batches):
+        check_batch(graph, run.sampler, row, b)
+
+
+@pytest.mark.parametrize("name", ["device-chunks", "host-chunks"])
+def test_placements_and_chunks_draw_alike(graph, runs, name):
+    run = runs[name]
+    assert run.sampler.placement == CONFIGS[name].get("csr", "device")
+    assert len(run.sampler.arrays.indices) == -(-graph.num_edges // CHUNK) > 2
+    for a, b in zip(run.batches, runs["device"].batches):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def layout(batch) -> list:
+    return jax.tree.map(lambda a: (a.shape, np.dtype(a.dtype)), batch)
+
+
+def test_layout_matches_cpu_sampler(graph, runs):
+    cpu = NeighborSampler(graph, FANOUTS, BATCH).sample(graph.train[:10], (0, 0))
+    assert layout(runs["device"].batches[0]) == layout(cpu)
+
+
+def test_mlp_batches_are_seed_only(graph):
+    s = DeviceSampler(graph, (), 16)
+    seeds = np.r_[graph.train[5:15], [-1] * 6].astype(np.int32)
+    b = jax.device_get(jax.jit(s.sample)(s.arrays, seeds, s.key(0, 0)))
+    np.testing.assert_array_equal(b.input_nodes, np.where(seeds >= 0, seeds, graph.num_nodes))
+    np.testing.assert_array_equal(b.labels, np.where(seeds >= 0, graph.labels[seeds], 0))
+    np.testing.assert_array_equal(b.counts, [10])
+    assert b.seed_mask.sum() == 10
+    assert layout(b) == layout(NeighborSampler(graph, (), 16).sample(graph.train[5:15], (0, 0)))
+
+
+def test_draws_follow_the_key_and_compile_once(seeds, runs):
+    run = runs["device"]
+    arrays, first = run.sampler.arrays, run.batches[0]
+    again = run.step(arrays, seeds[0], jnp.int32(0), jnp.int32(0))
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(again), first)
+    for epoch, i in ((0, 1), (1, 0)):
+        other = run.step(arrays, seeds[0], jnp.int32(epoch), jnp.int32(i))
+        assert not np.array_equal(other.input_nodes, first.input_nodes)
+    assert len(run.traces) == 1  # one compilation across all steps and epochs
+
+
+def test_epoch_seeds_permute_the_nodes(graph, shuffle, seeds):
+    nodes = jnp.asarray(graph.train, jnp.int32)
+    orders = [seeds, shuffle(nodes, 1), shuffle(nodes, jnp.int32(0))]
+    for order in orders:
+        assert order.shape == (7, BATCH)
+        flat = order.ravel()
+        assert np.all(flat[graph.num_nodes:] == -1)
+        np.testing.assert_array_equal(np.sort(flat[: graph.num_nodes]), graph.train)
+    assert not np.array_equal(orders[0], orders[1])
+    np.testing.assert_array_equal(orders[0], orders[2])
+    kept = shuffle(nodes, 0, shuffle=False).ravel()[: graph.num_nodes]
+    np.testing.assert_array_equal(kept, graph.train)
+
+
+def test_uniform_without_replacement():
+    # 200 stars of 5 leaves, fanout 2: all 10 leaf pairs equally likely.
+    g = star_forest(200, 5)
+    s = DeviceSampler(g, (2,), 200, seed=1)
+    step = jax.jit(s.sample)
+    centres = jnp.asarray(g.train, jnp.int32)
+    batches = [step(s.arrays, centres, s.key(0, i)) for i in range(10)]
+    assert subset_pvalue(batches, 5, 2) > 1e-3
+
+
+def test_bad_arguments(graph):
+    with pytest.raises(TypeError, match="Graph"):
+        DeviceSampler(graph.indptr, FANOUTS, BATCH)
+    with pytest.raises(ValueError, match="positive"):
+        DeviceSampler(graph, (0,), BATCH)
+    with pytest.raises(ValueError, match="csr"):
+        DeviceSampler(graph, FANOUTS, BATCH, csr="gpu")
+    with pytest.raises(ValueError, match="chunk_size"):
+        DeviceSampler(graph, FANOUTS, BATCH, chunk_size=0)
+    with pytest.raises(ValueError, match="sort slots"):
+        DeviceSampler(graph, (2**16,) * 2, 2**15)
+    s = DeviceSampler(graph, FANOUTS, BATCH)
+    with pytest.raises(ValueError, match="seeds must be shaped"):
+        s.sample(s.arrays, jnp.zeros(BATCH + 1, jnp.int32), s.key(0, 0))
