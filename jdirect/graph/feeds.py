@@ -115,7 +115,7 @@ class DeviceFeed:
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple]:
         order = self.sampler.epoch_seeds(self.sampler.arrays, jnp.asarray(nodes, jnp.int32),
-                                         epoch)
+                                         epoch, shuffle=epoch != EVAL_EPOCH)
         epoch = jnp.int32(epoch)
         for i in range(order.shape[0]):
             yield order, epoch, jnp.int32(i)
