@@ -109,6 +109,10 @@ class CachedTable:
     def __repr__(self) -> str:
         return f"CachedTable({self.table!r}, {self._count:,} rows cached)"
 
+    def __reduce_ex__(self, protocol: int):
+        raise TypeError("a CachedTable cannot be pickled or copied; make a new one over a new "
+                        "HostTable")
+
     def _tree_flatten(self):
         return (self.table, self._slots, self._rows), self._count
 
