@@ -20,7 +20,7 @@ if ! python3 -m pip install -q --no-build-isolation --no-deps -e . \
 fi
 tail -3 "$OUT/build.log"
 python3 -c "import jax, jdirect; print('jax', jax.__version__, jax.devices(), 'cuda lib', jdirect.has_cuda())" | tee -a "$OUT/device.txt"
-TABLE_TESTS="tests/test_gather.py tests/test_host_table.py tests/test_table_kinds.py"
+TABLE_TESTS="tests/test_gather.py tests/test_host_table.py tests/test_table_kinds.py tests/test_table_inputs.py"
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   python3 -m pytest -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi

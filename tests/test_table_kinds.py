@@ -13,7 +13,7 @@ import pytest
 
 import jdirect
 from conftest import ON_GPU
-from jdirect import _ffi, _ops, host_memory
+from jdirect import _ffi, host_memory
 from test_gather import MODES, assert_same, indices, random_table
 
 MEMORY = ("auto", "managed", "pinned")
