@@ -3,16 +3,22 @@
 GB/s counts useful bytes (rows delivered to the device) over the wall time
 of one call, measured to completion, sort and scatter included. Methods:
 
-  jdirect            jdirect.gather from a pinned HostTable (address order)
-  jdirect-pinned     the same from a pinned_host jax.Array
-  jdirect-cached     a CachedTable: the most frequent rows (10 % of the table
-                     by default, counted on a separate draw) in device memory
-  jdirect-bf16       a bfloat16 table of the same rows, delivered as float32
-                     (GB/s counts the float32 bytes delivered)
-  jdirect-int8       an Int8Table (int8 + per-row scale), delivered as float32
-  uvm-host           ManagedTable, advice "host": pages stay, GPU reads them
-  uvm-prefetched     ManagedTable, advice "device", prefetched to the GPU
-  naive              jdirect.gather(locality=False): one pass in caller order
+  jdirect            jdirect.gather from a HostTable in jdirect's default
+                     memory (host-resident managed; address order as the
+                     policy decides), i.e. HostTable.copy_of(table)
+  jdirect-sorted     the same table, locality=True (always address order)
+  jdirect-unsorted   the same table, locality=False (always caller order)
+  jdirect-inplace    HostTable(array): the user's array pinned in place
+                     (cudaHostRegister; address order)
+  jdirect-pinned     a pinned_host jax.Array (address order)
+  jdirect-cached     a CachedTable over the managed table: the most frequent
+                     rows (10 % of the table by default, counted on a
+                     separate draw) in device memory
+  jdirect-bf16       a bfloat16 managed table of the same rows, delivered as
+                     float32 (GB/s counts the float32 bytes delivered)
+  jdirect-int8       an Int8Table (int8 + per-row scale, managed), delivered
+                     as float32
+  naive              the in-place pinned table, locality=False
   sorted+scatter     reference: jnp sort, naive gather in sorted order, jnp
                      scatter back (GraphBolt-style), one jitted program
   numpy+device_put   np.take on the host, then jax.device_put (conventional)
@@ -44,12 +50,23 @@ from _common import print_table, run_meta, timed, write_json
 ROW_BYTES = (64, 128, 512, 1024, 4096)
 INDICES = (100_000, 1_000_000)
 # Methods whose table sits in device memory: off the plot's PCIe scale.
-IN_DEVICE = ("device-jnp.take", "uvm-prefetched")
+IN_DEVICE = ("device-jnp.take",)
 METHODS = (
-    "jdirect", "jdirect-pinned", "jdirect-cached", "jdirect-bf16", "jdirect-int8", "naive",
-    "sorted+scatter", "numpy+device_put", "torch-16threads", "uvm-host", "uvm-prefetched",
-    "device-jnp.take",
+    "jdirect", "jdirect-sorted", "jdirect-unsorted", "jdirect-inplace", "jdirect-pinned",
+    "jdirect-cached", "jdirect-bf16", "jdirect-int8", "naive", "sorted+scatter",
+    "numpy+device_put", "torch-16threads", "device-jnp.take",
 )
+
+
+# How each jdirect method's table is backed, recorded with its figures.
+MEMORY_OF = {
+    "jdirect": lambda managed, inplace: managed.memory,
+    "jdirect-sorted": lambda managed, inplace: managed.memory,
+    "jdirect-unsorted": lambda managed, inplace: managed.memory,
+    "jdirect-cached": lambda managed, inplace: managed.memory,
+    "jdirect-inplace": lambda managed, inplace: inplace.memory,
+    "naive": lambda managed, inplace: inplace.memory,
+}
 
 
 def make_table(total_bytes: int) -> np.ndarray:
@@ -124,8 +141,6 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--cache-fraction", type=float, default=0.10,
                         help="jdirect-cached: share of the table's bytes cached on the device")
-    parser.add_argument("--uvm-row-bytes", type=int, nargs="+", default=[512, 4096],
-                        help="row sizes for the managed-memory methods (each copies the table)")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/out/gather.json"))
     parser.add_argument("--replot", action="store_true",
                         help="only redraw the PNG from an existing --json file")
@@ -143,6 +158,14 @@ def main() -> None:
     rng = np.random.default_rng(0)
     memcpy = memcpy_gbps(device, args.reps) if on_gpu else None
     device_words = jax.device_put(words, device) if "device-jnp.take" in args.methods else None
+    # One copy of the words in jdirect's default memory; each row size's
+    # tables are views of it (wrapped in place, not pinned again).
+    managed_words = jdirect.host_empty(words.shape, words.dtype)
+    np.copyto(managed_words, words)
+    half = None
+    if "jdirect-bf16" in args.methods:  # as many bfloat16 words: half the bytes
+        half = jdirect.host_empty(words.shape, ml_dtypes.bfloat16)
+        np.copyto(half, words, casting="same_kind")
     take = jax.jit(lambda t, i: jnp.take(t, i, axis=0))
     gather = jax.jit(jdirect.gather, static_argnames="locality")
     records: list[dict] = []
@@ -151,7 +174,8 @@ def main() -> None:
         width = row_bytes // 4
         rows = words.size // width
         host = words[: rows * width].reshape(rows, width)
-        table = jdirect.HostTable(host)
+        table = jdirect.HostTable(managed_words[: rows * width].reshape(rows, width))
+        inplace = jdirect.HostTable(host)
         pinned = None
         if "jdirect-pinned" in args.methods and on_gpu:
             sharding = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
@@ -159,26 +183,23 @@ def main() -> None:
         on_device = None if device_words is None else device_words[: rows * width].reshape(rows, width)
         torch_run = torch_path(host, max(args.indices)) if "torch-16threads" in args.methods else None
         extra = {}
-        if "jdirect-bf16" in args.methods:
-            # The first half of the same buffer seen as bfloat16 rows of the
-            # same width: half the bytes per row, no second table in memory.
-            extra["jdirect-bf16"] = jdirect.HostTable(
-                words.view(ml_dtypes.bfloat16)[: rows * width].reshape(rows, width))
+        if half is not None:
+            # bfloat16 rows of the same width: half the bytes per row.
+            extra["jdirect-bf16"] = jdirect.HostTable(half[: rows * width].reshape(rows, width))
         if "jdirect-int8" in args.methods and width > 4:
-            packed = words.view(np.uint8)[: rows * (width + 4)].reshape(rows, width + 4)
+            # Packed rows of the same width (other values), in managed memory.
+            packed = managed_words.view(np.uint8)[: rows * (width + 4)].reshape(rows, width + 4)
             extra["jdirect-int8"] = jdirect.Int8Table.from_packed(packed)
-        if on_gpu and row_bytes in args.uvm_row_bytes:
-            if "uvm-host" in args.methods:
-                extra["uvm-host"] = jdirect.ManagedTable(host, advice="host")
-            if "uvm-prefetched" in args.methods:
-                extra["uvm-prefetched"] = jdirect.ManagedTable(host, advice="device", prefetch=True)
         for dist in args.dists:
             for n in args.indices:
                 idx_np = make_indices(rng, dist, n, rows)
                 idx = jax.device_put(idx_np, device)
                 runs: dict[str, Callable[[], object]] = {
                     "jdirect": lambda: gather(table, idx),
-                    "naive": lambda: gather(table, idx, locality=False),
+                    "jdirect-sorted": lambda: gather(table, idx, locality=True),
+                    "jdirect-unsorted": lambda: gather(table, idx, locality=False),
+                    "jdirect-inplace": lambda: gather(inplace, idx),
+                    "naive": lambda: gather(inplace, idx, locality=False),
                     "sorted+scatter": lambda: sorted_scatter(table, idx),
                     "numpy+device_put": lambda: jax.device_put(np.take(host, idx_np, axis=0), device),
                 }
@@ -190,9 +211,6 @@ def main() -> None:
                     cached = jdirect.CachedTable.from_counts(
                         table, counts, int(args.cache_fraction * rows * row_bytes))
                     runs["jdirect-cached"] = lambda: gather(cached, idx)
-                for name in ("uvm-host", "uvm-prefetched"):
-                    if name in extra:
-                        runs[name] = lambda t=extra[name]: gather(t, idx)
                 if "jdirect-bf16" in extra:
                     runs["jdirect-bf16"] = lambda: gather_f32(extra["jdirect-bf16"], idx)
                 if "jdirect-int8" in extra:
@@ -213,10 +231,13 @@ def main() -> None:
                     rec = dict(method=name, dist=dist, row_bytes=row_bytes, indices=n,
                                seconds=seconds, gbps=n * row_bytes / seconds / 1e9,
                                mrows_per_s=n / seconds / 1e6)
+                    if name in MEMORY_OF:
+                        rec["memory"] = MEMORY_OF[name](table, inplace)
                     records.append(rec)
                     print(f"  {name:17s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
                           f"{rec['gbps']:8.2f} GB/s", flush=True)
         table.close()
+        inplace.close()
         for t in extra.values():
             t.close()
         pinned = on_device = torch_run = None  # free the 16 GiB copies now

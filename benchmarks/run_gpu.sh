@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
 # One device-machine session: build for Hopper, run the test suite on the
-# GPU, then the gather benchmark. Logs and JSON go to $OUT (or ./out).
+# GPU, compute-sanitizer over the gather and table tests, then the gather
+# benchmark. Logs and JSON go to $OUT (or ./out).
+#   RUN_TESTS=0 / RUN_SANITIZER=0 / RUN_BENCH=0 skip a stage;
+#   BENCH_ARGS="..." passes arguments to benchmarks/gather.py.
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# Built libraries are copied into the checkout, so scripts import it as is.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv | tee "$OUT/device.txt"
-python3 -m pip install -q --no-build-isolation --no-deps -e . \
-  -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 2>&1 | tail -3
+if ! python3 -m pip install -q --no-build-isolation --no-deps -e . \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1; then
+  # Some images lack scikit-build-core: build with CMake directly.
+  { cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DPython_EXECUTABLE="$(which python3)" && ninja -C build/gpu &&
+    cp build/gpu/libjdirect_cpu.so build/gpu/libjdirect_cuda.so jdirect/; } >> "$OUT/build.log" 2>&1
+fi
+tail -3 "$OUT/build.log"
 python3 -c "import jax, jdirect; print('jax', jax.__version__, jax.devices(), 'cuda lib', jdirect.has_cuda())" | tee -a "$OUT/device.txt"
+TABLE_TESTS="tests/test_gather.py tests/test_host_table.py tests/test_table_kinds.py tests/test_table_inputs.py"
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   python3 -m pytest -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/pytest.log" | tail -25
+fi
+if [ "${RUN_SANITIZER:-1}" = 1 ]; then
+  XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck --print-limit 20 \
+    python3 -m pytest -q -p no:cacheprovider $TABLE_TESTS \
+    -k "address or rank1 or extreme or empty or readme or cached or int8 or out_dtype or sharing or every_kind or gpu_ or close" \
+    > "$OUT/sanitizer.log" 2>&1
+  grep -E "passed|failed|ERROR SUMMARY" "$OUT/sanitizer.log" | tail -3
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
   XLA_PYTHON_CLIENT_PREALLOCATE=false python3 benchmarks/gather.py --json "$OUT/gather.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40

@@ -27,6 +27,7 @@ struct GatherArgs {
   Mode mode;
   FillPattern fill;
   DeviceCache cache;
+  int32_t handle;  // the registered table read, or 0 for an array operand
 };
 
 inline ffi::Error MakeGatherArgs(const char* table, int64_t nrows,
@@ -63,7 +64,8 @@ inline ffi::Error MakeGatherArgs(const char* table, int64_t nrows,
                      static_cast<Mode>(mode),
                      FillPattern{static_cast<uint64_t>(fill_lo),
                                  static_cast<uint64_t>(fill_hi)},
-                     DeviceCache{}};
+                     DeviceCache{},
+                     0};
   return ffi::Error::Success();
 }
 
@@ -100,7 +102,10 @@ inline ffi::Error TableShape(ffi::AnyBuffer table, int64_t* nrows,
 // Checks a HostTable lease against the shape the program was traced for.
 inline ffi::Error CheckLease(const TableLease& lease, int64_t nrows,
                              int64_t row_bytes) {
-  if (!lease.ok()) return ffi::Error::InvalidArgument(lease.error());
+  // FAILED_PRECONDITION, not INVALID_ARGUMENT: JAX turns the latter into a
+  // ValueError on some dispatch paths only; this way every path raises
+  // the same JaxRuntimeError.
+  if (!lease.ok()) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, lease.error());
   if (lease.view().nrows != nrows || lease.view().row_bytes != row_bytes) {
     return ffi::Error::InvalidArgument(
         "jdirect gather: HostTable handle does not match the traced table "
@@ -125,8 +130,9 @@ ffi::Error GatherFromArray(const Runner& run, ffi::AnyBuffer table,
   return run(a);
 }
 
-// The lease spans the runner: on the CPU the copy, on the GPU the launch,
-// after which close() synchronises the device before unpinning.
+// The lease spans the runner: on the CPU the copy, on the GPU the launch and
+// the recording of the table's event, which close() waits for before the
+// memory is released.
 template <typename Runner>
 ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
                             ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
@@ -142,6 +148,7 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
     return e;
   }
   if (auto e = MakeCache(slots, cached, nrows, row_bytes, &a.cache); e.failure()) return e;
+  a.handle = handle;
   return run(a);
 }
 

@@ -1,8 +1,9 @@
-// CUDA gather handlers: GPU threads read rows straight from pinned host
-// memory (zero-copy over PCIe) or from device memory, with jnp.take's
-// semantics. The kernels are in gather_kernels.cuh.
+// CUDA gather handlers: GPU threads read rows straight from host memory
+// (pinned or host-resident managed, zero-copy over PCIe) or from device
+// memory, with jnp.take's semantics. The kernels are in gather_kernels.cuh.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
@@ -11,15 +12,14 @@
 #include "gather_common.h"
 #include "gather_kernels.cuh"
 #include "index.h"
+#include "table_events.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jdirect {
-
-// Below this many indices the sort's fixed cost (four launches) outweighs
-// what ordered reads save.
-constexpr int64_t kMinSortedIndices = 1024;
-
 namespace {
+
+// Address-order gathers launched so far: lets tests see which path ran.
+std::atomic<int64_t> sorted_gathers{0};
 
 int MultiprocessorCount() {
   static int counts[64] = {0};
@@ -63,15 +63,25 @@ void WithVector(const GatherArgs& a, Fn fn) {
   }
 }
 
-template <typename I>
-void LaunchCallerOrder(const GatherArgs& a, cudaStream_t stream) {
+// Launches the gather kernel over `n` rows taken from `rows`.
+template <typename Rows>
+void LaunchGather(const GatherArgs& a, Rows rows, cudaStream_t stream) {
   WithVector(a, [&](auto vec) {
     using V = decltype(vec);
     const int64_t vpr = a.row_bytes / static_cast<int64_t>(sizeof(V));
     const int64_t total = a.n * vpr;
-    GatherKernel<V, I><<<Blocks(total, int64_t{kThreads} * kUnroll), kThreads, 0, stream>>>(
-        a.table, a.nrows, static_cast<const I*>(a.idx), vpr, total,
-        reinterpret_cast<V*>(a.out), a.mode, a.fill, a.cache);
+    const unsigned blocks = Blocks(total, int64_t{kThreads} * kUnroll);
+    // 32-bit items while the counter cannot wrap (the grid's stride times
+    // kUnroll is far below 2**31).
+    if (total <= std::numeric_limits<int32_t>::max()) {
+      GatherKernel<V, uint32_t, Rows><<<blocks, kThreads, 0, stream>>>(
+          a.table, rows, static_cast<uint32_t>(vpr), static_cast<uint32_t>(total),
+          reinterpret_cast<V*>(a.out), a.fill, a.cache);
+    } else {
+      GatherKernel<V, uint64_t, Rows><<<blocks, kThreads, 0, stream>>>(
+          a.table, rows, static_cast<uint64_t>(vpr), static_cast<uint64_t>(total),
+          reinterpret_cast<V*>(a.out), a.fill, a.cache);
+    }
   });
 }
 
@@ -131,25 +141,9 @@ ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws
     return ffi::Error::Internal(std::string("jdirect gather: cub SortPairs failed: ") +
                                 cudaGetErrorString(err));
   }
-  WithVector(a, [&](auto vec) {
-    using V = decltype(vec);
-    const int64_t vpr = a.row_bytes / static_cast<int64_t>(sizeof(V));
-    GatherSortedKernel<V, K><<<Blocks(n * vpr, int64_t{kThreads} * kUnroll), kThreads, 0,
-                               stream>>>(a.table, keys_out, pos_out, n,
-                                         static_cast<K>(a.nrows), vpr,
-                                         reinterpret_cast<V*>(a.out), a.fill, a.cache);
-  });
+  LaunchGather(a, SortedRows<K>{keys_out, pos_out, static_cast<K>(a.nrows)}, stream);
+  sorted_gathers.fetch_add(1, std::memory_order_relaxed);
   return ffi::Error::Success();
-}
-
-// Rows in device memory gain nothing from ordering; only host tables sort.
-bool InHostMemory(const void* p) {
-  cudaPointerAttributes attr;
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();
-    return true;
-  }
-  return attr.type != cudaMemoryTypeDevice;
 }
 
 struct CudaRunner {
@@ -160,12 +154,10 @@ struct CudaRunner {
   ffi::Error operator()(const GatherArgs& a) const {
     if (a.n == 0 || a.row_bytes == 0) return ffi::Error::Success();
     ffi::Error status = ffi::Error::Success();
-    // Python sizes the workspace (jdirect_cuda_sort_workspace_bytes) only
-    // when it wants address order; an empty one means caller order.
-    const bool sorted = workspace_bytes > 0 && a.n >= kMinSortedIndices &&
-                        a.n <= std::numeric_limits<int32_t>::max() &&
-                        workspace_bytes >= SortWorkspaceBytes(a.n, a.nrows) &&
-                        InHostMemory(a.table);
+    // Python decides the order (jdirect/_ops.py, address_order) and sizes
+    // a workspace only for address order; an empty one means caller order.
+    const bool sorted = workspace_bytes > 0 && a.n <= std::numeric_limits<int32_t>::max() &&
+                        workspace_bytes >= SortWorkspaceBytes(a.n, a.nrows);
     const bool narrow = NarrowKeys(a.nrows);
     if (sorted && a.idx64) {
       status = narrow ? LaunchAddressOrder<int64_t, uint32_t>(a, stream, workspace)
@@ -174,9 +166,11 @@ struct CudaRunner {
       status = narrow ? LaunchAddressOrder<int32_t, uint32_t>(a, stream, workspace)
                       : LaunchAddressOrder<int32_t, uint64_t>(a, stream, workspace);
     } else if (a.idx64) {
-      LaunchCallerOrder<int64_t>(a, stream);
+      LaunchGather(a, CallerRows<int64_t>{static_cast<const int64_t*>(a.idx), a.nrows, a.mode},
+                   stream);
     } else {
-      LaunchCallerOrder<int32_t>(a, stream);
+      LaunchGather(a, CallerRows<int32_t>{static_cast<const int32_t*>(a.idx), a.nrows, a.mode},
+                   stream);
     }
     if (status.failure()) return status;
     // May also report an earlier launch's error on this thread: the message
@@ -186,7 +180,8 @@ struct CudaRunner {
       return ffi::Error::Internal(std::string("jdirect gather: kernel launch failed: ") +
                                   cudaGetErrorString(err));
     }
-    return ffi::Error::Success();
+    // close() waits for this event instead of for the whole device.
+    return a.handle > 0 ? RecordTableRead(a.handle, stream) : ffi::Error::Success();
   }
 };
 
@@ -243,10 +238,14 @@ ffi::Error GatherHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> slots,
 // Sizes the workspace result for address order (0 on failure, e.g. with
 // no GPU): called by Python at trace time.
 extern "C" JDIRECT_EXPORT int64_t jdirect_cuda_sort_workspace_bytes(int64_t n, int64_t nrows) {
-  if (n < jdirect::kMinSortedIndices || n > std::numeric_limits<int32_t>::max()) return 0;
+  if (n <= 0 || n > std::numeric_limits<int32_t>::max()) return 0;
   const int64_t bytes = jdirect::SortWorkspaceBytes(n, nrows);
   cudaGetLastError();  // a failed query (no device) must not linger
   return bytes;
+}
+
+extern "C" JDIRECT_EXPORT int64_t jdirect_cuda_sorted_gathers() {
+  return jdirect::sorted_gathers.load(std::memory_order_relaxed);
 }
 
 #define JDIRECT_CUDA_CTX .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()

@@ -179,23 +179,4 @@ JDIRECT_EXPORT void jdirect_cuda_unpin(int64_t pin) {
   b.pins.erase(it);
 }
 
-// Waits for all work on every device: called by close() after the registry
-// has stopped new launches and before memory is unpinned.
-JDIRECT_EXPORT int32_t jdirect_cuda_synchronize(char* err, int64_t errlen) {
-  int n = 0, current = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-  cudaGetDevice(&current);
-  int32_t status = 0;
-  for (int d = 0; d < n; ++d) {
-    cudaError_t e = cudaSetDevice(d);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess && status == 0) {
-      SetError(err, errlen, "cudaDeviceSynchronize", e);
-      status = 1;
-    }
-  }
-  cudaSetDevice(current);
-  return status;
-}
-
 }  // extern "C"

@@ -2,18 +2,20 @@
 
 `gather(table, idx)` is `jnp.take(table, idx, axis=0)` whose rows are read
 where the table lives: GPU threads read a `HostTable` (or a `pinned_host`
-jax.Array) directly over PCIe, with no staging copy.
+jax.Array) directly over PCIe, with no staging copy. `host_empty` allocates
+host memory where those reads are fastest.
 """
 
 from . import _ffi  # registers the FFI targets
 from .cached_table import CachedTable
 from .gather import gather
+from .host_memory import host_empty
 from .host_table import HostTable
-from .managed_table import ManagedTable
 from .quantized import Int8Table, decode_rows, quantize_rows
+from .table import Table
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "ManagedTable", "decode_rows", "gather",
-           "has_cuda", "quantize_rows"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "Table", "decode_rows", "gather",
+           "has_cuda", "host_empty", "quantize_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

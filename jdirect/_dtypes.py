@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 # Sub-byte types are packed by XLA; a byte-copying gather cannot serve them.
 _SUB_BYTE = {"int2", "uint2", "int4", "uint4", "float4_e2m1fn"}
+# Extended precision has no JAX type (on x86-64 NumPy's longdouble is 80-bit
+# in 16 bytes); where it is plain double, the dtype is float64 itself.
+_EXTENDED = {np.dtype(np.longdouble), np.dtype(np.clongdouble)} - {
+    np.dtype(np.float64), np.dtype(np.complex128)}
 
 
-def check_table_dtype(dtype: np.dtype) -> np.dtype:
+def check_table_dtype(dtype: Any) -> np.dtype:
     """Returns `dtype` if a table may hold it, else raises TypeError."""
     dtype = np.dtype(dtype)
     numeric = dtype == np.bool_ or jnp.issubdtype(dtype, jnp.number)
-    if not numeric or dtype.name in _SUB_BYTE or dtype.itemsize not in (1, 2, 4, 8, 16):
+    if (not numeric or dtype.name in _SUB_BYTE or dtype in _EXTENDED
+            or dtype.itemsize not in (1, 2, 4, 8, 16)):
         raise TypeError(f"jdirect tables cannot hold dtype {dtype.name}")
+    if not dtype.isnative:
+        raise TypeError(
+            f"jdirect tables cannot hold dtype {dtype.str} (non-native byte order); "
+            f"convert with array.astype({dtype.name!r}) (that makes a copy)"
+        )
     return dtype
 
 
 def check_canonical(dtype: np.dtype) -> None:
     """Raises TypeError if JAX would store `dtype` as another type.
 
-    A HostTable is never converted (that would copy it), so a 64-bit table
+    A host table is never converted (that would copy it), so a 64-bit table
     needs jax_enable_x64.
     """
     canonical = jax.dtypes.canonicalize_dtype(dtype)
@@ -34,28 +47,44 @@ def check_canonical(dtype: np.dtype) -> None:
         )
 
 
-def default_fill(dtype: np.dtype):
-    """jnp.take's fill for out-of-range indices in mode="fill"."""
-    if dtype == np.bool_:
-        return True
-    if jnp.issubdtype(dtype, jnp.signedinteger):
-        return np.iinfo(dtype).min
-    if jnp.issubdtype(dtype, jnp.unsignedinteger):
-        return np.iinfo(dtype).max
-    return np.nan
+def fill_element(dtype: np.dtype, fill_value: Any) -> np.ndarray:
+    """The 0-d array of `dtype` that jnp.take(mode="fill") puts in rows out of
+    range, byte for byte (NaN payloads included); None gives jnp's default.
 
-
-def fill_pattern(dtype: np.dtype, fill_value) -> tuple[int, int]:
-    """The fill element's bytes repeated to 16, as two int64 attributes."""
-    if fill_value is None:
-        fill_value = default_fill(dtype)
+    Raises:
+      TypeError: `fill_value` is traced, or a value jnp.take refuses (not a
+        number, or complex for a real table).
+      ValueError: `fill_value` is not a scalar.
+    """
     if isinstance(fill_value, jax.core.Tracer):
         raise TypeError("fill_value must be a concrete scalar, not a traced value")
+    if fill_value is None:
+        return _jnp_fill(dtype, type(None), None)
     value = np.asarray(fill_value)
     if value.ndim != 0:
         raise ValueError(f"fill_value must be a scalar, got shape {value.shape}")
-    # jnp converts with the same C-style rules (truncation toward zero).
-    with np.errstate(invalid="ignore", over="ignore"):
-        element = value.astype(dtype).tobytes()
-    words = np.frombuffer(element * (16 // len(element)), dtype="<i8")
+    if not (value.dtype == np.bool_ or jnp.issubdtype(value.dtype, jnp.number)):
+        raise TypeError(f"fill_value must be a number, got {value.dtype.name} ({fill_value!r})")
+    if (jnp.issubdtype(value.dtype, jnp.complexfloating)
+            and not jnp.issubdtype(dtype, jnp.complexfloating)):
+        raise TypeError(f"fill_value {fill_value!r} is complex but the table is {dtype.name}")
+    scalar = value.item()
+    return _jnp_fill(dtype, type(scalar), scalar)
+
+
+# Keyed by the value's type too: 1, 1.0 and True (or 0.0 and -0.0) are equal
+# keys but may convert differently.
+@functools.lru_cache(maxsize=1024)
+def _jnp_fill(dtype: np.dtype, kind: type, value: Any) -> np.ndarray:
+    # Ask jnp.take itself: its conversion (weak types, NaN bit patterns such
+    # as float8_e5m2's) is the definition jdirect must match.
+    with jax.ensure_compile_time_eval():
+        row = jnp.take(jnp.zeros((1,), dtype), jnp.array([1]), mode="fill", fill_value=value)
+    return np.asarray(row)[0]
+
+
+def fill_pattern(element: np.ndarray) -> tuple[int, int]:
+    """A fill element's bytes repeated to 16, as two int64 attributes."""
+    raw = element.tobytes()
+    words = np.frombuffer(raw * (16 // len(raw)), dtype="<i8")
     return int(words[0]), int(words[1])

@@ -77,11 +77,12 @@ if _cuda is not None:
         "jdirect_cuda_device_count": ([], _i32),
         "jdirect_cuda_pin": ([_ptr, _i64, _i32, _err, _i64], _i64),
         "jdirect_cuda_unpin": ([_i64], None),
-        "jdirect_cuda_synchronize": ([_err, _i64], _i32),
+        "jdirect_cuda_table_wait": ([_i32, _err, _i64], _i32),
         "jdirect_cuda_sort_workspace_bytes": ([_i64, _i64], _i64),
-        "jdirect_cuda_managed_alloc": ([_i64, _i32, _i32, _err, _i64], _ptr),
-        "jdirect_cuda_managed_prefetch": ([_ptr, _i64, _i32, _err, _i64], _i32),
-        "jdirect_cuda_managed_free": ([_ptr], None),
+        "jdirect_cuda_sorted_gathers": ([], _i64),
+        "jdirect_cuda_mem_info": ([ctypes.POINTER(_i64), ctypes.POINTER(_i64), _err, _i64], _i32),
+        "jdirect_cuda_host_alloc": ([_i64, _i32, _err, _i64], _ptr),
+        "jdirect_cuda_host_free": ([_ptr, _i32], None),
     })
     _register(_cuda, "Cuda", "CUDA")
 
@@ -129,38 +130,55 @@ def cuda_unpin(pin: int) -> None:
     _cuda.jdirect_cuda_unpin(pin)
 
 
+def table_wait(handle: int) -> None:
+    """Waits for the GPU gathers that read a closed table (a no-op without
+    the CUDA library); raises RuntimeError on a CUDA error."""
+    if _cuda is None:
+        return
+    err = ctypes.create_string_buffer(_ERRLEN)
+    if _cuda.jdirect_cuda_table_wait(handle, err, _ERRLEN) != 0:
+        raise RuntimeError(f"jdirect: {err.value.decode()}")
+
+
 @functools.lru_cache(maxsize=4096)
 def sort_workspace_bytes(n: int, nrows: int) -> int:
-    """Workspace for a GPU gather of `n` indices in address order; 0 means
-    caller order (too few indices, no CUDA library, or no GPU to ask)."""
+    """Workspace for a GPU gather of `n` indices in address order (0 without
+    the CUDA library or a GPU to ask)."""
     if _cuda is None:
         return 0
     return max(0, int(_cuda.jdirect_cuda_sort_workspace_bytes(n, nrows)))
 
 
-def managed_alloc(nbytes: int, device: int, advice: int) -> int:
-    """Allocates managed memory (see ffi/managed_cuda.cu for `advice`);
-    raises RuntimeError if it would exceed the GPU's free memory or fails."""
-    require_cuda("A ManagedTable")
+def sorted_gathers() -> int:
+    """How many GPU gathers have run in address order in this process."""
+    return int(_cuda.jdirect_cuda_sorted_gathers()) if _cuda is not None else 0
+
+
+# Kinds of jdirect_cuda_host_alloc (ffi/host_memory_cuda.cu).
+HOST_KINDS = {"managed": 0, "pinned": 1}
+
+
+def cuda_mem_info() -> tuple[int, int]:
+    """(free, total) bytes of the local GPU with the least free memory."""
+    require_cuda("Allocating host memory for GPU gathers")
+    free, total = ctypes.c_int64(0), ctypes.c_int64(0)
     err = ctypes.create_string_buffer(_ERRLEN)
-    address = _cuda.jdirect_cuda_managed_alloc(nbytes, device, advice, err, _ERRLEN)
-    if not address:
+    if _cuda.jdirect_cuda_mem_info(ctypes.byref(free), ctypes.byref(total), err, _ERRLEN) != 0:
         raise RuntimeError(f"jdirect: {err.value.decode()}")
+    return free.value, total.value
+
+
+def cuda_host_alloc(nbytes: int, kind: str) -> int:
+    """Allocates `nbytes` > 0 of host memory of `kind` ("managed" or
+    "pinned"); raises RuntimeError on failure."""
+    require_cuda("Allocating host memory for GPU gathers")
+    err = ctypes.create_string_buffer(_ERRLEN)
+    address = _cuda.jdirect_cuda_host_alloc(nbytes, HOST_KINDS[kind], err, _ERRLEN)
+    if not address:
+        raise RuntimeError(f"jdirect could not allocate {nbytes:,} bytes of {kind} memory: "
+                           f"{err.value.decode()}")
     return int(address)
 
 
-def managed_prefetch(address: int, nbytes: int, device: int) -> None:
-    err = ctypes.create_string_buffer(_ERRLEN)
-    if _cuda.jdirect_cuda_managed_prefetch(address, nbytes, device, err, _ERRLEN) != 0:
-        raise RuntimeError(f"jdirect: {err.value.decode()}")
-
-
-def managed_free(address: int) -> None:
-    _cuda.jdirect_cuda_managed_free(address)
-
-
-def cuda_synchronize() -> None:
-    """Waits for all work on every GPU; raises RuntimeError on a CUDA error."""
-    err = ctypes.create_string_buffer(_ERRLEN)
-    if _cuda.jdirect_cuda_synchronize(err, _ERRLEN) != 0:
-        raise RuntimeError(f"jdirect: {err.value.decode()}")
+def cuda_host_free(address: int, kind: str) -> None:
+    _cuda.jdirect_cuda_host_free(address, HOST_KINDS[kind])

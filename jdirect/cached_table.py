@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import jax
 import numpy as np
 
+from ._ops import ReadRequest
 from .host_table import HostTable
 
 
@@ -25,19 +27,27 @@ class CachedTable:
     that separately.
 
     Args:
-      table: the HostTable.
-      rows: distinct row ids to cache.
+      table: an open HostTable (any memory).
+      rows: distinct integer row ids to cache (for a boolean mask `m`, pass
+        `np.flatnonzero(m)`).
 
     Raises:
-      TypeError: `table` is not a HostTable.
-      ValueError: ids out of range, repeated, or more than 2**31 - 1.
+      TypeError: `table` is not a HostTable, or `rows` are not integers.
+      ValueError: `table` is closed; ids out of range, repeated, or more
+        than 2**31 - 1.
     """
 
     def __init__(self, table: HostTable, rows: Any):
         if not isinstance(table, HostTable):
             raise TypeError(f"CachedTable caches a HostTable, got {type(table).__name__}")
+        if table.closed:
+            raise ValueError(f"CachedTable needs an open HostTable, got {table!r}")
         nrows = table.shape[0]
-        rows = np.asarray(rows, dtype=np.int64).ravel()
+        rows = np.asarray(rows)
+        if rows.size and rows.dtype.kind not in "iu":
+            hint = " (for a boolean mask m, pass np.flatnonzero(m))" if rows.dtype == bool else ""
+            raise TypeError(f"rows must be integer row ids, got dtype {rows.dtype.name}{hint}")
+        rows = rows.astype(np.int64).ravel()
         if rows.size and (rows.min() < 0 or rows.max() >= nrows):
             raise ValueError(f"cached row ids must lie in [0, {nrows})")
         if np.unique(rows).size != rows.size:
@@ -48,6 +58,7 @@ class CachedTable:
         slots[rows] = np.arange(rows.size, dtype=np.int32)
         self.table = table
         self.cached_rows = rows
+        self._count = int(rows.size)
         self._slots = jax.device_put(slots)
         self._rows = jax.device_put(np.ascontiguousarray(table.numpy()[rows]))
 
@@ -57,13 +68,21 @@ class CachedTable:
         degrees) that fit in `budget_bytes` of device memory.
 
         Raises:
-          ValueError: `counts` does not have one entry per row, or a negative budget.
+          TypeError: `counts` are not real numbers, or `budget_bytes` is not
+            an int.
+          ValueError: `counts` does not have one entry per row, or a
+            negative budget.
         """
-        counts = np.asarray(counts).ravel()
+        if not isinstance(budget_bytes, numbers.Integral) or isinstance(budget_bytes, bool):
+            raise TypeError(f"budget_bytes must be an int, got {budget_bytes!r}")
+        if budget_bytes < 0:
+            raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
+        counts = np.asarray(counts)
+        if counts.dtype.kind not in "biuf":
+            raise TypeError(f"counts must be real numbers, got dtype {counts.dtype.name}")
+        counts = counts.ravel()
         if counts.shape != (table.shape[0],):
             raise ValueError(f"counts needs {table.shape[0]} entries, got {counts.shape}")
-        if budget_bytes < 0:
-            raise ValueError("budget_bytes must be >= 0")
         row_bytes = table.nbytes // max(table.shape[0], 1)
         per_row = row_bytes + 4  # the row and its share of the slot map
         k = min(table.shape[0], budget_bytes // per_row)
@@ -78,17 +97,31 @@ class CachedTable:
     def dtype(self) -> np.dtype:
         return self.table.dtype
 
+    @property
+    def memory(self) -> str:
+        """Where the uncached rows live (the HostTable's memory)."""
+        return self.table.memory
+
+    def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
+        """The table protocol's read (see `jdirect.table.Table`)."""
+        return self.table.read_rows(idx, request, cache=(self._slots, self._rows))
+
     def __repr__(self) -> str:
-        return f"CachedTable({self.table!r}, {self.cached_rows.size:,} rows cached)"
+        return f"CachedTable({self.table!r}, {self._count:,} rows cached)"
+
+    def __reduce_ex__(self, protocol: int):
+        raise TypeError("a CachedTable cannot be pickled or copied; make a new one over a new "
+                        "HostTable")
 
     def _tree_flatten(self):
-        return (self.table, self._slots, self._rows), None
+        return (self.table, self._slots, self._rows), self._count
 
     @classmethod
-    def _tree_unflatten(cls, aux, children) -> "CachedTable":
+    def _tree_unflatten(cls, count, children) -> "CachedTable":
         view = object.__new__(cls)
         view.table, view._slots, view._rows = children
         view.cached_rows = None
+        view._count = count
         return view
 
 

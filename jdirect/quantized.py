@@ -9,22 +9,40 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _dtypes
+from ._ops import FILL, ReadRequest
 from .host_table import HostTable
 
 
-def quantize_rows(array: np.ndarray) -> np.ndarray:
+def quantize_rows(array: Any, out: np.ndarray | None = None) -> np.ndarray:
     """Packs a float [n, d] array as uint8 [n, d + 4]: per row, d int8 values
     q = round(x / s) and the float32 scale s = max|x| / 127 (little-endian).
+    Writes into `out` (uint8 [n, d + 4]) if given, and returns it.
 
     Raises:
-      ValueError: `array` is not 2-D.
+      TypeError: `array` is not floating point (integers, bool, complex and
+        objects would be quantized lossily or not at all: convert first).
+      ValueError: `array` is not 2-D, or holds NaN or infinite values (one
+        would make its whole row NaN); the message gives the count and the
+        first such row.
     """
-    array = np.asarray(array, dtype=np.float32)
+    array = np.asarray(array)
+    if not jnp.issubdtype(array.dtype, jnp.floating):
+        raise TypeError(f"quantize_rows needs a floating-point array, got {array.dtype.name}")
     if array.ndim != 2:
         raise ValueError(f"quantize_rows needs a 2-D array, got shape {array.shape}")
-    scale = np.abs(array).max(axis=1) / 127.0
+    array = array.astype(np.float32)
+    finite = np.isfinite(array)
+    if not finite.all():
+        bad = np.flatnonzero(~finite.all(axis=1))
+        raise ValueError(f"quantize_rows needs finite values: {(~finite).sum()} NaN or infinite "
+                         f"values, in {bad.size} rows (first: row {bad[0]})")
+    scale = np.abs(array).max(axis=1, initial=0.0) / 127.0
     scale[scale == 0] = 1.0
-    packed = np.empty((array.shape[0], array.shape[1] + 4), np.uint8)
+    shape = (array.shape[0], array.shape[1] + 4)
+    packed = np.empty(shape, np.uint8) if out is None else out
+    if packed.shape != shape or packed.dtype != np.uint8:
+        raise ValueError(f"out must be uint8 of shape {shape}, got {packed.dtype.name} {packed.shape}")
     packed[:, :-4] = np.clip(np.rint(array / scale[:, None]), -127, 127).astype(np.int8).view(np.uint8)
     packed[:, -4:] = scale.astype("<f4")[:, None].view(np.uint8)
     return packed
@@ -40,17 +58,33 @@ def decode_rows(packed: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
 class Int8Table:
     """A float table quantized to int8 rows with a per-row scale, in host memory.
 
-    `jdirect.gather(t, idx)` returns the decoded float32 rows (or
-    `out_dtype`): `decode_rows(jnp.take(packed, idx, axis=0))`. Indices out
-    of range give zero rows in "fill" mode (a fill of 0 decodes to 0).
+    `jdirect.gather(t, idx, mode=..., fill_value=...)` is `jnp.take` of the
+    decoded float32 table `decode_rows(packed)`, out-of-range rows included
+    (NaN by default in "fill" mode); `out_dtype` converts the decoded rows.
 
     Args:
-      array: float [n, d] values; quantized once, here (the packed copy is
-        what stays in host memory, pinned).
+      array: float [n, d] values, finite; quantized once, here, into
+        jdirect's host memory (`HostTable.copy_of`, `memory` as there).
+
+    Attributes:
+      shape: (n, d); dtype: float32, the decoded type; memory: the packed
+        table's memory.
+
+    Raises: as `quantize_rows` and `host_empty`.
     """
 
-    def __init__(self, array: np.ndarray):
-        self._wrap(quantize_rows(array))
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, array: Any, *, memory: str = "auto"):
+        array = np.asarray(array)
+        shape = (array.shape[0], array.shape[1] + 4) if array.ndim == 2 else (0, 4)
+        table = HostTable.empty(shape, np.uint8, memory=memory)
+        try:
+            quantize_rows(array, out=table.numpy())
+        except BaseException:
+            table.close()
+            raise
+        self._wrap(table)
 
     @classmethod
     def from_packed(cls, packed: np.ndarray) -> "Int8Table":
@@ -58,19 +92,40 @@ class Int8Table:
         place, without a copy.
 
         Raises:
-          TypeError, ValueError: not a uint8 array of shape [n, d + 4], d >= 1.
+          TypeError, ValueError: not a uint8 array of shape [n, d + 4], d >= 0.
         """
         if not isinstance(packed, np.ndarray) or packed.dtype != np.uint8:
             raise TypeError("from_packed needs a uint8 NumPy array")
-        if packed.ndim != 2 or packed.shape[1] < 5:
-            raise ValueError(f"packed rows need shape [n, d + 4] with d >= 1, got {packed.shape}")
+        if packed.ndim != 2 or packed.shape[1] < 4:
+            raise ValueError(f"packed rows need shape [n, d + 4] with d >= 0, got {packed.shape}")
         table = object.__new__(cls)
-        table._wrap(packed)
+        table._wrap(HostTable(packed))
         return table
 
-    def _wrap(self, packed: np.ndarray) -> None:
-        self.table = HostTable(packed)
-        self.shape = (packed.shape[0], packed.shape[1] - 4)
+    def _wrap(self, table: HostTable) -> None:
+        self.table = table
+        self.shape = (table.shape[0], table.shape[1] - 4)
+
+    @property
+    def memory(self) -> str:
+        return self.table.memory
+
+    @property
+    def closed(self) -> bool:
+        return self.table.closed
+
+    def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
+        """The table protocol's read (see `jdirect.table.Table`)."""
+        packed = self.table.read_rows(idx, request._replace(fill_value=0))
+        rows = decode_rows(packed, self.dtype)
+        if request.mode != FILL:
+            return rows
+        # Rows out of range hold fill_value, as in jnp.take of the decoded
+        # table; index resolution as in ffi/index.h's fill mode.
+        n = self.shape[0]
+        valid = (idx >= -n) & (idx < n)
+        fill = _dtypes.fill_element(self.dtype, request.fill_value)
+        return jnp.where(valid[..., None], rows, fill)
 
     def close(self) -> None:
         self.table.close()
@@ -83,6 +138,10 @@ class Int8Table:
 
     def __repr__(self) -> str:
         return f"Int8Table(shape={self.shape}, {self.table!r})"
+
+    def __reduce_ex__(self, protocol: int):
+        raise TypeError("an Int8Table cannot be pickled or copied; make a new one from "
+                        "table.table.numpy() with Int8Table.from_packed")
 
     def _tree_flatten(self):
         return (self.table,), self.shape

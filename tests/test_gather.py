@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -11,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jdirect
-from conftest import PLACEMENTS, place
+from conftest import PLACEMENTS, gpu_only, place
+from jdirect import _ffi, _ops
 
 DTYPES = [
     np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.int16, np.int32,
@@ -250,6 +253,8 @@ def test_bad_arguments():
         jdirect.gather(jnp.float32(1.0), jnp.array([0]))
     with pytest.raises(ValueError, match="scalar"):
         jdirect.gather(t, jnp.array([5]), fill_value=np.ones(2))
+    with pytest.raises(ValueError, match="scalar"):  # checked even with nothing to read
+        jdirect.gather(t, jnp.zeros((0,), jnp.int32), fill_value=np.ones(2))
     with pytest.raises(TypeError, match="jax_enable_x64"):
         with jdirect.HostTable(np.zeros((3, 2), np.float64)) as t64:
             jdirect.gather(t64, jnp.array([0]))
@@ -303,12 +308,6 @@ def test_cached_table_matches_host_table():
                 assert_same(out, ref)
         closure = jax.jit(lambda i: jdirect.gather(cached, i))
         assert_same(closure(idx[:100]), jnp.take(jnp.asarray(host), idx[:100], axis=0))
-    with pytest.raises(ValueError, match="distinct"):
-        jdirect.CachedTable(jdirect.HostTable(host), [1, 1])
-    with pytest.raises(ValueError, match="lie in"):
-        jdirect.CachedTable(jdirect.HostTable(host), [3000])
-    with pytest.raises(TypeError, match="HostTable"):
-        jdirect.CachedTable(host, [0])
 
 
 def test_out_dtype_matches_converting_after_an_exact_gather():
@@ -323,17 +322,86 @@ def test_out_dtype_matches_converting_after_an_exact_gather():
 
 
 def test_int8_rows_decode_like_jnp():
+    """gather(Int8Table) is jnp.take of the decoded table, fill rows included."""
     rng = np.random.default_rng(5)
     values = rng.standard_normal((700, 20)).astype(np.float32) * rng.random((700, 1)) * 10
-    packed = jdirect.quantize_rows(values)
+    decoded = jdirect.decode_rows(jnp.asarray(jdirect.quantize_rows(values)))
     idx = jnp.asarray(indices(rng, 700, (3000,), np.int32))
     with jdirect.Int8Table(values) as table:
         for mode in MODES:
-            out = jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode))(table, idx)
-            ref = jdirect.decode_rows(jnp.take(jnp.asarray(packed), idx, axis=0, mode=mode,
-                                               fill_value=0))
-            assert_same(out, ref)
+            for fill in (None, -5, 2.5):
+                out = jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode, fill_value=fill))(
+                    table, idx)
+                assert_same(out, jnp.take(decoded, idx, axis=0, mode=mode, fill_value=fill))
         exact = np.asarray(jdirect.gather(table, jnp.arange(700)))
         # Quantization error is at most half a step, max|row| / 254.
         step = np.abs(values).max(axis=1, keepdims=True) / 127
         assert np.all(np.abs(exact - values) <= step / 2 + 1e-6)
+
+
+def test_int8_fill_value_is_honoured():
+    # Regression: rows out of range decoded to zeros whatever fill_value said.
+    with jdirect.Int8Table(np.ones((4, 3), np.float32)) as table:
+        out = np.asarray(jdirect.gather(table, jnp.array([0, 9]), fill_value=-5))
+    np.testing.assert_array_equal(out, [[1, 1, 1], [-5, -5, -5]])
+
+
+def test_eager_gathers_from_new_tables_compile_nothing_new():
+    """Regression: each eager gather from a new HostTable baked its handle
+    into a cached call and compiled a new program, never freed."""
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, *a, **k: compiles.append(name) if "backend_compile" in name else None)
+    idx = jnp.array([0, 3])
+
+    def eager_on_new_table(k: int) -> None:
+        with jdirect.HostTable(np.full((4, 2), k, np.float32)) as t:
+            np.testing.assert_array_equal(jdirect.gather(t, idx), np.full((2, 2), k))
+
+    eager_on_new_table(0)
+    before, calls = len(compiles), _ops._cached_call.cache_info().currsize
+    for k in range(1, 4):
+        eager_on_new_table(k)
+    assert len(compiles) == before
+    assert _ops._cached_call.cache_info().currsize == calls
+
+
+@pytest.mark.parametrize(
+    "memory, row_bytes, n, locality, expected",
+    [
+        ("pinned", 512, 100_000, None, True),
+        ("pinned", 64, 2_000, None, True),
+        ("pinned", 64, 1_000, None, False),  # too few indices
+        ("pinned", 512, 100_000, False, False),
+        ("managed", 512, 1_000_000, None, False),  # large pages: random reads at link rate
+        ("managed", 256, 1_000_000, None, False),
+        ("managed", 64, 1_000_000, None, True),
+        ("managed", 64, 100_000, None, False),
+        ("managed", 512, 100_000, True, True),
+        ("device", 64, 1_000_000, None, False),  # device tables never sort
+        ("device", 64, 1_000_000, True, False),
+        ("host", 64, 1_000_000, True, False),
+    ],
+)
+def test_address_order_policy(memory, row_bytes, n, locality, expected):
+    assert _ops.address_order(memory, row_bytes, n, locality) is expected
+
+
+@gpu_only
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_gpu_address_order_runs_where_the_policy_says(placement):
+    """The sorted path is observable: the CUDA library counts its launches,
+    and only host tables get a sort workspace (device tables used to get
+    one they never used)."""
+    host = np.arange(4096 * 16, dtype=np.float32).reshape(4096, 16)
+    table = place(host, placement)
+    idx = jnp.asarray(np.random.default_rng(0).integers(0, 4096, 2048), jnp.int32)
+    for locality in (None, True, False):
+        f = jax.jit(lambda t, i: jdirect.gather(t, i, locality=locality))
+        workspace = re.findall(r"u8\[(\d+)\]", str(jax.make_jaxpr(f)(table, idx)))
+        before = _ffi.sorted_gathers()
+        assert_same(f(table, idx), host[np.asarray(idx)])
+        sorted_ran = _ffi.sorted_gathers() - before
+        expected = placement != "device" and locality is not False
+        assert sorted_ran == int(expected), (placement, locality)
+        assert (workspace != ["0"]) == expected, workspace

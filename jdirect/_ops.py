@@ -1,0 +1,177 @@
+"""The FFI gather calls that every table kind builds on.
+
+Two sources of rows: an array operand (`read_array`: device, pinned_host or
+CPU arrays) and a registered host table (`read_registered`: a HostTable's
+handle, optionally with a device cache of some rows). Both check the
+request once, decide the access order and build one jitted-friendly call.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _dtypes, _ffi
+
+# Values match ffi/index.h's Mode.
+_MODES = {None: 0, "fill": 0, "clip": 1, "wrap": 2}
+FILL = 0
+
+# Where a table's rows live, as `Table.memory` reports it.
+MEMORY_KINDS = ("device", "pinned", "managed", "host")
+
+# Below this many indices the sort's fixed cost (four launches) outweighs
+# what ordered reads save.
+MIN_SORTED_INDICES = 1024
+# Host-resident managed memory is mapped with large pages: random rows of
+# this size or more already arrive at the link's rate (measured on an H200,
+# benchmarks/RESULTS.md), so sorting would only add its cost.
+MANAGED_SORT_BELOW_ROW_BYTES = 256
+MANAGED_SORT_FROM_INDICES = 1_000_000
+
+
+class ReadRequest(NamedTuple):
+    """What a gather asks of a table, checked by `make`."""
+
+    mode: int  # ffi/index.h's Mode
+    fill_value: Any
+    locality: bool | None
+
+    @staticmethod
+    def make(mode: str | None, fill_value: Any, locality: Any) -> "ReadRequest":
+        if mode not in _MODES:
+            if mode in ("raise", "promise_in_bounds"):
+                raise NotImplementedError(
+                    f"jdirect.gather does not support mode={mode!r}; use 'fill', 'clip' or 'wrap'")
+            raise ValueError(f"mode must be None, 'fill', 'clip' or 'wrap', got {mode!r}")
+        if locality is not None and not isinstance(locality, (bool, np.bool_)):
+            raise TypeError(f"locality must be True, False or None, got {locality!r}")
+        return ReadRequest(_MODES[mode], fill_value, None if locality is None else bool(locality))
+
+
+def address_order(memory: str, row_bytes: int, n: int, locality: bool | None) -> bool:
+    """Whether a GPU gather of `n` indices from rows of `row_bytes` in
+    `memory` reads them in ascending address order (sort, read, scatter).
+
+    `locality` None applies the measured policy: pinned memory always (every
+    random row costs a 4 KB translation), managed memory only for small rows
+    and many indices; True or False force it for host memory. Device memory
+    and calls with fewer than MIN_SORTED_INDICES indices never sort.
+    """
+    if memory not in ("pinned", "managed") or not MIN_SORTED_INDICES <= n < 2**31:
+        return False
+    if locality is not None:
+        return locality
+    if memory == "managed":
+        return row_bytes < MANAGED_SORT_BELOW_ROW_BYTES and n >= MANAGED_SORT_FROM_INDICES
+    return True
+
+
+class _Prepared(NamedTuple):
+    static: dict  # _make_call's keyword arguments
+    row_bytes: int
+
+
+def _prepare(shape: tuple[int, ...], dtype: np.dtype, memory: str, idx: jax.Array,
+             request: ReadRequest) -> _Prepared | jax.Array:
+    """Checks a read; returns its static parts, or the result itself when
+    no row is read."""
+    if len(shape) < 1:
+        raise ValueError("gather needs a table of rank >= 1 (rows along axis 0)")
+    _dtypes.check_table_dtype(dtype)
+    fill = _dtypes.fill_element(dtype, request.fill_value if request.mode == FILL else None)
+    if idx.size == 0:
+        return jnp.zeros(tuple(idx.shape) + tuple(shape[1:]), dtype)
+    if shape[0] == 0:
+        raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
+    if jax.default_backend() == "gpu":
+        _ffi.require_cuda("jdirect.gather on a GPU")
+    fill_lo, fill_hi = _dtypes.fill_pattern(fill)
+    static = dict(row_shape=tuple(shape[1:]), dtype=dtype, nrows=shape[0], memory=memory,
+                  locality=request.locality,
+                  attrs=(("mode", request.mode), ("fill_lo", fill_lo), ("fill_hi", fill_hi)))
+    return _Prepared(static, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
+
+
+def read_array(table: jax.Array, memory: str, idx: jax.Array,
+               request: ReadRequest) -> jax.Array:
+    """jnp.take(table, idx, axis=0, ...) from an array operand in `memory`."""
+    prep = _prepare(tuple(table.shape), np.dtype(table.dtype), memory, idx, request)
+    if not isinstance(prep, _Prepared):
+        return prep
+    return _cached_call(_ffi.GATHER, **prep.static)(table, idx)
+
+
+def read_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.dtype,
+                    memory: str, idx: jax.Array, request: ReadRequest,
+                    cache: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+    """jnp.take from a registered host table.
+
+    `handle` is the table's handle array (an operand: any table of this
+    shape reuses the compiled call) or, for a concrete table inside a
+    trace, its int value (a constant of that program). `cache` is a
+    CachedTable's (slots, rows) in device memory.
+    """
+    prep = _prepare(shape, dtype, memory, idx, request)
+    if not isinstance(prep, _Prepared):
+        return prep
+    static = dict(prep.static)
+    static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes))
+    if cache is None:  # no cache: empty operands
+        cache = (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), dtype))
+    if isinstance(handle, int):
+        # Not cached: a per-table entry would outlive the table.
+        static["attrs"] += (("handle", handle),)
+        return _make_call(_ffi.GATHER_HOST_STATIC, **static)(*cache, idx)
+    return _cached_call(_ffi.GATHER_HOST, **static)(handle, *cache, idx)
+
+
+def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
+               memory: str, locality: bool | None, attrs: tuple) -> Callable[..., jax.Array]:
+    """The FFI call for one static configuration, with its batching rule.
+
+    Operands are (table, idx) or ([handle,] cache slots, cached rows, idx):
+    idx is always last. The second result is the GPU's sort workspace
+    (empty for caller order), allocated by XLA so that its lifetime follows
+    the program's streams; it is sized from the indices, batched or not.
+    """
+    row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+
+    def call(*operands: jax.Array) -> jax.Array:
+        idx = operands[-1]
+        sort = (jax.default_backend() == "gpu"
+                and address_order(memory, row_bytes, idx.size, locality))
+        workspace = _ffi.sort_workspace_bytes(idx.size, nrows) if sort else 0
+        outs = (
+            jax.ShapeDtypeStruct(idx.shape + row_shape, dtype),
+            jax.ShapeDtypeStruct((workspace,), np.uint8),
+        )
+        ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
+        return ffi(*operands, **dict(attrs))[0]
+
+    batched_call = jax.custom_batching.custom_vmap(call)
+
+    @batched_call.def_vmap
+    def _rule(axis_size: int, in_batched: list[bool], *operands: jax.Array):
+        *table_batched, idx_batched = in_batched
+        if not any(table_batched):
+            # Output rows follow the indices, batch axis included: one launch.
+            return batched_call(*operands), True
+        if target != _ffi.GATHER:
+            raise ValueError("jdirect.gather cannot vmap over HostTables or CachedTables")
+        table, idx = operands
+        if not idx_batched:
+            idx = jnp.broadcast_to(idx, (axis_size,) + idx.shape)
+        return jax.lax.map(lambda args: batched_call(*args), (table, idx)), True
+
+    # Under jit even when called eagerly: every gather then takes JAX's one
+    # dispatch path for compiled calls, so a failure (a closed table) raises
+    # the same exception type however the gather was called.
+    return jax.jit(batched_call)
+
+
+_cached_call = functools.lru_cache(maxsize=None)(_make_call)

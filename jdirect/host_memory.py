@@ -1,0 +1,147 @@
+"""Host memory that GPU gathers read fastest: `host_empty`.
+
+How host memory was obtained decides how fast GPU threads read scattered
+rows of it (benchmarks/RESULTS.md): pinned memory is mapped for the GPU in
+4 KB translation entries, which caps random reads near 30 M rows/s, while
+host-resident CUDA managed memory is mapped in 64 KB / 2 MB entries and
+reaches the PCIe link's rate. jdirect therefore allocates the tables it
+creates as managed memory that stays on the host, and pins memory it is
+given in place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+import threading
+import warnings
+import weakref
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import _dtypes, _ffi
+
+MEMORY_CHOICES = ("auto", "managed", "pinned")
+
+# Kept free on the GPU beyond jdirect's managed memory: XLA, cuBLAS and the
+# driver allocate after the table does.
+_MIN_MARGIN = 512 << 20
+_MARGIN_FRACTION = 16  # 1/16 of the GPU's memory, if larger
+
+_lock = threading.Lock()
+# address -> (end, memory) of every live jdirect allocation.
+_live: dict[int, tuple[int, str]] = {}
+_warned_fallback = False
+
+
+def host_empty(shape: int | tuple[int, ...], dtype: Any = np.float32, *,
+               memory: str = "auto") -> np.ndarray:
+    """A new uninitialised NumPy array in host memory that GPU gathers read
+    fastest; `jdirect.HostTable` wraps it (or a C-contiguous view into it)
+    in place, without pinning it again.
+
+    On a GPU backend:
+      - "auto" (default): host-resident CUDA managed memory (preferred
+        location host, accessed by every local GPU: pages never migrate, GPUs
+        read them over PCIe), unless jdirect's managed memory would then
+        exceed the free memory of a GPU less a margin (oversubscribed
+        managed memory can hang the GPU); then pinned memory, with one
+        warning saying how to make room.
+      - "managed": managed memory as above, or RuntimeError if it does not fit.
+      - "pinned": page-locked memory (cudaHostAlloc, mapped).
+    On the CPU backend every choice gives ordinary NumPy memory.
+
+    The array owns the memory: it is freed when the array, every view of it
+    and every table wrapping it are gone. CPU code reads and writes it like
+    any NumPy array (managed pages live in host memory).
+
+    Args:
+      shape: the array's shape (ints >= 0).
+      dtype: a dtype a table can hold (numeric, byte-sized).
+      memory: "auto", "managed" or "pinned".
+
+    Raises:
+      TypeError: a bad shape type or a dtype tables cannot hold.
+      ValueError: a negative dimension or an unknown `memory`.
+      RuntimeError: memory="managed" does not fit (the message gives bytes
+        needed and free), the allocation failed, or jdirect was built
+        without CUDA on a GPU backend.
+    """
+    shape = _check_shape(shape)
+    dtype = _dtypes.check_table_dtype(dtype)
+    if memory not in MEMORY_CHOICES:
+        raise ValueError(f"memory must be one of {MEMORY_CHOICES}, got {memory!r}")
+    if jax.default_backend() != "gpu":
+        return np.empty(shape, dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    kind = _choose(memory, nbytes)
+    return _allocate(shape, dtype, nbytes, kind)
+
+
+def memory_of(array: np.ndarray) -> str | None:
+    """"managed" or "pinned" if `array` lies inside memory from `host_empty`
+    on a GPU backend, else None."""
+    start = array.ctypes.data
+    end = start + array.nbytes
+    with _lock:
+        for base, (stop, memory) in _live.items():
+            if base <= start and end <= stop:
+                return memory
+    return None
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    try:
+        dims = (operator.index(shape),) if not isinstance(shape, (tuple, list)) else tuple(
+            operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape must not have negative dimensions, got {dims}")
+    return dims
+
+
+def _choose(memory: str, nbytes: int) -> str:
+    """The memory kind to allocate, applying the managed-memory limit."""
+    global _warned_fallback
+    if memory == "pinned":
+        return "pinned"
+    free, total = _ffi.cuda_mem_info()
+    margin = max(_MIN_MARGIN, total // _MARGIN_FRACTION)
+    with _lock:
+        managed = sum(stop - base for base, (stop, kind) in _live.items() if kind == "managed")
+    if managed + nbytes + margin <= free:
+        return "managed"
+    why = (f"{nbytes:,} bytes of managed memory would bring jdirect's managed memory to "
+           f"{managed + nbytes:,} bytes, more than the GPU's {free:,} free bytes less a "
+           f"{margin:,}-byte margin (oversubscribed managed memory can hang the GPU)")
+    room = ("To make room, start JAX with XLA_PYTHON_CLIENT_PREALLOCATE=false or a smaller "
+            "XLA_PYTHON_CLIENT_MEM_FRACTION (JAX preallocates 75 % of GPU memory by default).")
+    if memory == "managed":
+        raise RuntimeError(f"jdirect: refusing {why}. {room}")
+    if not _warned_fallback:
+        _warned_fallback = True
+        warnings.warn(f"jdirect: using pinned memory (slower random reads) because {why}. "
+                      f"{room}", RuntimeWarning, stacklevel=4)
+    return "pinned"
+
+
+def _allocate(shape: tuple[int, ...], dtype: np.dtype, nbytes: int, kind: str) -> np.ndarray:
+    size = max(nbytes, 1)  # CUDA refuses empty allocations
+    address = _ffi.cuda_host_alloc(size, kind)
+    buffer = (ctypes.c_char * size).from_address(address)
+    with _lock:
+        _live[address] = (address + size, kind)
+    # The buffer is the base of every view: when the last one is collected,
+    # the memory is freed (tables keep their array, so it outlives them).
+    # Not at exit: the CUDA runtime may already be gone.
+    weakref.finalize(buffer, _free, address, kind).atexit = False
+    return np.frombuffer(buffer, dtype, count=nbytes // dtype.itemsize).reshape(shape)
+
+
+def _free(address: int, kind: str) -> None:
+    with _lock:
+        del _live[address]
+    _ffi.cuda_host_free(address, kind)
