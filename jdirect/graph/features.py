@@ -5,7 +5,9 @@ Modes (same model, same batches, same results):
   host     the conventional path: worker threads gather rows on the CPU
            into pinned staging buffers and device_put them (overlapped
            with the previous step by the prefetcher).
-  jdirect  the table stays in host memory (a pinned HostTable); the step
+  jdirect  the table stays in host memory (a HostTable: host-resident
+           managed memory when the features were allocated by jdirect, as
+           generators and loaders do, else pinned in place); the step
            reads its rows with jdirect.gather, zero-copy.
   jdirect-cache  as jdirect, with the highest-degree nodes' rows also in
            device memory (a CachedTable, `cache_fraction` of the table).
@@ -81,8 +83,10 @@ class FeatureSource:
                 # CPU, device_put may alias its input, so buffers are fresh.)
                 self._buffers = queue.Queue()
                 for _ in range(staging_buffers):
+                    # Pinned, as the conventional path this mode stands
+                    # for stages: device_put is then one DMA per batch.
                     self._buffers.put(HostTable.empty((rows_per_batch,) + features.shape[1:],
-                                                      features.dtype))
+                                                      features.dtype, memory="pinned"))
 
     def stage(self, batch: Batch) -> jax.Array | None:
         """Host mode: rows of `batch.input_nodes` on the device; else None.

@@ -8,9 +8,10 @@
   1/2/3 = train/val/test) and `reddit_graph.npz` (a SciPy sparse matrix
   saved with save_npz, COO or CSR).
 
-Features are cached once as `jdirect-cache/features.npy` beside the data
-and memory-mapped from then on, so a `HostTable` wraps them in place
-without a second copy. `jdirect-cache/features.json` records the size and
+Features are cached once as `jdirect-cache/features.npy` beside the data;
+each load reads the cache once, in chunks, into `jdirect.host_empty` memory
+(host-resident managed memory on a GPU), which a `HostTable` then wraps in
+place. `jdirect-cache/features.json` records the size and
 modification time of the file the cache was built from; the cache is
 rebuilt when they change. Both are written under a temporary name and
 renamed, so a failed write (disk full, kill) leaves nothing a later run
@@ -24,8 +25,8 @@ infinite features); missing files with FileNotFoundError.
 Memory: the npz layout (papers100M) builds the CSR from the memory-mapped
 edge array in two passes (`csr_from_edge_chunks`), so the peak is the CSR
 (4 bytes per stored edge + 16 bytes per node) plus about 100 bytes per
-edge of one chunk (`_EDGE_CHUNK` edges) of scratch; the features are a
-memory map (page cache, not process memory) once cached. The CSV layout
+edge of one chunk (`_EDGE_CHUNK` edges) of scratch, plus the features
+(read from the cache's memory map, whose pages are reclaimable). The CSV layout
 parses the edge list into memory first (text cannot be mapped).
 """
 
@@ -45,6 +46,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from ..host_memory import host_empty
 
 from ._atomic import TMP_PREFIX, atomic_write
 from .csr import Graph, csr_from_edge_chunks
@@ -218,7 +221,18 @@ def _cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None]
         if not allow_nonfinite:
             raise ValueError(msg + "; fix the file, or pass allow_nonfinite=True to load anyway")
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
-    return features
+    return _into_table_memory(features)
+
+
+def _into_table_memory(features: np.ndarray) -> np.ndarray:
+    """The memory-mapped cache read once into `jdirect.host_empty` memory
+    (host-resident managed memory on a GPU, where zero-copy gathers run at
+    the link's rate), in chunks: the table is never held twice."""
+    out = host_empty(features.shape, features.dtype)
+    step = max(1, (1 << 28) // max(1, features[:1].nbytes))
+    for start in range(0, features.shape[0], step):
+        out[start:start + step] = features[start:start + step]
+    return out
 
 
 def _labels(raw: np.ndarray, path: Path, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:

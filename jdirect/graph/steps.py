@@ -15,6 +15,7 @@ Two ways to feed a step:
 
 from __future__ import annotations
 
+import collections
 import functools
 from typing import Any, Callable
 
@@ -27,6 +28,32 @@ from .model import dropout_masks
 from .sampler import Batch
 
 Read = Callable[[Any, jax.Array, Any], jax.Array]  # (table, input_nodes, staged) -> rows
+
+
+class InFlight:
+    """Bounds how far the host runs ahead of the device.
+
+    Dispatch is asynchronous, and every dispatched step holds its buffers
+    until the device has run it: a loop that never waits can queue a whole
+    epoch and exhaust device memory (seen on products: 412 MB of rows per
+    queued step). `add(out)` after each dispatch waits only for the step
+    `depth` places back, so the device always has `depth` steps queued and
+    never idles for the host.
+    """
+
+    def __init__(self, depth: int = 4):
+        self._queue: collections.deque = collections.deque()
+        self._depth = depth
+
+    def add(self, out: Any) -> None:
+        self._queue.append(out)
+        if len(self._queue) > self._depth:
+            jax.block_until_ready(self._queue.popleft())
+
+    def wait(self) -> None:
+        """Waits for every step added."""
+        jax.block_until_ready(list(self._queue))
+        self._queue.clear()
 
 
 def zero_metrics(size: int = 3) -> jax.Array:

@@ -111,9 +111,11 @@ class Trainer:
                    leave=False)
         start = time.perf_counter()
         done = 0
+        in_flight = steps.InFlight()
         for i, inputs in enumerate(self.feed.epoch(self.graph.train, epoch)):
             self.state, metrics = self.feed.train_step(self.graphdef, self.state, metrics,
                                                        inputs, epoch * count + i)
+            in_flight.add(metrics)
             if (i + 1) % self.cfg.log_every == 0 and self.cfg.progress:
                 loss_sum, _, seen = jax.device_get(metrics)  # the only wait in an epoch
                 bar.update(i + 1 - done)
@@ -136,8 +138,10 @@ class Trainer:
             nodes = np.sort(rng.choice(nodes, self.cfg.eval_max, replace=False))
         state = self.state if state is None else state
         correct = steps.zero_metrics(2)
+        in_flight = steps.InFlight()
         for inputs in self.feed.epoch(nodes, EVAL_EPOCH):
             correct = self.feed.eval_step(self.graphdef, state, correct, inputs)
+            in_flight.add(correct)
         right, seen = jax.device_get(correct)
         return float(right) / max(float(seen), 1.0)
 
