@@ -8,18 +8,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-# Built libraries are copied into the checkout, so scripts import it as is.
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv | tee "$OUT/device.txt"
-if ! python3 -m pip install -q --no-build-isolation --no-deps -e . \
-    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1; then
-  # Some images lack scikit-build-core: build with CMake directly.
-  { cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DPython_EXECUTABLE="$(which python3)" && ninja -C build/gpu &&
-    cp build/gpu/libjdirect_cpu.so build/gpu/libjdirect_cuda.so jdirect/; } >> "$OUT/build.log" 2>&1
-fi
-tail -3 "$OUT/build.log"
-python3 -c "import jax, jdirect; print('jax', jax.__version__, jax.devices(), 'cuda lib', jdirect.has_cuda())" | tee -a "$OUT/device.txt"
+source benchmarks/gpu_build.sh >> "$OUT/device.txt"; tail -1 "$OUT/device.txt"
 TABLE_TESTS="tests/test_gather.py tests/test_host_table.py tests/test_table_kinds.py tests/test_table_inputs.py"
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   python3 -m pytest -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/pytest.log" | tail -25

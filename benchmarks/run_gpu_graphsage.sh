@@ -5,10 +5,7 @@
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-build-isolation --no-deps -e . \
-  -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 2>&1 | tail -3
-python3 -c "import jax, jdirect; print('jax', jax.__version__, jax.devices(), 'cuda lib', jdirect.has_cuda())"
+source benchmarks/gpu_build.sh
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -8
 fi
@@ -17,5 +14,5 @@ if [ "${RUN_SAMPLER:-1}" = 1 ]; then
 fi
 if [ "${RUN_GRAPHSAGE:-1}" = 1 ]; then
   python3 benchmarks/graphsage.py --json "$OUT/graphsage.json" ${GRAPHSAGE_ARGS:-} 2>&1 \
-    | tee "$OUT/graphsage.log" | tail -16
+    | tee "$OUT/graphsage.log" | tail -22
 fi
