@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
+# Deterministic GPU reductions (scatter-add in the GNN's backward pass), so
+# that tests comparing feature modes compare the same arithmetic; set before
+# JAX starts. No effect on CPUs.
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_gpu_deterministic_ops=true").strip()
+
 import jax
 import numpy as np
 import pytest
