@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -155,6 +156,7 @@ def main() -> None:
     for r in records:
         r["vs_device"] = r["e2e_s"] / dev[r["sampler"]] if r["sampler"] in dev else None
         r["vs_floor"] = r["e2e_s"] / floor if floor else None
+    print(" ".join(f"{k} {v:.2f}" for k, v in memory_peaks(graph).items()))
     print(f"\n{graph.name}: {records[0]['batches']} batches"
           + (f", PCIe floor {floor:.3f}s at {memcpy:.1f} GB/s" if floor else ""))
     keys = ("e2e_s", "presampled_s", "sample_s", "gather_s", "compute_s", "idle_s", "vs_device",
@@ -164,9 +166,19 @@ def main() -> None:
     print_table(rows, ("k",), list(dict.fromkeys(r["mode"] for r in records)), "col", "v",
                 fmt="{:.3f}")
     meta = run_meta(dataset=graph.name, graph=repr(graph), memcpy_gbps=memcpy, dataset_s=made_s,
-                    config=vars(args) | {"json": str(args.json)})
+                    config=vars(args) | {"json": str(args.json)}, **memory_peaks(graph))
     write_json(args.json, meta, records)
     plot(records, floor, args.json.with_suffix(".png"))
+
+
+def memory_peaks(graph) -> dict:
+    """Peak host RSS of this process and peak device memory in use, against
+    the bytes of the graph's features and CSR."""
+    stats = jax.devices()[0].memory_stats() or {}
+    graph_bytes = graph.features.nbytes + graph.indptr.nbytes + graph.indices.nbytes
+    return dict(host_peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+                device_peak_gb=stats.get("peak_bytes_in_use", 0) / 1e9,
+                features_and_csr_gb=graph_bytes / 1e9)
 
 
 def plot(records: list[dict], floor: float | None, path: Path) -> None:
