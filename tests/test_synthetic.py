@@ -168,3 +168,18 @@ def test_sort_pairs_packed_and_two_sorts_agree():
         s, d = _chung_lu.sort_pairs(jnp.asarray(src), jnp.asarray(dst), jnp.int32(lo), base)
         np.testing.assert_array_equal(np.asarray(s), src[order])
         np.testing.assert_array_equal(np.asarray(d), dst[order])
+
+
+@pytest.mark.parametrize("num_nodes", [500, 30_000_000])  # packed key; two sorts
+def test_device_csr_slice_matches_numpy(num_nodes):
+    rng = np.random.default_rng(1)
+    lo, span, m = 1000, 100, 4000
+    src = rng.integers(lo, lo + span - 10, m).astype(np.int32)
+    dst = rng.integers(0, 300, m).astype(np.int32) * (num_nodes // 300)
+    src[-500:] = dst[-500:] = _chung_lu.PAD
+    want = _chung_lu.to_csr_host(src, dst, lo, span=span, num_nodes=num_nodes)
+    indices, counts, kept = _chung_lu.to_csr(jnp.asarray(src), jnp.asarray(dst), jnp.int32(lo),
+                                             span=span, num_nodes=num_nodes)
+    assert int(kept) == want[2] < m - 500  # repeats were dropped
+    np.testing.assert_array_equal(np.asarray(indices)[: want[2]], want[0])
+    np.testing.assert_array_equal(np.asarray(counts), want[1])

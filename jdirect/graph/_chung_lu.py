@@ -194,3 +194,14 @@ def to_csr(src: jax.Array, dst: jax.Array, lo: jax.Array, *, span: int, num_node
     counts = jnp.zeros(span, jnp.int32).at[src - lo].add(keep.astype(jnp.int32), mode="drop",
                                                        indices_are_sorted=True)
     return indices, counts, keep.sum(dtype=jnp.int32)
+
+
+def to_csr_host(src: np.ndarray, dst: np.ndarray, lo: int, *, span: int,
+                num_nodes: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """`to_csr` in NumPy, for the CPU backend: XLA:CPU sorts several operands
+    ~50x slower than NumPy sorts one int64 key (lo-relative, so the int64
+    stays on the host)."""
+    live = src != PAD
+    key = np.unique((src[live].astype(np.int64) - lo) * num_nodes + dst[live])
+    counts = np.bincount(key // num_nodes, minlength=span).astype(np.int32)
+    return (key % num_nodes).astype(np.int32), counts, int(key.size)

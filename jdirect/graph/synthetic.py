@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import functools
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
@@ -33,8 +34,10 @@ from ._chung_lu import EdgeModel
 from .csr import Graph
 
 _COPY_WORKERS = 4  # threads copying device chunks into host arrays
-_COPY_CHUNK = 1 << 24  # CSR entries per device->host copy (64 MB)
-_FEATURE_CHUNK_BYTES = 1 << 28  # feature rows generated per device step, in f32 bytes
+# Chunks of at most 16 MB: glibc serves them from its heap and reuses the
+# pages (larger ones are fresh mmaps, page-faulted again each time).
+_COPY_CHUNK = 1 << 22  # CSR entries per device->host copy (16 MB)
+_FEATURE_CHUNK_BYTES = 1 << 24  # feature rows generated per device step, in f32 bytes
 _DRAW_SLACK = 1.1  # edges drawn per edge kept, at most (retried if more)
 _CAPACITY_SLACK = 1.05  # pass buffer over the expected entries
 _PILOT_NODES = 1 << 20  # node range sampled to calibrate the duplicate rate
@@ -63,6 +66,7 @@ def generate(
     passes: int | None = None,
     host_memory: int | None = None,
     device_memory: int | None = None,
+    timings: dict[str, float] | None = None,
 ) -> Graph:
     """Generates an undirected graph of about `num_edges` undirected edges.
 
@@ -97,6 +101,8 @@ def generate(
         whose buffers fit in device memory.
       host_memory, device_memory: bytes available; by default psutil's
         available memory and the device's free memory (host memory on CPU).
+      timings: if given, receives the seconds spent on "nodes" (labels,
+        splits), "edges" (calibration and CSR) and "features".
 
     Raises:
       ValueError: non-positive sizes, fractions outside [0, 1], exponent
@@ -128,16 +134,21 @@ def generate(
         device_memory = _device_free_bytes(host_needed)
     plan = _Plan.create(model, num_edges, passes, device_memory, name)
 
+    clock = _Clock(timings)
     k_nodes, k_split, k_edges, k_centroids, k_noise = random.keys(seed, 5)
     labels, perm, *splits = _nodes(model, k_nodes, k_split, sizes=sizes)
     train, val, test = (np.asarray(s).astype(np.int64) for s in splits)
+    clock.lap("nodes")
     with _HostCopies() as copies:
         num_draw = _calibrate(model, plan, k_edges, perm, num_edges)
         indptr, indices = _edges_to_csr(model, plan, k_edges, perm, num_draw, copies,
                                         name, progress)
+        copies.wait()
         del perm
+        clock.lap("edges")
         features = _features(labels, k_centroids, k_noise, feature_dim, num_classes, noise,
                              dtype, copies, name, progress)
+        clock.lap("features")
     return Graph(indptr=indptr, indices=indices, features=features,
                  labels=np.asarray(labels), train=train, val=val, test=test,
                  num_classes=num_classes, name=name)
@@ -286,8 +297,12 @@ def _run_pass(model: EdgeModel, plan: _Plan, key, perm, num_draw: int, lo: int, 
         # Later passes keep the larger buffer, with a margin: one compiled
         # program for all of them.
         plan.capacity = _round_up(int(count) * 5 // 4)
-    indices, counts, kept = _chung_lu.to_csr(src, dst, jnp.int32(lo), span=plan.span,
-                                             num_nodes=model.num_nodes)
+    if jax.default_backend() == "cpu":
+        indices, counts, kept = _chung_lu.to_csr_host(
+            np.asarray(src), np.asarray(dst), lo, span=plan.span, num_nodes=model.num_nodes)
+    else:
+        indices, counts, kept = _chung_lu.to_csr(src, dst, jnp.int32(lo), span=plan.span,
+                                                 num_nodes=model.num_nodes)
     return indices, counts, (int(raw), int(kept))
 
 
@@ -378,6 +393,19 @@ def _window(x, start, *, length: int):
     return jax.lax.dynamic_slice(x, (start,), (length,))
 
 
+class _Clock:
+    """Seconds between laps, into `timings` when given."""
+
+    def __init__(self, timings: dict[str, float] | None):
+        self._timings, self._last = timings, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        if self._timings is not None:
+            self._timings[name] = now - self._last
+        self._last = now
+
+
 class _HostCopies:
     """Copies device arrays into host arrays on worker threads, while the
     device computes the next chunk; at most 2 x workers chunks in flight, so
@@ -400,8 +428,11 @@ class _HostCopies:
             self._pending.popleft().result()
         self._pending.append(self._pool.submit(_copy, out, source, skip))
 
-    def put_range(self, out: np.ndarray, source: jax.Array) -> None:
+    def put_range(self, out: np.ndarray, source: jax.Array | np.ndarray) -> None:
         """out[...] = source[:len(out)] in windows of _COPY_CHUNK entries."""
+        if isinstance(source, np.ndarray):
+            out[...] = source[: out.shape[0]]
+            return
         length = min(_COPY_CHUNK, source.shape[0])
         for a in range(0, out.shape[0], length):
             b = min(a + length, out.shape[0])
