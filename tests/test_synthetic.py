@@ -183,3 +183,9 @@ def test_device_csr_slice_matches_numpy(num_nodes):
     assert int(kept) == want[2] < m - 500  # repeats were dropped
     np.testing.assert_array_equal(np.asarray(indices)[: want[2]], want[0])
     np.testing.assert_array_equal(np.asarray(counts), want[1])
+
+
+def test_preset_overrides():
+    g = synthetic("tiny", seed=0, progress=False, num_nodes=500, feature_dtype=np.float16)
+    assert g.num_nodes == 500 and g.features.dtype == np.float16 and g.name == "tiny"
+    assert abs(g.num_edges / (2 * PRESETS["tiny"]["num_edges"]) - 1) < 0.02

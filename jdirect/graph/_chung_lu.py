@@ -2,10 +2,10 @@
 
 The stream is counter-based (edge e's random words are hashes of (key, e)),
 so any edge can be regenerated alone and the graph does not depend on how
-the work is split.
-A pass keeps the edges with an end in a node-id range [lo, hi), in both
-directions, sorts and de-duplicates them on the device and returns that
-range's slice of the CSR. Everything is int32/float32 (no jax_enable_x64).
+the work is split. A pass keeps the edges with an end in a node-id range
+[lo, hi), in both directions, then sorts and de-duplicates them into that
+range's slice of the CSR (`to_csr` on the device; `to_csr_host`, NumPy, on
+the CPU backend). Device code is int32/float32 only (no jax_enable_x64).
 
 Node layout: a "slot" s in [0, num_nodes) belongs to cell s % num_cells and
 has rank s // num_cells within it; its class is (s % num_cells) % num_classes
@@ -92,7 +92,9 @@ def _pick(word: jax.Array, n: int) -> jax.Array:
 def edges(model: EdgeModel, key: jax.Array, perm: jax.Array,
           ids: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Ends (u, v) of stream edges `ids` (int32): int32 node ids (perm[slot])."""
-    word = lambda j: random.bits(key, ids, j)  # noqa: E731
+    def word(j: int) -> jax.Array:
+        return random.bits(key, ids, j)
+
     c, m = model.num_classes, model.num_cells
     src_cell = _pick(word(2), m)
     same = random.unit(word(4)) < np.float32(model.homophily)
