@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _counter_random as random
+from .csr import unique_sorted
 
 _MAX_RANKS = 1 << 22  # ranks per cell that float32 positions resolve exactly
 PAD = np.iinfo(np.int32).max  # fills unused buffer entries; sorts last
@@ -204,6 +205,6 @@ def to_csr_host(src: np.ndarray, dst: np.ndarray, lo: int, *, span: int,
     ~50x slower than NumPy sorts one int64 key (lo-relative, so the int64
     stays on the host)."""
     live = src != PAD
-    key = np.unique((src[live].astype(np.int64) - lo) * num_nodes + dst[live])
+    key = unique_sorted((src[live].astype(np.int64) - lo) * num_nodes + dst[live])
     counts = np.bincount(key // num_nodes, minlength=span).astype(np.int32)
     return (key % num_nodes).astype(np.int32), counts, int(key.size)
