@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jdirect.graph import PRESETS, synthetic
-from jdirect.graph import _chung_lu
+from jdirect.graph import _chung_lu, _host_copies
 
 # The module, not the `synthetic` function that jdirect.graph exports.
 gen = importlib.import_module("jdirect.graph.synthetic")
@@ -47,7 +47,7 @@ def test_independent_of_passes_chunks_and_buffer_sizes(monkeypatch):
     one = gen.generate(**SMALL, seed=1, passes=1)
     # Several passes (the calibration range split across them too), tiny
     # copy and feature chunks, and pass buffers too small at first (retried).
-    monkeypatch.setattr(gen, "_COPY_CHUNK", 1000)
+    monkeypatch.setattr(_host_copies, "COPY_CHUNK", 1000)
     monkeypatch.setattr(gen, "_FEATURE_CHUNK_BYTES", 4 * SMALL["feature_dim"] * 100)
     monkeypatch.setattr(gen, "_CAPACITY_SLACK", 0.01)
     capacities = set()

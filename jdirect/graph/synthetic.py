@@ -15,12 +15,10 @@ allocated once, so nothing is held twice (see `generate` for the bound).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import jax
@@ -31,12 +29,9 @@ from tqdm.auto import tqdm
 from . import _chung_lu
 from . import _counter_random as random
 from ._chung_lu import EdgeModel
+from ._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies
 from .csr import Graph
 
-_COPY_WORKERS = 4  # threads copying device chunks into host arrays
-# Chunks of at most 16 MB: glibc serves them from its heap and reuses the
-# pages (larger ones are fresh mmaps, page-faulted again each time).
-_COPY_CHUNK = 1 << 22  # CSR entries per device->host copy (16 MB)
 _FEATURE_CHUNK_BYTES = 1 << 24  # feature rows generated per device step, in f32 bytes
 _DRAW_SLACK = 1.1  # edges drawn per edge kept, at most (retried if more)
 _CAPACITY_SLACK = 1.05  # pass buffer over the expected entries
@@ -139,7 +134,7 @@ def generate(
     labels, perm, *splits = _nodes(model, k_nodes, k_split, sizes=sizes)
     train, val, test = (np.asarray(s).astype(np.int64) for s in splits)
     clock.lap("nodes")
-    with _HostCopies() as copies:
+    with HostCopies() as copies:
         num_draw = _calibrate(model, plan, k_edges, perm, num_edges)
         indptr, indices = _edges_to_csr(model, plan, k_edges, perm, num_draw, copies,
                                         name, progress)
@@ -192,7 +187,7 @@ def _csr_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def _transient_bytes() -> int:
-    return 2 * _COPY_WORKERS * max(_FEATURE_CHUNK_BYTES, 4 * _COPY_CHUNK)
+    return 2 * COPY_WORKERS * max(_FEATURE_CHUNK_BYTES, 4 * COPY_CHUNK)
 
 
 def _check_host_memory(num_nodes: int, num_edges: int, feature_dim: int, dtype: np.dtype,
@@ -337,7 +332,7 @@ def _calibrate(model: EdgeModel, plan: _Plan, key, perm, num_edges: int) -> int:
 
 
 def _edges_to_csr(model: EdgeModel, plan: _Plan, key, perm, num_draw: int,
-                  copies: _HostCopies, name: str, progress: bool):
+                  copies: HostCopies, name: str, progress: bool):
     n = model.num_nodes
     indptr = _csr_array((n + 1,), np.dtype(np.int64))
     indptr[0] = 0
@@ -373,7 +368,7 @@ def _feature_rows(k_centroids, k_noise, labels, noise, start, *, num_classes: in
 
 
 def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: float,
-              dtype: np.dtype, copies: _HostCopies, name: str, progress: bool) -> np.ndarray:
+              dtype: np.dtype, copies: HostCopies, name: str, progress: bool) -> np.ndarray:
     n = labels.shape[0]
     rows = max(1, min(_FEATURE_CHUNK_BYTES // (4 * dim), n))
     padded = jnp.pad(labels, (0, -n % rows))
@@ -388,11 +383,6 @@ def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: f
     return features
 
 
-@functools.partial(jax.jit, static_argnames=("length",))
-def _window(x, start, *, length: int):
-    return jax.lax.dynamic_slice(x, (start,), (length,))
-
-
 class _Clock:
     """Seconds between laps, into `timings` when given."""
 
@@ -404,45 +394,3 @@ class _Clock:
         if self._timings is not None:
             self._timings[name] = now - self._last
         self._last = now
-
-
-class _HostCopies:
-    """Copies device arrays into host arrays on worker threads, while the
-    device computes the next chunk; at most 2 x workers chunks in flight, so
-    host memory for copies stays bounded."""
-
-    def __enter__(self) -> _HostCopies:
-        self._pool = ThreadPoolExecutor(_COPY_WORKERS)
-        self._pending: collections.deque = collections.deque()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.wait()
-        finally:
-            self._pool.shutdown()
-
-    def put(self, out: np.ndarray, source: jax.Array, skip: int = 0) -> None:
-        """out[...] = source[skip : skip + len(out)], eventually."""
-        if len(self._pending) >= 2 * _COPY_WORKERS:
-            self._pending.popleft().result()
-        self._pending.append(self._pool.submit(_copy, out, source, skip))
-
-    def put_range(self, out: np.ndarray, source: jax.Array | np.ndarray) -> None:
-        """out[...] = source[:len(out)] in windows of _COPY_CHUNK entries."""
-        if isinstance(source, np.ndarray):
-            out[...] = source[: out.shape[0]]
-            return
-        length = min(_COPY_CHUNK, source.shape[0])
-        for a in range(0, out.shape[0], length):
-            b = min(a + length, out.shape[0])
-            start = min(a, source.shape[0] - length)  # one window shape: one compile
-            self.put(out[a:b], _window(source, jnp.int32(start), length=length), a - start)
-
-    def wait(self) -> None:
-        while self._pending:
-            self._pending.popleft().result()
-
-
-def _copy(out: np.ndarray, source: jax.Array, skip: int) -> None:
-    out[...] = np.asarray(source)[skip : skip + out.shape[0]]
