@@ -9,29 +9,6 @@ from jdirect.graph import Graph, load_dataset, synthetic
 from jdirect.graph.csr import csr_from_edge_chunks, csr_from_edges, csr_from_keys, edge_keys
 
 
-def test_generator_is_deterministic_and_valid():
-    a = synthetic("tiny", seed=3, progress=False)
-    b = synthetic("tiny", seed=3, progress=False)
-    c = synthetic("tiny", seed=4, progress=False)
-    assert_same_graph(a, b)
-    assert not np.array_equal(a.indices, c.indices)
-    # Undirected, no self loops, no duplicates, sorted neighbours.
-    src = np.repeat(np.arange(a.num_nodes), a.degrees())
-    fwd = set(zip(src.tolist(), a.indices.tolist()))
-    assert all((v, u) in fwd for u, v in fwd)
-    assert not np.any(src == a.indices) and len(fwd) == a.num_edges
-    assert len(np.intersect1d(a.train, a.test)) == 0
-
-
-def test_generator_has_homophily_power_law_and_overrides():
-    g = synthetic("small", seed=0, progress=False, feature_dtype=np.float16, num_nodes=5000)
-    assert g.num_nodes == 5000 and g.features.dtype == np.float16
-    src = np.repeat(np.arange(g.num_nodes), g.degrees())
-    assert (g.labels[src] == g.labels[g.indices]).mean() > 0.7
-    deg = g.degrees()
-    assert deg.max() > 8 * np.median(deg)  # heavy tail
-
-
 def test_bad_sizes_and_names():
     with pytest.raises(ValueError, match="positive"):
         synthetic("tiny", num_nodes=0, progress=False)

@@ -6,25 +6,42 @@ edges joins nodes of the same class; features are the class centroid plus
 noise strong enough that one node's features are ambiguous, while the mean
 over its (mostly same-class) neighbours is not. So neighbour aggregation
 measurably beats features alone.
+
+The heavy work runs in JAX on the default device (GPU if present, else CPU),
+in passes over node-id ranges so that device memory stays bounded; each
+pass's CSR slice and each chunk of feature rows is copied into host arrays
+allocated once, so nothing is held twice (see `generate` for the bound).
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
+import dataclasses
+import functools
+import math
+import time
+from typing import Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from .csr import Graph, csr_from_keys, edge_keys, unique_sorted
+from . import _chung_lu
+from . import _counter_random as random
+from ._chung_lu import EdgeModel
+from ._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies
+from .csr import Graph
 
-_CHUNK = 1 << 22  # edges or feature rows generated per step
-
-
-def _power_law_weights(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
-    # Pareto-distributed target degrees, capped so no node takes over.
-    w = rng.pareto(exponent - 1.0, n) + 1.0
-    return np.minimum(w, np.sqrt(n) * 4.0)
+_FEATURE_CHUNK_BYTES = 1 << 24  # feature rows generated per device step, in f32 bytes
+_DRAW_SLACK = 1.1  # edges drawn per edge kept, at most (retried if more)
+_CAPACITY_SLACK = 1.05  # pass buffer over the expected entries
+_PILOT_NODES = 1 << 20  # node range sampled to calibrate the duplicate rate
+_DEVICE_BYTES_PER_ENTRY = 40  # pass buffers, two sorts, CUB scratch, compaction
+_DEVICE_BYTES_PER_EDGE = 96  # random words and temporaries of one edge group
+_GROUP_EDGES = 1 << 22  # edges generated per loop step on the device
+_MAX_PASSES = 64
+_MAX_PASS_ENTRIES = 1 << 30  # keeps int32 positions and counts far from overflow
+_MAX_DRAW = 2**31 - 1 - _GROUP_EDGES  # int32 edge ids, rounded up to whole groups
 
 
 def generate(
@@ -36,96 +53,344 @@ def generate(
     homophily: float = 0.8,
     exponent: float = 2.2,
     noise: float = 2.0,
-    split: tuple[float, float] = (0.08, 0.016),
+    split: Sequence[float] = (0.08, 0.016),
     feature_dtype=np.float32,
     seed: int = 0,
     name: str = "synthetic",
     progress: bool = True,
+    passes: int | None = None,
+    host_memory: int | None = None,
+    device_memory: int | None = None,
+    timings: dict[str, float] | None = None,
 ) -> Graph:
     """Generates an undirected graph of about `num_edges` undirected edges.
 
+    The result is a function of the arguments other than `progress`,
+    `passes`, `host_memory` and `device_memory` only (the same on CPU and
+    GPU up to float rounding in the transcendental functions).
+
+    Memory: peak host memory is the returned arrays (features, indptr int64,
+    indices int32, labels, splits) plus about 1 GB of copies in flight and
+    the JAX runtime; for the papers100m preset that is about 1.05x the bytes
+    of features + CSR (f32) and 1.1x (bf16). `indices` is a view of an array
+    sized for the edges drawn; its unused tail is never touched, so it takes
+    no memory.
+
     Args:
       num_nodes, num_edges, feature_dim, num_classes: sizes. Self-loops and
-        repeated edges are dropped and redrawn, to within 0.5 % of
-        num_edges (each stored in both directions).
-      homophily: fraction of edges whose ends share a class.
+        repeated edges are dropped; the number of edges drawn is calibrated
+        so that about num_edges remain (within ~1 %), each stored in both
+        directions. At most 2**31 - 1 nodes (int32 node ids).
+      homophily: probability that an edge's second end is drawn from the
+        first end's class (otherwise from all nodes).
       exponent: power-law exponent of the degree distribution (> 2).
       noise: feature noise standard deviation; centroids have unit scale.
-      split: fractions of nodes in train and val; the rest is test.
-      feature_dtype: dtype of the feature table (e.g. float32, bfloat16).
+      split: fractions of nodes in train and val, and optionally test; by
+        default the rest is test. Nodes in no split are unlabelled for
+        training and evaluation (their labels still exist).
+      feature_dtype: float32, bfloat16 or float16.
       seed: everything is a function of the arguments and this seed.
+      progress: show tqdm bars (per pass of the edge stream, per chunk of
+        feature rows).
+      passes: node-id ranges processed one at a time; default: the fewest
+        whose buffers fit in device memory.
+      host_memory, device_memory: bytes available; by default psutil's
+        available memory and the device's free memory (host memory on CPU).
+      timings: if given, receives the seconds spent on "nodes" (labels,
+        splits), "edges" (calibration and CSR) and "features".
 
     Raises:
-      ValueError: on non-positive sizes or fractions outside [0, 1].
+      ValueError: non-positive sizes, fractions outside [0, 1], exponent
+        <= 2, an unsupported feature_dtype or passes < 1.
+      MemoryError: before any work, when the host arrays or one pass's
+        device buffers do not fit; the message names bytes needed and
+        available.
     """
     if min(num_nodes, num_edges, feature_dim, num_classes) <= 0:
         raise ValueError("num_nodes, num_edges, feature_dim and num_classes must be positive")
-    if not 0.0 <= homophily <= 1.0 or not (0 <= split[0] and 0 <= split[1] and sum(split) <= 1):
-        raise ValueError("homophily and split fractions must lie in [0, 1]")
+    if num_nodes >= 2**31 or num_edges * _DRAW_SLACK > _MAX_DRAW:
+        raise ValueError(f"num_nodes must be < 2**31 and num_edges < {_MAX_DRAW / _DRAW_SLACK:,.0f} "
+                         f"(int32 ids), got {num_nodes} and {num_edges}")
+    if not 0.0 <= homophily <= 1.0:
+        raise ValueError(f"homophily must lie in [0, 1], got {homophily}")
     if exponent <= 2.0:
-        raise ValueError("exponent must be > 2")
-    seeds = np.random.SeedSequence(seed)
-    base, edge_seed, feat_seed = (np.random.default_rng(s) for s in seeds.spawn(3))
+        raise ValueError(f"exponent must be > 2, got {exponent}")
+    sizes = split_sizes(num_nodes, split)
+    dtype = np.dtype(feature_dtype)
+    if not jnp.issubdtype(dtype, jnp.floating) or dtype.itemsize > 4:
+        raise ValueError(f"feature_dtype must be float32, bfloat16 or float16, got {dtype}")
+    if passes is not None and passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
 
-    labels = base.integers(0, num_classes, num_nodes).astype(np.int32)
-    weights = _power_law_weights(base, num_nodes, exponent)
-    # Nodes grouped by class so that "same class, by weight" is one segment.
-    by_class = np.argsort(labels, kind="stable")
-    cum = np.concatenate([[0.0], np.cumsum(weights[by_class])])
-    class_start = np.searchsorted(labels[by_class], np.arange(num_classes))
-    class_end = np.append(class_start[1:], num_nodes)
+    host_needed = _check_host_memory(num_nodes, num_edges, feature_dim, dtype, sizes,
+                                     host_memory, name)
+    model = EdgeModel.create(num_nodes, num_classes, homophily, exponent)
+    if device_memory is None:
+        device_memory = _device_free_bytes(host_needed)
+    plan = _Plan.create(model, num_edges, passes, device_memory, name)
 
-    def chunk(seed: int, m: int) -> np.ndarray:
-        rng = np.random.default_rng(seed)
-        src = np.minimum(np.searchsorted(cum, rng.random(m) * cum[-1], side="right") - 1,
-                         num_nodes - 1)
-        cls = labels[by_class[src]]
-        lo, hi = cum[class_start[cls]], cum[class_end[cls]]
-        same = rng.random(m) < homophily
-        pick = np.where(same, lo + rng.random(m) * (hi - lo), rng.random(m) * cum[-1])
-        dst = np.minimum(np.searchsorted(cum, pick, side="right") - 1, num_nodes - 1)
-        return edge_keys(by_class[src], by_class[dst], num_nodes, symmetrize=True)
+    clock = _Clock(timings)
+    k_nodes, k_split, k_edges, k_centroids, k_noise = random.keys(seed, 5)
+    labels, perm, *splits = _nodes(model, k_nodes, k_split, sizes=sizes)
+    train, val, test = (np.asarray(s).astype(np.int64) for s in splits)
+    clock.lap("nodes")
+    with HostCopies() as copies:
+        num_draw = _calibrate(model, plan, k_edges, perm, num_edges)
+        indptr, indices = _edges_to_csr(model, plan, k_edges, perm, num_draw, copies,
+                                        name, progress)
+        copies.wait()
+        del perm
+        clock.lap("edges")
+        features = _features(labels, k_centroids, k_noise, feature_dim, num_classes, noise,
+                             dtype, copies, name, progress)
+        clock.lap("features")
+    return Graph(indptr=indptr, indices=indices, features=features,
+                 labels=np.asarray(labels), train=train, val=val, test=test,
+                 num_classes=num_classes, name=name)
 
-    def draw(count: int) -> np.ndarray:
-        """Sorted distinct keys of `count` drawn edges (both directions)."""
-        sizes = [min(_CHUNK, count - s) for s in range(0, count, _CHUNK)]
-        seeds = [int(edge_seed.integers(2**63)) for _ in sizes]
-        # Chunks are independent and NumPy releases the GIL: draw in threads;
-        # the result depends only on the seeds, not on the scheduling.
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            parts = list(tqdm(pool.map(chunk, seeds, sizes), total=len(sizes),
-                              desc=f"{name}: edges", disable=not progress, leave=False))
-        return unique_sorted(np.concatenate(parts), kind="stable")
 
-    # Self-loops and repeats are dropped, so draw again for the shortfall
-    # (a few rounds at most) until the graph has about num_edges edges; each
-    # round merges sorted keys in linear time.
-    drawn = num_edges
-    keys = draw(drawn)
-    for _ in range(4):
-        have = keys.size // 2
-        if have >= 0.995 * num_edges:
+def split_sizes(num_nodes: int, split: Sequence[float]) -> tuple[int, int, int]:
+    """(train, val, test) node counts: split fractions of num_nodes, rounded;
+    without a third fraction, test takes the rest.
+
+    Raises:
+      ValueError: not 2 or 3 fractions, or fractions outside [0, 1] or
+        summing above 1.
+    """
+    fractions = tuple(float(f) for f in split)
+    if len(fractions) not in (2, 3) or min(fractions) < 0 or sum(fractions) > 1 + 1e-9:
+        raise ValueError(f"split must be 2 or 3 fractions in [0, 1] summing to <= 1, got {split}")
+    train, val = (round(f * num_nodes) for f in fractions[:2])
+    rest = max(0, num_nodes - train - val)
+    test = min(rest, round(fractions[2] * num_nodes)) if len(fractions) == 3 else rest
+    return train, val, test
+
+
+def fill_indptr(indptr: np.ndarray, start: int, counts: np.ndarray) -> int:
+    """Writes indptr[start + 1 : start + 1 + len(counts)] = indptr[start] +
+    cumsum(counts), accumulated in int64 (offsets pass 2**31 on large graphs
+    while per-node counts stay int32). Returns the last offset written."""
+    end = start + 1 + counts.shape[0]
+    np.cumsum(counts, dtype=np.int64, out=indptr[start + 1 : end])
+    indptr[start + 1 : end] += indptr[start]
+    return int(indptr[end - 1]) if counts.shape[0] else int(indptr[start])
+
+
+def _feature_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Host memory for the feature table (one place to change its kind)."""
+    return np.empty(shape, dtype)
+
+
+def _csr_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Host memory for indptr and indices (one place to change its kind)."""
+    return np.empty(shape, dtype)
+
+
+def _transient_bytes() -> int:
+    return 2 * COPY_WORKERS * max(_FEATURE_CHUNK_BYTES, 4 * COPY_CHUNK)
+
+
+def _check_host_memory(num_nodes: int, num_edges: int, feature_dim: int, dtype: np.dtype,
+                       sizes: tuple[int, int, int], available: int | None, name: str) -> int:
+    """Raises MemoryError unless the host arrays fit; returns the bytes needed."""
+    features = num_nodes * feature_dim * dtype.itemsize
+    csr = 8 * (num_nodes + 1) + 4 * 2 * num_edges
+    rest = 4 * num_nodes + 8 * sum(sizes) + _transient_bytes()
+    needed = features + csr + rest
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    if needed > available:
+        raise MemoryError(
+            f"{name}: needs {needed / 1e9:.2f} GB of host memory (features "
+            f"{features / 1e9:.2f} GB + CSR {csr / 1e9:.2f} GB + labels, splits and "
+            f"buffers {rest / 1e9:.2f} GB), {available / 1e9:.2f} GB available")
+    return needed
+
+
+def _device_free_bytes(host_needed: int) -> int:
+    stats = jax.devices()[0].memory_stats()
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    import psutil  # CPU backend: device buffers are host memory too
+
+    return max(0, psutil.virtual_memory().available - host_needed)
+
+
+@dataclasses.dataclass
+class _Plan:
+    """How the edge stream is cut: `passes` over node-id ranges of `span`
+    nodes, buffers of `capacity` entries, `group` edges per device step.
+    `capacity` grows when a pass overflows it."""
+
+    passes: int
+    span: int
+    capacity: int
+    group: int
+
+    @staticmethod
+    def create(model: EdgeModel, num_edges: int, passes: int | None, available: int,
+               name: str) -> _Plan:
+        n = model.num_nodes
+        group = _round_up(min(_GROUP_EDGES, int(num_edges * _DRAW_SLACK)))
+        fixed = 8 * n + _DEVICE_BYTES_PER_EDGE * group
+
+        def plan(p: int) -> _Plan:
+            span = -(-n // p)
+            entries = 2 * _DRAW_SLACK * num_edges * span / n
+            return _Plan(p, span, _round_up(int(entries * _CAPACITY_SLACK) + 4096), group)
+
+        def need(p: int) -> int:
+            return fixed + _DEVICE_BYTES_PER_ENTRY * plan(p).capacity
+
+        if passes is None:
+            fits = [p for p in range(1, _MAX_PASSES + 1)
+                    if need(p) <= available and plan(p).capacity <= _MAX_PASS_ENTRIES]
+            if not fits:
+                raise MemoryError(
+                    f"{name}: one pass of {_MAX_PASSES} needs {need(_MAX_PASSES) / 1e9:.2f} GB "
+                    f"of device memory, {available / 1e9:.2f} GB available")
+            passes = fits[0]
+        elif plan(passes).capacity > _MAX_PASS_ENTRIES:
+            raise ValueError(f"{name}: {passes} passes leave {plan(passes).capacity:,} entries "
+                             f"in a pass (> {_MAX_PASS_ENTRIES:,}); use more passes")
+        elif need(passes) > available:
+            raise MemoryError(
+                f"{name}: one of {passes} passes needs {need(passes) / 1e9:.2f} GB of device "
+                f"memory, {available / 1e9:.2f} GB available; use more passes")
+        return plan(passes)
+
+
+def _round_up(size: int) -> int:
+    """size rounded up to 1/8 of a power of two, so that nearby sizes share
+    a compiled program."""
+    step = 1 << max(0, size.bit_length() - 4)
+    return -(-size // step) * step
+
+
+@functools.partial(jax.jit, static_argnames=("model", "sizes"))
+def _nodes(model: EdgeModel, key, split_key, *, sizes: tuple[int, int, int]):
+    """labels, perm (slot -> id) and the sorted int32 ids of each split."""
+    labels, perm = _chung_lu.labels_and_perm(model, key)
+    order = random.permutation(split_key, model.num_nodes)
+    bounds = np.cumsum((0,) + sizes)
+    return labels, perm, *(jnp.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def _run_pass(model: EdgeModel, plan: _Plan, key, perm, num_draw: int, lo: int, hi: int):
+    """One pass over nodes [lo, hi), hi - lo <= plan.span, retried with a
+    larger buffer if the plan's was short. Returns (indices, counts) on the
+    device and the numbers of ends in range: (all, kept without self-loops
+    and repeats)."""
+    while True:
+        src, dst, count, raw = _chung_lu.fill(
+            model, key, perm, jnp.int32(num_draw), jnp.int32(lo), jnp.int32(hi),
+            jnp.int32(-(-num_draw // plan.group)), capacity=plan.capacity, group=plan.group)
+        if int(count) <= plan.capacity:
             break
-        extra = int((num_edges - have) * drawn / max(have, 1)) + 1
-        drawn += extra
-        keys = unique_sorted(np.concatenate([keys, draw(extra)]), kind="stable")
-    indptr, indices = csr_from_keys(keys, num_nodes)
-    del keys
+        # Later passes keep the larger buffer, with a margin: one compiled
+        # program for all of them.
+        plan.capacity = _round_up(int(count) * 5 // 4)
+    if jax.default_backend() == "cpu":
+        indices, counts, kept = _chung_lu.to_csr_host(
+            np.asarray(src), np.asarray(dst), lo, span=plan.span, num_nodes=model.num_nodes)
+    else:
+        indices, counts, kept = _chung_lu.to_csr(src, dst, jnp.int32(lo), span=plan.span,
+                                                 num_nodes=model.num_nodes)
+    return indices, counts, (int(raw), int(kept))
 
-    centroids = base.standard_normal((num_classes, feature_dim)).astype(np.float32)
-    features = np.empty((num_nodes, feature_dim), dtype=feature_dtype)
-    for start in tqdm(range(0, num_nodes, _CHUNK), desc=f"{name}: features",
-                      disable=not progress, leave=False):
-        stop = min(start + _CHUNK, num_nodes)
-        rng = np.random.default_rng(feat_seed.integers(2**63))
-        rows = centroids[labels[start:stop]]
-        rows += noise * rng.standard_normal(rows.shape, dtype=np.float32)
-        features[start:stop] = rows.astype(feature_dtype)
 
-    order = base.permutation(num_nodes).astype(np.int64)
-    n_train, n_val = int(split[0] * num_nodes), int(split[1] * num_nodes)
-    return Graph(
-        indptr=indptr, indices=indices, features=features, labels=labels,
-        train=np.sort(order[:n_train]), val=np.sort(order[n_train : n_train + n_val]),
-        test=np.sort(order[n_train + n_val :]), num_classes=num_classes, name=name,
-    )
+def _calibrate(model: EdgeModel, plan: _Plan, key, perm, num_edges: int) -> int:
+    """Edges to draw so that about num_edges remain once self-loops and
+    repeats are dropped.
+
+    Measured on the ends in a fixed node range (so a function of the seed
+    and sizes only, not of the plan): the first num_edges edges put `raw`
+    ends there, `raw` is the target of ends kept; two draws of the stream
+    prefix and a secant step hit it (repeats grow with the edges drawn,
+    a little slower than in proportion).
+    """
+    pilot = min(model.num_nodes, _PILOT_NODES)
+
+    def kept_ends(num_draw: int) -> tuple[int, int]:
+        raw = kept = 0
+        for lo in range(0, pilot, plan.span):
+            _, _, (r, k) = _run_pass(model, plan, key, perm, num_draw, lo,
+                                        min(lo + plan.span, pilot))
+            raw, kept = raw + r, kept + k
+        return raw, kept
+
+    target, k0 = kept_ends(num_edges)
+    if k0 == 0:
+        return num_edges
+    first = min(math.ceil(num_edges * target / k0), _MAX_DRAW)
+    _, k1 = kept_ends(first)
+    if k1 <= k0:
+        return first
+    return min(math.ceil(num_edges + (target - k0) * (first - num_edges) / (k1 - k0)), _MAX_DRAW)
+
+
+def _edges_to_csr(model: EdgeModel, plan: _Plan, key, perm, num_draw: int,
+                  copies: HostCopies, name: str, progress: bool):
+    n = model.num_nodes
+    indptr = _csr_array((n + 1,), np.dtype(np.int64))
+    indptr[0] = 0
+    # Sized for every drawn end; the tail past the kept entries is never
+    # written, so its pages are never resident.
+    buffer = _csr_array((2 * num_draw,), np.dtype(np.int32))
+    offset = 0
+    for p in tqdm(range(plan.passes), desc=f"{name}: edges", disable=not progress, leave=False):
+        lo = p * plan.span
+        hi = min(lo + plan.span, n)
+        indices, counts, (_, kept) = _run_pass(model, plan, key, perm, num_draw, lo, hi)
+        counts = np.asarray(counts)[: hi - lo]
+        end = fill_indptr(indptr, lo, counts)
+        if end - offset != kept:
+            raise RuntimeError(f"pass {p}: counts sum to {end - offset}, kept {kept}")
+        copies.put_range(buffer[offset:end], indices)
+        offset = end
+        del indices  # free the slice's device memory before the next pass fills
+    return indptr, buffer[:offset]
+
+
+@functools.partial(jax.jit, static_argnames=("num_classes", "rows", "dim", "dtype"))
+def _feature_rows(k_centroids, k_noise, labels, noise, start, *, num_classes: int, rows: int,
+                  dim: int, dtype):
+    """Rows [start, start + rows) of centroids[labels] + noise * N(0, 1)."""
+    cols = jnp.arange(dim, dtype=jnp.int32)
+    centroids = random.normal(k_centroids, jnp.arange(num_classes, dtype=jnp.int32)[:, None],
+                              cols)
+    row_ids = start + jnp.arange(rows, dtype=jnp.int32)
+    lab = jax.lax.dynamic_slice(labels, (start,), (rows,))
+    z = random.normal(k_noise, row_ids[:, None], cols)
+    return (centroids[lab] + noise * z).astype(dtype)
+
+
+def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: float,
+              dtype: np.dtype, copies: HostCopies, name: str, progress: bool) -> np.ndarray:
+    n = labels.shape[0]
+    rows = max(1, min(_FEATURE_CHUNK_BYTES // (4 * dim), n))
+    padded = jnp.pad(labels, (0, -n % rows))
+    features = _feature_array((n, dim), dtype)
+    for start in tqdm(range(0, n, rows), desc=f"{name}: features", disable=not progress,
+                      leave=False):
+        chunk = _feature_rows(k_centroids, k_noise, padded, jnp.float32(noise),
+                              jnp.int32(start), num_classes=num_classes, rows=rows, dim=dim,
+                              dtype=dtype)
+        copies.put(features[start : start + rows], chunk)
+    copies.wait()
+    return features
+
+
+class _Clock:
+    """Seconds between laps, into `timings` when given."""
+
+    def __init__(self, timings: dict[str, float] | None):
+        self._timings, self._last = timings, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        if self._timings is not None:
+            self._timings[name] = now - self._last
+        self._last = now

@@ -1,0 +1,191 @@
+"""The synthetic graph generator: validity, determinism, statistics, limits."""
+
+from __future__ import annotations
+
+import importlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jdirect.graph import PRESETS, synthetic
+from jdirect.graph import _chung_lu, _host_copies
+
+# The module, not the `synthetic` function that jdirect.graph exports.
+gen = importlib.import_module("jdirect.graph.synthetic")
+
+FIELDS = ("indptr", "indices", "features", "labels", "train", "val", "test")
+SMALL = dict(num_nodes=3000, num_edges=20_000, feature_dim=8, num_classes=4, progress=False)
+
+
+def assert_same_graph(a, b) -> None:
+    for field in FIELDS:
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+def assert_simple_symmetric_sorted(g) -> None:
+    """Undirected (each edge both ways), no self-loops, no repeats, each
+    neighbour list sorted."""
+    src = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
+    key = src * g.num_nodes + g.indices
+    assert np.all(np.diff(key) > 0), "neighbour lists sorted and without repeats"
+    assert not np.any(src == g.indices), "self-loop"
+    np.testing.assert_array_equal(np.sort(g.indices.astype(np.int64) * g.num_nodes + src), key)
+
+
+def test_valid_and_deterministic_per_seed():
+    a = gen.generate(**SMALL, seed=3)
+    assert_simple_symmetric_sorted(a)
+    assert a.indptr.dtype == np.int64 and a.indices.dtype == np.int32
+    assert_same_graph(a, gen.generate(**SMALL, seed=3))
+    c = gen.generate(**SMALL, seed=4)
+    assert not np.array_equal(a.indptr, c.indptr)
+    assert not np.array_equal(a.features, c.features)
+
+
+def test_independent_of_passes_chunks_and_buffer_sizes(monkeypatch):
+    one = gen.generate(**SMALL, seed=1, passes=1)
+    # Several passes (the calibration range split across them too), tiny
+    # copy and feature chunks, and pass buffers too small at first (retried).
+    monkeypatch.setattr(_host_copies, "COPY_CHUNK", 1000)
+    monkeypatch.setattr(gen, "_FEATURE_CHUNK_BYTES", 4 * SMALL["feature_dim"] * 100)
+    monkeypatch.setattr(gen, "_CAPACITY_SLACK", 0.01)
+    capacities = set()
+    fill = _chung_lu.fill
+
+    def spy(*args, capacity, **kwargs):
+        capacities.add(capacity)
+        return fill(*args, capacity=capacity, **kwargs)
+
+    monkeypatch.setattr(_chung_lu, "fill", spy)
+    many = gen.generate(**SMALL, seed=1, passes=7)
+    assert len(capacities) > 1, "no pass was retried"
+    assert_same_graph(one, many)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_small_preset_statistics(seed):
+    g = synthetic("small", seed=seed, progress=False)
+    p = PRESETS["small"]
+    assert abs(g.num_edges / (2 * p["num_edges"]) - 1) < 0.01
+    # Same-class share: homophily + (1 - homophily) / classes = 0.825, less
+    # what dropping repeats removes.
+    src = np.repeat(np.arange(g.num_nodes), g.degrees())
+    assert 0.77 < (g.labels[src] == g.labels[g.indices]).mean() < 0.85
+    # Power law: P(deg >= k) ~ k ** -(exponent - 1) = k ** -1.2 in the tail
+    # (the old NumPy generator: -1.35, this one -1.33).
+    d = g.degrees()
+    m = np.median(d)
+    slope = np.log((d >= 16 * m).mean() / (d >= 2 * m).mean()) / np.log(8)
+    assert -1.6 < slope < -1.1
+    assert d.max() > 100 * m
+    # Classes balanced; features separate classes on average only.
+    assert np.bincount(g.labels).min() > 0.9 * g.num_nodes / g.num_classes
+    centroid = np.stack([g.features[g.labels == c].mean(0) for c in range(g.num_classes)])
+    assert (g.features - centroid[g.labels]).std() == pytest.approx(p["noise"], rel=0.05)
+
+
+def test_feature_dtypes():
+    f32 = gen.generate(**SMALL, seed=2)
+    for dtype in (jnp.bfloat16, np.float16):
+        g = gen.generate(**SMALL, seed=2, feature_dtype=dtype)
+        assert g.features.dtype == dtype and g.features.flags.c_contiguous
+        np.testing.assert_array_equal(g.features, f32.features.astype(dtype))
+        np.testing.assert_array_equal(g.indices, f32.indices)
+
+
+def test_split_sizes():
+    assert gen.split_sizes(1000, (0.2, 0.1)) == (200, 100, 700)
+    assert gen.split_sizes(1000, (0.2, 0.1, 0.05)) == (200, 100, 50)
+    g = gen.generate(**SMALL, split=(0.1, 0.05, 0.02))
+    assert (len(g.train), len(g.val), len(g.test)) == (300, 150, 60)
+    ids = np.concatenate([g.train, g.val, g.test])
+    assert len(np.unique(ids)) == len(ids)
+    for s in (g.train, g.val, g.test):
+        assert np.all(np.diff(s) > 0)
+    for bad in [(0.5,), (0.6, 0.5), (-0.1, 0.2), (0.1, 0.1, 0.1, 0.1)]:
+        with pytest.raises(ValueError, match="split"):
+            gen.split_sizes(100, bad)
+
+
+def test_papers100m_declared_sizes():
+    p = PRESETS["papers100m"]
+    assert (p["num_nodes"], p["feature_dim"], p["num_classes"]) == (111_059_956, 128, 172)
+    assert 1.6e9 <= p["num_edges"] <= 1.62e9
+    assert gen.split_sizes(p["num_nodes"], p["split"]) == (1_207_179, 125_265, 214_338)
+    # Bytes, through the memory check that runs before any work.
+    with pytest.raises(MemoryError, match=r"features 56\.86 GB \+ CSR 13\.81 GB"):
+        synthetic("papers100m", progress=False, host_memory=10**9)
+    with pytest.raises(MemoryError, match=r"features 28\.43 GB"):
+        synthetic("papers100m", progress=False, host_memory=10**9, feature_dtype=jnp.bfloat16)
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fails the test if generation starts."""
+    def fail(*args, **kwargs):
+        raise AssertionError("work started before the memory check")
+    monkeypatch.setattr(gen, "_nodes", fail)
+
+
+def test_refuses_what_does_not_fit_before_any_work(no_work):
+    with pytest.raises(MemoryError, match=r"needs .* GB of host memory .* 0\.00 GB available"):
+        gen.generate(**SMALL, host_memory=1000)
+    with pytest.raises(MemoryError, match=r"GB of device memory, 0\.00 GB available"):
+        gen.generate(**SMALL, host_memory=10**12, device_memory=1000)
+    with pytest.raises(MemoryError, match="use more passes"):
+        gen.generate(**SMALL, host_memory=10**12, device_memory=10**6, passes=1)
+
+
+def test_bad_arguments():
+    for bad, match in [(dict(num_nodes=0), "positive"), (dict(num_nodes=2**31), "2\\*\\*31"),
+                       (dict(homophily=1.5), "homophily"), (dict(exponent=2.0), "exponent"),
+                       (dict(feature_dtype=np.int8), "feature_dtype"),
+                       (dict(feature_dtype=np.float64), "feature_dtype"),
+                       (dict(passes=0), "passes")]:
+        with pytest.raises(ValueError, match=match):
+            gen.generate(**{**SMALL, **bad})
+
+
+def test_fill_indptr_offsets_past_int32():
+    # Offsets of a graph with more than 2**31 edges, from int32 counts only.
+    counts = np.full(3, 2**30, np.int32)
+    indptr = np.zeros(7, np.int64)
+    assert gen.fill_indptr(indptr, 0, counts) == 3 * 2**30
+    assert gen.fill_indptr(indptr, 3, np.array([5, 0, 2**31 - 1], np.int32)) == 2**32 + 2**30 + 4
+    np.testing.assert_array_equal(
+        indptr, np.cumsum([0, 2**30, 2**30, 2**30, 5, 0, 2**31 - 1], dtype=np.int64))
+
+
+def test_sort_pairs_packed_and_two_sorts_agree():
+    rng = np.random.default_rng(0)
+    lo, n, m = 100, 500, 5000
+    src = rng.integers(lo, lo + 50, m).astype(np.int32)
+    dst = rng.integers(0, n, m).astype(np.int32)
+    src[-300:] = dst[-300:] = _chung_lu.PAD  # unused buffer entries
+    order = np.lexsort((dst, src))
+    for base in (n, None):  # one packed int32 key; two key-value sorts (GPU path)
+        s, d = _chung_lu.sort_pairs(jnp.asarray(src), jnp.asarray(dst), jnp.int32(lo), base)
+        np.testing.assert_array_equal(np.asarray(s), src[order])
+        np.testing.assert_array_equal(np.asarray(d), dst[order])
+
+
+@pytest.mark.parametrize("num_nodes", [500, 30_000_000])  # packed key; two sorts
+def test_device_csr_slice_matches_numpy(num_nodes):
+    rng = np.random.default_rng(1)
+    lo, span, m = 1000, 100, 4000
+    src = rng.integers(lo, lo + span - 10, m).astype(np.int32)
+    dst = rng.integers(0, 300, m).astype(np.int32) * (num_nodes // 300)
+    src[-500:] = dst[-500:] = _chung_lu.PAD
+    want = _chung_lu.to_csr_host(src, dst, lo, span=span, num_nodes=num_nodes)
+    indices, counts, kept = _chung_lu.to_csr(jnp.asarray(src), jnp.asarray(dst), jnp.int32(lo),
+                                             span=span, num_nodes=num_nodes)
+    assert int(kept) == want[2] < m - 500  # repeats were dropped
+    np.testing.assert_array_equal(np.asarray(indices)[: want[2]], want[0])
+    np.testing.assert_array_equal(np.asarray(counts), want[1])
+
+
+def test_preset_overrides():
+    g = synthetic("tiny", seed=0, progress=False, num_nodes=500, feature_dtype=np.float16)
+    assert g.num_nodes == 500 and g.features.dtype == np.float16 and g.name == "tiny"
+    assert abs(g.num_edges / (2 * PRESETS["tiny"]["num_edges"]) - 1) < 0.02
