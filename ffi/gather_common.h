@@ -162,7 +162,9 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
 
 // Bindings shared by both backends; CTX is empty on the CPU and the stream
 // on the GPU. `workspace` holds the GPU's address-order sort (empty for
-// caller order); the CPU handlers ignore it.
+// caller order) and `max_blocks` caps the GPU's grids (0: the default);
+// the CPU handlers ignore both. The asynchronous start has the bindings of
+// the registered-table gathers.
 #define JDIRECT_BIND_GATHER_ARRAY(CTX)                    \
   xla::ffi::Ffi::Bind() CTX                               \
       .Arg<xla::ffi::AnyBuffer>() /* table */             \
@@ -171,7 +173,8 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Ret<xla::ffi::AnyBuffer>() /* workspace */         \
       .Attr<int64_t>("mode")                              \
       .Attr<int64_t>("fill_lo")                           \
-      .Attr<int64_t>("fill_hi")
+      .Attr<int64_t>("fill_hi")                           \
+      .Attr<int64_t>("max_blocks")
 
 #define JDIRECT_BIND_GATHER_HOST(CTX)                          \
   xla::ffi::Ffi::Bind() CTX                                    \
@@ -184,6 +187,7 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Attr<int64_t>("mode")                                   \
       .Attr<int64_t>("fill_lo")                                \
       .Attr<int64_t>("fill_hi")                                \
+      .Attr<int64_t>("max_blocks")                             \
       .Attr<int64_t>("nrows")                                  \
       .Attr<int64_t>("row_bytes")
 
@@ -198,7 +202,16 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Attr<int64_t>("mode")                    \
       .Attr<int64_t>("fill_lo")                 \
       .Attr<int64_t>("fill_hi")                 \
+      .Attr<int64_t>("max_blocks")              \
       .Attr<int64_t>("nrows")                   \
       .Attr<int64_t>("row_bytes")
+
+// gather_done: the start's rows (aliased to the result), then every
+// operand the start's read still uses, passed only to keep it alive.
+#define JDIRECT_BIND_GATHER_DONE(CTX)                   \
+  xla::ffi::Ffi::Bind() CTX                             \
+      .Arg<xla::ffi::AnyBuffer>() /* rows */            \
+      .RemainingArgs()            /* keep-alive */      \
+      .Ret<xla::ffi::AnyBuffer>() /* rows, aliased */
 
 #endif  // JDIRECT_FFI_GATHER_COMMON_H_

@@ -46,7 +46,7 @@ struct CpuRunner {
 ffi::Error GatherArray(ffi::AnyBuffer table, ffi::AnyBuffer idx,
                        ffi::Result<ffi::AnyBuffer> out,
                        ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
-                       int64_t fill_lo, int64_t fill_hi) {
+                       int64_t fill_lo, int64_t fill_hi, int64_t /*max_blocks*/) {
   return GatherFromArray(CpuRunner{}, table, idx, out, mode, fill_lo, fill_hi);
 }
 
@@ -54,8 +54,8 @@ ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::S32> slots,
                       ffi::AnyBuffer cached, ffi::AnyBuffer idx,
                       ffi::Result<ffi::AnyBuffer> out,
                       ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
-                      int64_t fill_lo, int64_t fill_hi, int64_t nrows,
-                      int64_t row_bytes) {
+                      int64_t fill_lo, int64_t fill_hi, int64_t /*max_blocks*/,
+                      int64_t nrows, int64_t row_bytes) {
   if (handle.element_count() != 1) {
     return ffi::Error::InvalidArgument(
         "jdirect gather: a HostTable handle has exactly one element");
@@ -68,9 +68,23 @@ ffi::Error GatherHostStatic(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
                             ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> /*workspace*/,
                             int64_t handle, int64_t mode, int64_t fill_lo,
-                            int64_t fill_hi, int64_t nrows, int64_t row_bytes) {
+                            int64_t fill_hi, int64_t /*max_blocks*/, int64_t nrows,
+                            int64_t row_bytes) {
   return GatherFromHandle(CpuRunner{}, static_cast<int32_t>(handle), slots, cached, idx,
                           out, mode, fill_lo, fill_hi, nrows, row_bytes);
+}
+
+// gather_done's twin: the start already wrote the rows, so only a copy
+// where XLA did not alias the result to the operand.
+ffi::Error GatherDone(ffi::AnyBuffer rows, ffi::RemainingArgs /*keep_alive*/,
+                      ffi::Result<ffi::AnyBuffer> out) {
+  if (out->size_bytes() != rows.size_bytes()) {
+    return ffi::Error::InvalidArgument("jdirect gather_done: result and rows differ in size");
+  }
+  if (out->untyped_data() != rows.untyped_data() && rows.size_bytes() > 0) {
+    std::memcpy(out->untyped_data(), rows.untyped_data(), rows.size_bytes());
+  }
+  return ffi::Error::Success();
 }
 
 }  // namespace
@@ -83,3 +97,11 @@ JDIRECT_DEFINE_HANDLER(JdirectGatherHostCpu, jdirect::GatherHost,
 JDIRECT_DEFINE_HANDLER(JdirectGatherHostStaticCpu,
                               jdirect::GatherHostStatic,
                               JDIRECT_BIND_GATHER_HOST_STATIC());
+// The asynchronous pair's twins: the start is an ordinary gather (the CPU
+// has no stream to overlap it on) and the done an identity.
+JDIRECT_DEFINE_HANDLER(JdirectGatherHostStartCpu, jdirect::GatherHost,
+                       JDIRECT_BIND_GATHER_HOST());
+JDIRECT_DEFINE_HANDLER(JdirectGatherHostStaticStartCpu, jdirect::GatherHostStatic,
+                       JDIRECT_BIND_GATHER_HOST_STATIC());
+JDIRECT_DEFINE_HANDLER(JdirectGatherDoneCpu, jdirect::GatherDone,
+                       JDIRECT_BIND_GATHER_DONE());

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gather_common.h"
+#include "gather_cuda.h"
 #include "gather_kernels.cuh"
 #include "index.h"
 #include "table_events.h"
@@ -20,6 +21,8 @@ namespace {
 
 // Address-order gathers launched so far: lets tests see which path ran.
 std::atomic<int64_t> sorted_gathers{0};
+
+}  // namespace
 
 int MultiprocessorCount() {
   static int counts[64] = {0};
@@ -33,9 +36,14 @@ int MultiprocessorCount() {
   return counts[dev];
 }
 
-unsigned Blocks(int64_t work, int64_t per_block) {
+namespace {
+
+// Grid-stride kernels: enough blocks for the work, at most `max_blocks`
+// (<= 0: 16 per SM, which saturates the link with the GPU to itself).
+unsigned Blocks(int64_t work, int64_t per_block, int64_t max_blocks) {
   int64_t blocks = (work + per_block - 1) / per_block;
-  const int64_t cap = static_cast<int64_t>(MultiprocessorCount()) * 16;
+  const int64_t cap = max_blocks > 0 ? max_blocks
+                                     : static_cast<int64_t>(MultiprocessorCount()) * 16;
   return static_cast<unsigned>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
 }
 
@@ -65,12 +73,12 @@ void WithVector(const GatherArgs& a, Fn fn) {
 
 // Launches the gather kernel over `n` rows taken from `rows`.
 template <typename Rows>
-void LaunchGather(const GatherArgs& a, Rows rows, cudaStream_t stream) {
+void LaunchGather(const GatherArgs& a, Rows rows, cudaStream_t stream, int64_t max_blocks) {
   WithVector(a, [&](auto vec) {
     using V = decltype(vec);
     const int64_t vpr = a.row_bytes / static_cast<int64_t>(sizeof(V));
     const int64_t total = a.n * vpr;
-    const unsigned blocks = Blocks(total, int64_t{kThreads} * kUnroll);
+    const unsigned blocks = Blocks(total, int64_t{kThreads} * kUnroll, max_blocks);
     // 32-bit items while the counter cannot wrap (the grid's stride times
     // kUnroll is far below 2**31).
     if (total <= std::numeric_limits<int32_t>::max()) {
@@ -124,14 +132,15 @@ int64_t SortWorkspaceBytes(int64_t n, int64_t nrows) {
 }
 
 template <typename I, typename K>
-ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws) {
+ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws,
+                              int64_t max_blocks) {
   const int64_t n = a.n;
   const SortLayout<K> layout(n, a.nrows);
   K* keys_in = reinterpret_cast<K*>(ws + layout.keys_in);
   K* keys_out = reinterpret_cast<K*>(ws + layout.keys_out);
   int32_t* pos_in = reinterpret_cast<int32_t*>(ws + layout.pos_in);
   int32_t* pos_out = reinterpret_cast<int32_t*>(ws + layout.pos_out);
-  ResolveKeysKernel<I, K><<<Blocks(n, kThreads), kThreads, 0, stream>>>(
+  ResolveKeysKernel<I, K><<<Blocks(n, kThreads, max_blocks), kThreads, 0, stream>>>(
       static_cast<const I*>(a.idx), n, a.nrows, a.mode, keys_in, pos_in);
   size_t temp_bytes = static_cast<size_t>(layout.temp_bytes);
   cudaError_t err = cub::DeviceRadixSort::SortPairs(ws + layout.temp, temp_bytes, keys_in,
@@ -141,72 +150,59 @@ ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws
     return ffi::Error::Internal(std::string("jdirect gather: cub SortPairs failed: ") +
                                 cudaGetErrorString(err));
   }
-  LaunchGather(a, SortedRows<K>{keys_out, pos_out, static_cast<K>(a.nrows)}, stream);
+  LaunchGather(a, SortedRows<K>{keys_out, pos_out, static_cast<K>(a.nrows)}, stream,
+               max_blocks);
   sorted_gathers.fetch_add(1, std::memory_order_relaxed);
   return ffi::Error::Success();
 }
 
-struct CudaRunner {
-  cudaStream_t stream;
-  char* workspace;
-  int64_t workspace_bytes;
+}  // namespace
 
-  ffi::Error operator()(const GatherArgs& a) const {
-    if (a.n == 0 || a.row_bytes == 0) return ffi::Error::Success();
-    ffi::Error status = ffi::Error::Success();
-    // Python decides the order (jdirect/_ops.py, address_order) and sizes
-    // a workspace only for address order; an empty one means caller order.
-    const bool sorted = workspace_bytes > 0 && a.n <= std::numeric_limits<int32_t>::max() &&
-                        workspace_bytes >= SortWorkspaceBytes(a.n, a.nrows);
-    const bool narrow = NarrowKeys(a.nrows);
-    if (sorted && a.idx64) {
-      status = narrow ? LaunchAddressOrder<int64_t, uint32_t>(a, stream, workspace)
-                      : LaunchAddressOrder<int64_t, uint64_t>(a, stream, workspace);
-    } else if (sorted) {
-      status = narrow ? LaunchAddressOrder<int32_t, uint32_t>(a, stream, workspace)
-                      : LaunchAddressOrder<int32_t, uint64_t>(a, stream, workspace);
-    } else if (a.idx64) {
-      LaunchGather(a, CallerRows<int64_t>{static_cast<const int64_t*>(a.idx), a.nrows, a.mode},
-                   stream);
-    } else {
-      LaunchGather(a, CallerRows<int32_t>{static_cast<const int32_t*>(a.idx), a.nrows, a.mode},
-                   stream);
-    }
-    if (status.failure()) return status;
-    // May also report an earlier launch's error on this thread: the message
-    // names the call that noticed it, not necessarily the one that caused it.
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) {
-      return ffi::Error::Internal(std::string("jdirect gather: kernel launch failed: ") +
-                                  cudaGetErrorString(err));
-    }
-    // close() waits for this event instead of for the whole device.
-    return a.handle > 0 ? RecordTableRead(a.handle, stream) : ffi::Error::Success();
+ffi::Error CudaRunner::operator()(const GatherArgs& a) const {
+  if (a.n == 0 || a.row_bytes == 0) return ffi::Error::Success();
+  ffi::Error status = ffi::Error::Success();
+  // Python decides the order (jdirect/_ops.py, address_order) and sizes
+  // a workspace only for address order; an empty one means caller order.
+  const bool sorted = workspace_bytes > 0 && a.n <= std::numeric_limits<int32_t>::max() &&
+                      workspace_bytes >= SortWorkspaceBytes(a.n, a.nrows);
+  const bool narrow = NarrowKeys(a.nrows);
+  if (sorted && a.idx64) {
+    status = narrow ? LaunchAddressOrder<int64_t, uint32_t>(a, stream, workspace, max_blocks)
+                    : LaunchAddressOrder<int64_t, uint64_t>(a, stream, workspace, max_blocks);
+  } else if (sorted) {
+    status = narrow ? LaunchAddressOrder<int32_t, uint32_t>(a, stream, workspace, max_blocks)
+                    : LaunchAddressOrder<int32_t, uint64_t>(a, stream, workspace, max_blocks);
+  } else if (a.idx64) {
+    LaunchGather(a, CallerRows<int64_t>{static_cast<const int64_t*>(a.idx), a.nrows, a.mode},
+                 stream, max_blocks);
+  } else {
+    LaunchGather(a, CallerRows<int32_t>{static_cast<const int32_t*>(a.idx), a.nrows, a.mode},
+                 stream, max_blocks);
   }
-};
+  if (status.failure()) return status;
+  // May also report an earlier launch's error on this thread: the message
+  // names the call that noticed it, not necessarily the one that caused it.
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return ffi::Error::Internal(std::string("jdirect gather: kernel launch failed: ") +
+                                cudaGetErrorString(err));
+  }
+  // close() waits for this event instead of for the whole device.
+  return a.handle > 0 ? RecordTableRead(a.handle, stream) : ffi::Error::Success();
+}
 
-CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& workspace) {
+CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& workspace,
+                  int64_t max_blocks) {
   return CudaRunner{stream, static_cast<char*>(workspace->untyped_data()),
-                    static_cast<int64_t>(workspace->size_bytes())};
+                    static_cast<int64_t>(workspace->size_bytes()), max_blocks};
 }
 
-ffi::Error GatherArray(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer idx,
-                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
-                       int64_t mode, int64_t fill_lo, int64_t fill_hi) {
-  return GatherFromArray(Runner(stream, workspace), table, idx, out, mode, fill_lo, fill_hi);
-}
-
-ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
-                      ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached, ffi::AnyBuffer idx,
-                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
-                      int64_t mode, int64_t fill_lo, int64_t fill_hi, int64_t nrows,
-                      int64_t row_bytes) {
+ffi::Error HostHandle(ffi::Buffer<ffi::S32> handle, int32_t* value) {
   if (handle.element_count() != 1) {
     return ffi::Error::InvalidArgument(
         "jdirect gather: a HostTable handle has exactly one element");
   }
-  // The handle is read here, on the host, when the call is enqueued, so it
-  // must live in host memory (HostTable keeps it in pinned_host).
+  // HostTable keeps its handle in pinned_host memory.
   const int32_t* p = handle.typed_data();
   cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
@@ -218,18 +214,38 @@ ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
         "jdirect gather: the HostTable handle was moved to device memory; "
         "pass the HostTable itself to jit, not a device_put copy of it");
   }
-  return GatherFromHandle(Runner(stream, workspace), *p, slots, cached, idx, out, mode,
-                          fill_lo, fill_hi, nrows, row_bytes);
+  *value = *p;
+  return ffi::Error::Success();
+}
+
+namespace {
+
+ffi::Error GatherArray(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer idx,
+                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                       int64_t mode, int64_t fill_lo, int64_t fill_hi, int64_t max_blocks) {
+  return GatherFromArray(Runner(stream, workspace, max_blocks), table, idx, out, mode,
+                         fill_lo, fill_hi);
+}
+
+ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
+                      ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached, ffi::AnyBuffer idx,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                      int64_t mode, int64_t fill_lo, int64_t fill_hi, int64_t max_blocks,
+                      int64_t nrows, int64_t row_bytes) {
+  int32_t h;
+  if (auto e = HostHandle(handle, &h); e.failure()) return e;
+  return GatherFromHandle(Runner(stream, workspace, max_blocks), h, slots, cached, idx, out,
+                          mode, fill_lo, fill_hi, nrows, row_bytes);
 }
 
 ffi::Error GatherHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> slots,
                             ffi::AnyBuffer cached, ffi::AnyBuffer idx,
                             ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, int64_t handle, int64_t mode,
-                            int64_t fill_lo, int64_t fill_hi, int64_t nrows,
+                            int64_t fill_lo, int64_t fill_hi, int64_t max_blocks, int64_t nrows,
                             int64_t row_bytes) {
-  return GatherFromHandle(Runner(stream, workspace), static_cast<int32_t>(handle), slots,
-                          cached, idx, out, mode, fill_lo, fill_hi, nrows, row_bytes);
+  return GatherFromHandle(Runner(stream, workspace, max_blocks), static_cast<int32_t>(handle),
+                          slots, cached, idx, out, mode, fill_lo, fill_hi, nrows, row_bytes);
 }
 
 }  // namespace

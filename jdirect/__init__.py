@@ -7,6 +7,7 @@ host memory where those reads are fastest.
 """
 
 from . import _ffi  # registers the FFI targets
+from .async_gather import Pending, gather_done, gather_start
 from .cached_table import CachedTable
 from .gather import gather
 from .host_memory import host_empty
@@ -14,8 +15,8 @@ from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "Table", "decode_rows", "gather",
-           "has_cuda", "host_empty", "quantize_rows"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
+           "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

@@ -17,12 +17,19 @@ import jax
 GATHER = "jdirect_gather"
 GATHER_HOST = "jdirect_gather_host"
 GATHER_HOST_STATIC = "jdirect_gather_host_static"
+# The asynchronous pair (jdirect.gather_start / gather_done).
+GATHER_HOST_START = "jdirect_gather_host_start"
+GATHER_HOST_STATIC_START = "jdirect_gather_host_static_start"
+GATHER_DONE = "jdirect_gather_done"
 
 # Target name -> handler symbol stem; the symbol is stem + "Cpu" or "Cuda".
 _TARGETS = {
     GATHER: "JdirectGather",
     GATHER_HOST: "JdirectGatherHost",
     GATHER_HOST_STATIC: "JdirectGatherHostStatic",
+    GATHER_HOST_START: "JdirectGatherHostStart",
+    GATHER_HOST_STATIC_START: "JdirectGatherHostStaticStart",
+    GATHER_DONE: "JdirectGatherDone",
 }
 
 _ERRLEN = 512

@@ -4,6 +4,8 @@ Two sources of rows: an array operand (`read_array`: device, pinned_host or
 CPU arrays) and a registered host table (`read_registered`: a HostTable's
 handle, optionally with a device cache of some rows). Both check the
 request once, decide the access order and build one jitted-friendly call.
+A registered read can also be started asynchronously (`Pending`,
+`finish_read`: the calls behind jdirect.gather_start / gather_done).
 """
 
 from __future__ import annotations
@@ -35,11 +37,19 @@ MANAGED_SORT_FROM_INDICES = 1_000_000
 
 
 class ReadRequest(NamedTuple):
-    """What a gather asks of a table, checked by `make`."""
+    """What a gather asks of a table, checked by `make`.
+
+    `start_blocks` is set only by jdirect.gather_start: not None makes
+    `read_registered` start an asynchronous read on a GPU side stream, with
+    at most that many blocks (0: the default cap), and return a `Pending`.
+    Kinds that hand the request to `read_registered` unchanged (HostTable,
+    CachedTable) support it.
+    """
 
     mode: int  # ffi/index.h's Mode
     fill_value: Any
     locality: bool | None
+    start_blocks: int | None = None
 
     @staticmethod
     def make(mode: str | None, fill_value: Any, locality: Any) -> "ReadRequest":
@@ -93,7 +103,8 @@ def _prepare(shape: tuple[int, ...], dtype: np.dtype, memory: str, idx: jax.Arra
     fill_lo, fill_hi = _dtypes.fill_pattern(fill)
     static = dict(row_shape=tuple(shape[1:]), dtype=dtype, nrows=shape[0], memory=memory,
                   locality=request.locality,
-                  attrs=(("mode", request.mode), ("fill_lo", fill_lo), ("fill_hi", fill_hi)))
+                  attrs=(("mode", request.mode), ("fill_lo", fill_lo), ("fill_hi", fill_hi),
+                         ("max_blocks", request.start_blocks or 0)))
     return _Prepared(static, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
 
 
@@ -106,15 +117,33 @@ def read_array(table: jax.Array, memory: str, idx: jax.Array,
     return _cached_call(_ffi.GATHER, **prep.static)(table, idx)
 
 
+class Pending(NamedTuple):
+    """A read started by jdirect.gather_start; pass it to jdirect.gather_done.
+
+    A pytree of arrays. Its fields are opaque: until gather_done, `rows` may
+    still be written on a side stream.
+    """
+
+    rows: jax.Array
+    # What the side stream reads or writes until the done: the indices, the
+    # cache slots and rows, the sort workspace. They are operands of the
+    # done so that XLA keeps their memory until then (it frees or reuses a
+    # buffer after its last use on its own stream, which the side stream
+    # does not order). Empty for a read that is already complete.
+    keep_alive: tuple[jax.Array, ...] = ()
+
+
 def read_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.dtype,
                     memory: str, idx: jax.Array, request: ReadRequest,
-                    cache: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+                    cache: tuple[jax.Array, jax.Array] | None = None) -> jax.Array | Pending:
     """jnp.take from a registered host table.
 
     `handle` is the table's handle array (an operand: any table of this
     shape reuses the compiled call) or, for a concrete table inside a
     trace, its int value (a constant of that program). `cache` is a
-    CachedTable's (slots, rows) in device memory.
+    CachedTable's (slots, rows) in device memory. With
+    `request.start_blocks` set, the read is started asynchronously and its
+    `Pending` returned, except when no row is read (zero-sized rows).
     """
     prep = _prepare(shape, dtype, memory, idx, request)
     if not isinstance(prep, _Prepared):
@@ -123,11 +152,67 @@ def read_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.d
     static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes))
     if cache is None:  # no cache: empty operands
         cache = (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), dtype))
+    start = request.start_blocks is not None and prep.row_bytes > 0
     if isinstance(handle, int):
         # Not cached: a per-table entry would outlive the table.
         static["attrs"] += (("handle", handle),)
+        if start:
+            rows, workspace = _make_start(_ffi.GATHER_HOST_STATIC_START, **static)(*cache, idx)
+            return Pending(rows, (idx, *cache, workspace))
         return _make_call(_ffi.GATHER_HOST_STATIC, **static)(*cache, idx)
+    if start:
+        # The handle needs no keep-alive: it is read on the host, when the
+        # start is enqueued.
+        rows, workspace = _cached_start(_ffi.GATHER_HOST_START, **static)(handle, *cache, idx)
+        return Pending(rows, (idx, *cache, workspace))
     return _cached_call(_ffi.GATHER_HOST, **static)(handle, *cache, idx)
+
+
+def finish_read(pending: Pending) -> jax.Array:
+    """The rows of a started read, once the read is done (gather_done)."""
+    if not pending.keep_alive:
+        return pending.rows
+    return _done(pending.rows, *pending.keep_alive)
+
+
+# Donates the rows: between two programs (eagerly) their buffer must reach
+# the done itself, which is aliased to it; a non-donated argument would be
+# copied first, on XLA's stream, before the done waits for the read. Inside
+# a jitted function the donation is moot and the rows are a temporary.
+@functools.partial(jax.jit, donate_argnums=0)
+def _done(rows: jax.Array, *keep_alive: jax.Array) -> jax.Array:
+    ffi = jax.ffi.ffi_call(_ffi.GATHER_DONE, jax.ShapeDtypeStruct(rows.shape, rows.dtype),
+                           input_output_aliases={0: 0})
+    return ffi(rows, *keep_alive)
+
+
+def _results(idx: jax.Array, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
+             memory: str, locality: bool | None) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """A gather call's results: the rows, then the GPU's sort workspace
+    (empty for caller order), allocated by XLA so that its lifetime follows
+    the program's streams; it is sized from the indices, batched or not."""
+    row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+    sort = jax.default_backend() == "gpu" and address_order(memory, row_bytes, idx.size, locality)
+    workspace = _ffi.sort_workspace_bytes(idx.size, nrows) if sort else 0
+    return (jax.ShapeDtypeStruct(idx.shape + row_shape, dtype),
+            jax.ShapeDtypeStruct((workspace,), np.uint8))
+
+
+def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
+                memory: str, locality: bool | None,
+                attrs: tuple) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """The asynchronous start for one static configuration: operands as
+    `_make_call`'s, results (rows, workspace). Not batched under vmap: the
+    done finds the read by the address of its rows buffer."""
+
+    def call(*operands: jax.Array) -> tuple[jax.Array, jax.Array]:
+        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        return tuple(jax.ffi.ffi_call(target, outs)(*operands, **dict(attrs)))
+
+    return jax.jit(call)
+
+
+_cached_start = functools.lru_cache(maxsize=None)(_make_start)
 
 
 def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
@@ -135,21 +220,11 @@ def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrow
     """The FFI call for one static configuration, with its batching rule.
 
     Operands are (table, idx) or ([handle,] cache slots, cached rows, idx):
-    idx is always last. The second result is the GPU's sort workspace
-    (empty for caller order), allocated by XLA so that its lifetime follows
-    the program's streams; it is sized from the indices, batched or not.
+    idx is always last. Results as `_results`; only the rows are returned.
     """
-    row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
 
     def call(*operands: jax.Array) -> jax.Array:
-        idx = operands[-1]
-        sort = (jax.default_backend() == "gpu"
-                and address_order(memory, row_bytes, idx.size, locality))
-        workspace = _ffi.sort_workspace_bytes(idx.size, nrows) if sort else 0
-        outs = (
-            jax.ShapeDtypeStruct(idx.shape + row_shape, dtype),
-            jax.ShapeDtypeStruct((workspace,), np.uint8),
-        )
+        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
         ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
         return ffi(*operands, **dict(attrs))[0]
 

@@ -1,0 +1,40 @@
+// The CUDA gather's launch path, shared by the ordinary handlers
+// (gather_cuda.cu) and the asynchronous start (gather_async_cuda.cu).
+#ifndef JDIRECT_FFI_GATHER_CUDA_H_
+#define JDIRECT_FFI_GATHER_CUDA_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gather_common.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jdirect {
+
+// SMs of the current device (132 if it cannot be asked).
+int MultiprocessorCount();
+
+// Enqueues a gather on `stream`: the address-order sort when `workspace`
+// is large enough for it, then the gather kernel, then the table's read
+// event (table_events.h) on the same stream. Every kernel's grid is capped
+// at `max_blocks` (<= 0: 16 blocks per SM).
+struct CudaRunner {
+  cudaStream_t stream;
+  char* workspace;
+  int64_t workspace_bytes;
+  int64_t max_blocks;
+
+  ffi::Error operator()(const GatherArgs& a) const;
+};
+
+CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& workspace,
+                  int64_t max_blocks);
+
+// The table handle a registered gather names: read on the host when the
+// call is enqueued, so it must live in host memory.
+ffi::Error HostHandle(ffi::Buffer<ffi::S32> handle, int32_t* value);
+
+}  // namespace jdirect
+
+#endif  // JDIRECT_FFI_GATHER_CUDA_H_

@@ -1,0 +1,235 @@
+"""gather_start / gather_done against gather and jnp.take: values, programs
+with work between the two, several reads in flight, ordering, errors."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jdirect
+from conftest import ON_GPU, gpu_only
+from test_gather import MODES, assert_same, indices, random_table
+
+DTYPES = [np.float32, ml_dtypes.bfloat16, np.int8, np.uint16, np.bool_, np.complex64]
+
+
+def overlapped(table, idx, x, **kw):
+    """The documented idiom: start -> work on x -> done, order pinned by
+    optimization barriers."""
+    pending = jdirect.gather_start(table, idx, **kw)
+    pending, x = jax.lax.optimization_barrier((pending, x))
+    y = jnp.tanh(x @ x)
+    pending, y = jax.lax.optimization_barrier((pending, y))
+    return jdirect.gather_done(pending), y
+
+
+@pytest.fixture
+def host_table():
+    rng = np.random.default_rng(0)
+    host = random_table(rng, (3000, 24), np.float32)
+    with jdirect.HostTable(host) as table:
+        yield host, table
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matches_gather_for_dtypes_and_modes(dtype):
+    rng = np.random.default_rng(1)
+    host = random_table(rng, (700, 5), dtype)
+    with jdirect.HostTable(host) as table:
+        for idx_dtype in (np.int32, np.int64):
+            # > 1024 indices, so a GPU reads them in address order.
+            idx = jnp.asarray(indices(rng, 700, (40, 50), idx_dtype))
+            for mode in MODES:
+                kw = dict(mode=mode, fill_value=3 if mode == "fill" else None)
+                ref = jnp.take(jnp.asarray(host), idx, axis=0, **kw)
+                jitted = jax.jit(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i, **kw)))
+                assert_same(jitted(table, idx), ref)
+                assert_same(jdirect.gather_done(jdirect.gather_start(table, idx, **kw)), ref)
+
+
+def test_cached_table_locality_and_grid_caps(host_table):
+    host, table = host_table
+    rng = np.random.default_rng(2)
+    cached = jdirect.CachedTable(table, rng.choice(3000, 300, replace=False))
+    idx = jnp.asarray(indices(rng, 3000, (6000,), np.int32))
+    for mode in MODES:
+        ref = jnp.take(jnp.asarray(host), idx, axis=0, mode=mode)
+        for locality in (None, True, False):
+            for max_blocks in (None, 1, 7):
+                kw = dict(mode=mode, locality=locality, max_blocks=max_blocks)
+                out = jax.jit(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i, **kw)))(
+                    cached, idx)
+                assert_same(out, ref)
+    # A concrete table closed over by the trace (its handle a constant).
+    closure = jax.jit(lambda i: jdirect.gather_done(jdirect.gather_start(cached, i)))
+    assert_same(closure(idx), jnp.take(jnp.asarray(host), idx, axis=0))
+    assert_same(jdirect.gather_done(jdirect.gather_start(cached, idx)), closure(idx))
+
+
+def test_program_with_work_between(host_table):
+    host, table = host_table
+    idx = jnp.asarray(np.random.default_rng(3).integers(-3000, 3000, (2048,)), jnp.int32)
+    x = jnp.full((128, 128), 0.01, jnp.float32)
+    rows, y = jax.jit(overlapped)(table, idx, x)
+    assert_same(rows, jnp.take(jnp.asarray(host), idx, axis=0))
+    np.testing.assert_allclose(y, jnp.tanh(x @ x), rtol=1e-6)
+
+
+def test_several_reads_in_flight(host_table):
+    """Three starts before any done, finished in another order, each with
+    its own indices and modes: no read is confused with another."""
+    host, table = host_table
+    rng = np.random.default_rng(4)
+    batches = [jnp.asarray(indices(rng, 3000, (n,), np.int32)) for n in (1500, 2000, 2500)]
+
+    def f(t, a, b, c):
+        p = [jdirect.gather_start(t, a), jdirect.gather_start(t, b, mode="clip"),
+             jdirect.gather_start(t, c, mode="wrap", max_blocks=3)]
+        p, x = jax.lax.optimization_barrier((p, jnp.sum(a)))
+        return [jdirect.gather_done(q) for q in (p[2], p[0], p[1])], x
+
+    (rc, ra, rb), _ = jax.jit(f)(table, *batches)
+    ref = jnp.asarray(host)
+    assert_same(ra, jnp.take(ref, batches[0], axis=0))
+    assert_same(rb, jnp.take(ref, batches[1], axis=0, mode="clip"))
+    assert_same(rc, jnp.take(ref, batches[2], axis=0, mode="wrap"))
+
+
+def test_pending_carried_between_programs(host_table):
+    """Started in one jitted step, finished in the next, donated as
+    gather_start documents: the pipelined-loop pattern."""
+    host, table = host_table
+    rng = np.random.default_rng(5)
+    batches = [jnp.asarray(rng.integers(0, 3000, (1200,)), jnp.int32) for _ in range(4)]
+
+    @jax.jit
+    def first(t, i):
+        return jdirect.gather_start(t, i)
+
+    @jax.jit(donate_argnums=1)
+    def step(t, pending, next_idx):
+        rows = jdirect.gather_done(pending)
+        return rows + 1.0, jdirect.gather_start(t, next_idx)
+
+    pending = first(table, batches[0])
+    for k in range(1, 4):
+        rows, pending = step(table, pending, batches[k])
+        assert_same(rows, host[np.asarray(batches[k - 1])] + np.float32(1.0))
+    assert_same(jdirect.gather_done(pending), host[np.asarray(batches[3])])
+
+
+def test_other_table_kinds_fall_back_to_gather():
+    rng = np.random.default_rng(6)
+    values = rng.standard_normal((50, 6)).astype(np.float32)
+    idx = jnp.array([0, 49, -1, 50, 7])
+    with jdirect.Int8Table(values) as quantized:
+        for table in (jnp.asarray(values), values, quantized):
+            pending = jdirect.gather_start(table, idx, mode="clip")
+            assert pending.keep_alive == ()
+            assert_same(jdirect.gather_done(pending), jdirect.gather(table, idx, mode="clip"))
+
+
+def test_empty_indices_and_zero_width_rows(host_table):
+    _, table = host_table
+    out = jdirect.gather_done(jdirect.gather_start(table, jnp.zeros((0, 3), jnp.int32)))
+    assert out.shape == (0, 3, 24)
+    with jdirect.HostTable(np.zeros((5, 0), np.float32)) as narrow:
+        out = jax.jit(lambda t: jdirect.gather_done(jdirect.gather_start(t, jnp.arange(3))))(narrow)
+        assert out.shape == (3, 0)
+
+
+def test_closed_table_is_an_error():
+    table = jdirect.HostTable(np.ones((4, 2), np.float32))
+    f = jax.jit(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i)))
+    idx = jnp.array([1])
+    jax.block_until_ready(f(table, idx))
+    table.close()
+    # The exception type JAX gives the FFI's error depends on the dispatch path.
+    expected = (jax.errors.JaxRuntimeError, ValueError)
+    with pytest.raises(expected, match="HostTable #[0-9]+ is closed"):
+        jax.block_until_ready(f(table, idx))
+    with pytest.raises(expected, match="HostTable #[0-9]+ is closed"):
+        jax.block_until_ready(jdirect.gather_done(jdirect.gather_start(table, idx)))
+
+
+def test_bad_arguments(host_table):
+    _, table = host_table
+    for bad in (0, -1, 2**31):
+        with pytest.raises(ValueError, match="max_blocks"):
+            jdirect.gather_start(table, jnp.array([0]), max_blocks=bad)
+    for bad in (2.0, True, "8"):
+        with pytest.raises(TypeError, match="max_blocks"):
+            jdirect.gather_start(table, jnp.array([0]), max_blocks=bad)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        jdirect.gather_start(table, jnp.array([0.5]))
+    with pytest.raises(ValueError, match="mode"):
+        jdirect.gather_start(table, jnp.array([0]), mode="nearest")
+    with pytest.raises(TypeError, match="Pending"):
+        jdirect.gather_done(jdirect.gather(table, jnp.array([0])))
+
+
+def test_barriers_order_start_work_done(host_table):
+    """Both custom calls are in the program, with the work between them:
+    on a GPU in the compiled schedule (XLA keeps optimization barriers
+    through GPU scheduling), on the CPU (which drops barriers before it
+    schedules) in the traced program, barriers included."""
+    _, table = host_table
+    idx = jnp.zeros((2048,), jnp.int32)
+    x = jnp.ones((64, 64), jnp.float32)
+    if ON_GPU:
+        text = jax.jit(overlapped).lower(table, idx, x).compile().as_text()
+        text = text[text.index("\nENTRY"):]
+    else:
+        text = str(jax.make_jaxpr(overlapped)(table, idx, x))
+        assert text.count("optimization_barrier") == 2
+    lines = text.splitlines()
+
+    def first(pattern: str) -> int:
+        return next(k for k, line in enumerate(lines) if re.search(pattern, line))
+
+    start = first("jdirect_gather_host_start")
+    work = first(r"dot_general|\bdot\(")
+    done = first("jdirect_gather_done")
+    assert start < work < done, (start, work, done)
+
+
+@gpu_only
+def test_gpu_heavy_work_between_start_and_done():
+    """A large matmul between start and done, then the rows: a done that
+    did not wait for the side stream would return rows still being written
+    (the rows buffer is fresh each run, so stale contents show)."""
+    rng = np.random.default_rng(7)
+    host = rng.standard_normal((1 << 20, 64)).astype(np.float32)
+    idx = jnp.asarray(rng.integers(0, host.shape[0], (1 << 18,)), jnp.int32)
+    x = jnp.asarray(rng.standard_normal((4096, 4096)), jnp.bfloat16)
+
+    def f(t, i, x):
+        pending = jdirect.gather_start(t, i, max_blocks=8)  # a slow read
+        pending, x = jax.lax.optimization_barrier((pending, x))
+        for _ in range(8):
+            x = jnp.tanh(x @ x)
+        pending, x = jax.lax.optimization_barrier((pending, x))
+        rows = jdirect.gather_done(pending)
+        return rows * 2.0, x  # consumes the rows on XLA's stream right away
+
+    with jdirect.HostTable.copy_of(host) as table:
+        expected = host[np.asarray(idx)] * 2.0
+        g = jax.jit(f)
+        for _ in range(3):
+            rows, _ = g(table, idx, x)
+            np.testing.assert_array_equal(np.asarray(rows), expected)
+
+
+@gpu_only
+def test_gpu_done_without_start_is_an_error(host_table):
+    """A Pending passed into a jitted function without donation: XLA copies
+    its rows, and the done finds no start for the copy."""
+    _, table = host_table
+    pending = jax.jit(jdirect.gather_start)(table, jnp.arange(100))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="without a matching gather_start"):
+        jax.block_until_ready(jax.jit(jdirect.gather_done)(pending))
