@@ -70,7 +70,7 @@ def split_times(trainer: Trainer, reps: int) -> dict:
     """Sampling, feature read and update of one epoch, each timed alone."""
     feed = trainer.feed
     sampler, source = feed.sampler, trainer.source
-    order, epoch, _ = next(feed.epoch(trainer.graph.train, 1))
+    order, epoch, _, _ = next(feed.epoch(trainer.graph.train, 1))
     idx = [np.int32(i) for i in range(order.shape[0])]
     sample = jax.jit(lambda i: sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i)))
     batches = [sample(i) for i in idx]
@@ -95,6 +95,27 @@ def split_times(trainer: Trainer, reps: int) -> dict:
         presampled_s=epoch_time(presampled_step, idx, reps),
         input_rows=rows,
     )
+
+
+def run_mode(graph, cfg: TrainConfig, args, memcpy: float | None, row_bytes: int) -> dict:
+    """One (sampler, mode, overlap): end-to-end epochs, then its parts."""
+    with Trainer(graph, cfg) as t:
+        t.train_epoch(0)  # compile, warm up
+        epochs = [t.train_epoch(e) for e in range(1, 1 + args.epochs)]
+        overlapped = isinstance(t.feed, DeviceFeed) and t.feed.overlap
+        rec = dict(sampler=cfg.sampler, mode=cfg.features + ("+overlap" if overlapped else ""),
+                   e2e_s=statistics.median(m["epoch_s"] for m in epochs),
+                   loss=epochs[-1]["loss"], val_acc=t.evaluate(graph.val),
+                   batches=t.batches_per_epoch)
+        if "sample_s" in epochs[-1]:
+            rec.update(cpu_sample_s=epochs[-1]["sample_s"], wait_s=epochs[-1]["wait_s"])
+        if isinstance(t.feed, DeviceFeed) and not overlapped:
+            rec.update(split_times(t, args.reps))
+            rec["idle_s"] = rec["e2e_s"] - rec["sample_s"] - rec["gather_s"] - rec["compute_s"]
+            feature_bytes = rec["input_rows"] * row_bytes
+            rec["feature_gb"] = feature_bytes / 1e9
+            rec["pcie_floor_s"] = feature_bytes / (memcpy * 1e9) if memcpy else None
+    return rec
 
 
 def main() -> None:
@@ -131,25 +152,15 @@ def main() -> None:
         for mode in args.modes:
             if sampler == "device" and mode == "host":
                 continue  # host mode gathers on the CPU from CPU-sampled batches
-            with Trainer(graph, base.replace(features=mode, sampler=sampler)) as t:
-                t.train_epoch(0)  # compile, warm up
-                epochs = [t.train_epoch(e) for e in range(1, 1 + args.epochs)]
-                rec = dict(sampler=sampler, mode=mode,
-                           e2e_s=statistics.median(m["epoch_s"] for m in epochs),
-                           loss=epochs[-1]["loss"], val_acc=t.evaluate(graph.val),
-                           batches=t.batches_per_epoch)
-                if "sample_s" in epochs[-1]:
-                    rec.update(cpu_sample_s=epochs[-1]["sample_s"], wait_s=epochs[-1]["wait_s"])
-                if isinstance(t.feed, DeviceFeed):
-                    rec.update(split_times(t, args.reps))
-                    rec["idle_s"] = rec["e2e_s"] - rec["sample_s"] - rec["gather_s"] - \
-                        rec["compute_s"]
-                    feature_bytes = rec["input_rows"] * row_bytes
-                    rec["feature_gb"] = feature_bytes / 1e9
-                    rec["pcie_floor_s"] = feature_bytes / (memcpy * 1e9) if memcpy else None
-            records.append(rec)
-            print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in rec.items()), flush=True)
+            # The device sampler's jdirect modes with and without reading the
+            # next batch on a side stream (the trainer's default is with).
+            overlaps = (True, False) if sampler == "device" and "jdirect" in mode else (True,)
+            for overlap in overlaps:
+                rec = run_mode(graph, base.replace(features=mode, sampler=sampler,
+                                                   overlap=overlap), args, memcpy, row_bytes)
+                records.append(rec)
+                print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in rec.items()), flush=True)
 
     floor = next((r["pcie_floor_s"] for r in records if r.get("pcie_floor_s")), None)
     dev = {r["sampler"]: r["e2e_s"] for r in records if r["mode"] == "device"}

@@ -69,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
     add("--data-dir", help="directory of an OGB or Reddit dataset")
     add("--features", choices=FEATURE_MODES, help="where the feature table lives")
     add("--sampler", choices=SAMPLERS, help="where neighbours are sampled (auto: GPU if present)")
+    add("--no-overlap", dest="overlap", action="store_false", default=None,
+        help="device sampler, jdirect modes: read each batch's rows in its own step instead "
+             "of on a side stream during the previous step")
     add("--cache-fraction", type=_number(float, 0, 1),
         help="jdirect-cache: share of the feature table kept on the device")
     add("--feature-dtype", choices=[d for d in FEATURE_DTYPES if d],

@@ -1,18 +1,21 @@
 """Graphs, datasets, neighbour sampling and the input pipeline for GNN training.
 
-Everything here is NumPy on the host; features may stay in host memory and
-be read on the GPU by `jdirect.gather`.
+Graphs live in host memory (NumPy; features in `jdirect.host_empty` memory
+where jdirect allocates them). Two samplers produce the same padded
+`Batch`: `NeighborSampler` on CPU threads and `DeviceSampler` on the
+accelerator, inside the jitted training step.
 """
 
 from .csr import Graph
 from .datasets import PRESETS, load_dataset, synthetic
+from .device_sampler import DeviceSampler
 from .loaders import load_ogb_node, load_reddit
 from .pipeline import Prefetcher
 from .sampler import Batch, NeighborSampler
 
 __all__ = [
-    "Batch", "Graph", "NeighborSampler", "PRESETS", "Prefetcher", "load_dataset",
-    "load_ogb_node", "load_reddit", "synthetic",
+    "Batch", "DeviceSampler", "Graph", "NeighborSampler", "PRESETS", "Prefetcher",
+    "load_dataset", "load_ogb_node", "load_reddit", "synthetic",
 ]
-# Model and training (jdirect.graph.model, .train, .features, .checkpoint)
-# need flax, optax and orbax: import them from those modules.
+# Model and training (jdirect.graph.model, .train, .steps, .feeds, .features,
+# .checkpoint) need flax and optax: import them from those modules.

@@ -39,6 +39,8 @@ class TrainConfig:
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
         workers feeding the step) or "auto" (device on a GPU, else cpu;
         the host feature mode always samples on the CPU).
+      overlap: with the device sampler and a host table (jdirect modes),
+        read batch i + 1's rows on a side stream while batch i trains.
       prefetch, workers: the CPU sampler's batches in flight and threads.
       eval_max: evaluate on at most this many val/test nodes (None: all).
       log_every: optimizer steps between reads of the running metrics (the
@@ -65,6 +67,7 @@ class TrainConfig:
     features: str = "jdirect"
     cache_fraction: float = 0.2
     sampler: str = "auto"
+    overlap: bool = True
     prefetch: int = 4
     workers: int = 4
     eval_max: int | None = None

@@ -101,14 +101,21 @@ class HostFeed:
 
 
 class DeviceFeed:
-    """Sampling on the device, inside each compiled step."""
+    """Sampling on the device, inside each compiled step.
 
-    def __init__(self, sampler, source: FeatureSource, *, seed: int):
+    With `overlap` and a host table (the jdirect modes), training steps are
+    pipelined: step i samples batch i + 1 and starts reading its rows on a
+    side stream, then updates on batch i while the rows cross PCIe
+    (`steps.overlapped_train_step`).
+    """
+
+    def __init__(self, sampler, source: FeatureSource, *, seed: int, overlap: bool = True):
         if source.mode == "host":
             raise ValueError("the device sampler cannot feed the 'host' feature mode")
         self.sampler, self.source, self.seed = sampler, source, seed
         self.batch_size = sampler.batch_size
-        self._seeds: jax.Array | None = None
+        self.overlap = overlap and source.mode in ("jdirect", "jdirect-cache")
+        self._next: tuple | None = None  # (rows, batch) read ahead for the next step
 
     def num_batches(self, num_nodes: int) -> int:
         return self.sampler.num_batches(num_nodes)
@@ -116,18 +123,30 @@ class DeviceFeed:
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple]:
         order = self.sampler.epoch_seeds(self.sampler.arrays, jnp.asarray(nodes, jnp.int32),
                                          epoch, shuffle=epoch != EVAL_EPOCH)
+        count = order.shape[0]
         epoch = jnp.int32(epoch)
-        for i in range(order.shape[0]):
-            yield order, epoch, jnp.int32(i)
+        for i in range(count):
+            yield order, epoch, jnp.int32(i), i + 1 == count
 
     def train_step(self, graphdef, state, metrics, inputs, step):
-        order, epoch, i = inputs
-        return steps.sample_train_step(graphdef, self.sampler, self.source.read, self.seed,
-                                       state, metrics, self.sampler.arrays, self.source.table,
-                                       order, epoch, i, step)
+        order, epoch, i, last = inputs
+        arrays, table = self.sampler.arrays, self.source.table
+        if not self.overlap:
+            return steps.sample_train_step(graphdef, self.sampler, self.source.read, self.seed,
+                                           state, metrics, arrays, table, order, epoch, i, step)
+        if self._next is None:  # an epoch's first step: nothing read ahead yet
+            self._next = steps.read_first(self.sampler, arrays, table, order, epoch, i)
+        x, batch = self._next
+        if last:
+            self._next = None
+            return steps.train_on_rows(graphdef, self.seed, state, metrics, x, batch, step)
+        state, metrics, *self._next = steps.overlapped_train_step(
+            graphdef, self.sampler, self.seed, state, metrics, x, batch, arrays, table, order,
+            epoch, i, step)
+        return state, metrics
 
     def eval_step(self, graphdef, state, correct, inputs):
-        order, epoch, i = inputs
+        order, epoch, i, _ = inputs
         return steps.sample_eval_step(graphdef, self.sampler, self.source.read, state, correct,
                                       self.sampler.arrays, self.source.table, order, epoch, i)
 

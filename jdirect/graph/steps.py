@@ -5,12 +5,16 @@ returns the new state; nothing waits for the device. Running metrics are a
 device array `float32[3]` = (sum of seed losses, correct seeds, seeds) that
 each step adds to, so a loop reads them only when it chooses to.
 
-Two ways to feed a step:
+Three ways to feed a step:
   * `train_step` / `eval_step` take a `Batch` sampled on the host (and, in
     the host feature mode, its rows staged on the device);
   * `sample_train_step` / `sample_eval_step` take the epoch's seed matrix
     and a step index, and sample the batch on the device inside the same
-    compiled program: sampling, feature gather and update in one call.
+    compiled program: sampling, feature gather and update in one call;
+  * `read_first` / `overlapped_train_step` / `train_on_rows` pipeline the
+    feature read of a host table: step i updates on batch i while batch
+    i+1 is sampled and its rows cross PCIe on a side stream
+    (`jdirect.gather_start` / `gather_done`), so the read overlaps compute.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+
+from ..async_gather import gather_done, gather_start
 
 from .model import dropout_masks
 from .sampler import Batch
@@ -128,3 +134,36 @@ def sample_eval_step(graphdef, sampler, read: Read, state, correct: jax.Array, a
     """`eval_step` on batch `i` of `seeds`, sampled on the device."""
     batch = sampler.sample(arrays, seeds[i], sampler.key(epoch, i))
     return _count_correct(graphdef, state, correct, read(table, batch.input_nodes, None), batch)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def read_first(sampler, arrays, table, seeds: jax.Array, epoch: jax.Array, i: jax.Array):
+    """Batch `i` sampled on the device and its rows read: (rows, batch)."""
+    batch = sampler.sample(arrays, seeds[i], sampler.key(epoch, i))
+    return gather_done(gather_start(table, batch.input_nodes, fill_value=0)), batch
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def overlapped_train_step(graphdef, sampler, seed: int, state, metrics: jax.Array, x: jax.Array,
+                          batch: Batch, arrays, table, seeds: jax.Array, epoch: jax.Array,
+                          i: jax.Array, step: jax.Array):
+    """Updates on batch `i` (rows `x`) while batch i + 1 is sampled and its
+    rows are read from the host table on a side stream.
+
+    Returns (state, metrics, rows of batch i + 1, batch i + 1). The
+    optimization barriers pin XLA's schedule to start -> update -> done,
+    so the update's kernels run while the read is in flight.
+    """
+    nxt = sampler.sample(arrays, seeds[i + 1], sampler.key(epoch, i + 1))
+    pending = gather_start(table, nxt.input_nodes, fill_value=0)
+    pending, state, x = jax.lax.optimization_barrier((pending, state, x))
+    state, metrics = update(graphdef, state, metrics, x, batch, dropout_key(seed, step))
+    pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
+    return state, metrics, gather_done(pending), nxt
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def train_on_rows(graphdef, seed: int, state, metrics: jax.Array, x: jax.Array, batch: Batch,
+                  step: jax.Array):
+    """The last step of a pipelined epoch: an update on rows already read."""
+    return update(graphdef, state, metrics, x, batch, dropout_key(seed, step))

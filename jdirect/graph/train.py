@@ -52,7 +52,7 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, ba
         from .device_sampler import DeviceSampler
 
         sampler = DeviceSampler(graph, fanouts, batch_size, seed=cfg.seed)
-        return DeviceFeed(sampler, source, seed=cfg.seed)
+        return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, seed=cfg.seed, prefetch=cfg.prefetch, workers=cfg.workers)
 
