@@ -46,7 +46,8 @@ def make_table(total_bytes: int, row_floats: int) -> jdirect.HostTable:
     chunk = max(1, (64 << 20) // (4 * row_floats))
     for start in range(0, nrows, chunk):
         part = rows[start : start + chunk]
-        part[:] = np.arange(start, start + len(part), dtype=np.float32)[:, None]
+        # float64, then rounded: a float32 arange steps by its own spacing.
+        part[:] = np.arange(start, start + len(part), dtype=np.float64)[:, None]
     return table
 
 

@@ -263,6 +263,8 @@ def test_npz_edges_build_the_csr_in_bounded_memory(tmp_path, monkeypatch):
     finally:
         tracemalloc.stop()
     csr = h.indptr.nbytes + h.indices.nbytes
-    # Result, row cursors (8 B a node) and ~100 B an edge of one chunk of scratch.
-    assert peak < csr + 8 * (n + 1) + 100 * chunk + 2 * g.labels.nbytes * 4, (peak, csr)
+    # Result, row cursors (8 B a node) and up to 200 B an edge of one chunk of
+    # scratch (~100 B with NumPy 2.4 on Python 3.11; 177 B measured with NumPy
+    # 2.5 on Python 3.12, the GPU machine's).
+    assert peak < csr + 8 * (n + 1) + 200 * chunk + 2 * g.labels.nbytes * 4, (peak, csr)
     assert peak < edges.nbytes + csr

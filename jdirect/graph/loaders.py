@@ -24,7 +24,7 @@ infinite features); missing files with FileNotFoundError.
 
 Memory: the npz layout (papers100M) builds the CSR from the memory-mapped
 edge array in two passes (`csr_from_edge_chunks`), so the peak is the CSR
-(4 bytes per stored edge + 16 bytes per node) plus about 100 bytes per
+(4 bytes per stored edge + 16 bytes per node) plus 100-200 bytes per
 edge of one chunk (`_EDGE_CHUNK` edges) of scratch, plus the features
 (read from the cache's memory map, whose pages are reclaimable). The CSV layout
 parses the edge list into memory first (text cannot be mapped).
