@@ -65,8 +65,10 @@ def gather_start(
 
     Args:
       table, idx, mode, fill_value, locality: as in `jdirect.gather`.
-      max_blocks: the most thread blocks the read may occupy, or None for 2
-        per SM. Ignored where the start is an ordinary gather.
+      max_blocks: the most thread blocks the read may occupy, or None for 32
+        (on an H200 that still reads at the link's rate while leaving the
+        rest of the GPU to the overlapped compute). Ignored where the start
+        is an ordinary gather.
 
     Returns:
       A `Pending`: a pytree of arrays to pass to `gather_done` (and through
