@@ -126,6 +126,8 @@ def main() -> None:
     p.add_argument("--feature-dtype")
     p.add_argument("--samplers", nargs="+", default=["device", "cpu"], choices=["device", "cpu"])
     p.add_argument("--modes", nargs="+", default=list(FEATURE_MODES), choices=FEATURE_MODES)
+    p.add_argument("--overlap", choices=["both", "on", "off"], default="both",
+                   help="device sampler, jdirect modes: read the next batch on a side stream")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
@@ -154,7 +156,8 @@ def main() -> None:
                 continue  # host mode gathers on the CPU from CPU-sampled batches
             # The device sampler's jdirect modes with and without reading the
             # next batch on a side stream (the trainer's default is with).
-            overlaps = (True, False) if sampler == "device" and "jdirect" in mode else (True,)
+            overlaps = {"both": (True, False), "on": (True,), "off": (False,)}[args.overlap] \
+                if sampler == "device" and "jdirect" in mode else (True,)
             for overlap in overlaps:
                 rec = run_mode(graph, base.replace(features=mode, sampler=sampler,
                                                    overlap=overlap), args, memcpy, row_bytes)

@@ -26,11 +26,12 @@
 namespace jdirect {
 namespace {
 
-// Default grid of an asynchronous read: small, so that the compute it
-// overlaps keeps the GPU. Measured on an H200 (benchmarks/overlap.py, 1M
-// rows of 400 B against bf16 matmuls): 32 blocks read at the full rate and
-// hid all of the compute; 64 hid 73 %, 132 and more almost none.
-constexpr int64_t kAsyncBlocks = 32;
+// Default grid of an asynchronous read, per SM. Measured on an H200
+// (benchmarks/RESULTS.md): against bf16 matmuls (benchmarks/overlap.py) 32
+// blocks hid all of the compute and 2 per SM almost none, but in the
+// GraphSAGE step, whose kernels are small, 2 per SM gave the faster epoch
+// (0.943 s against 1.115 s with 32 blocks; 1.041 s serial).
+constexpr int64_t kAsyncBlocksPerSM = 2;
 
 ffi::Error CudaFailed(const char* call, cudaError_t e) {
   cudaGetLastError();  // do not leave it for the next launch check
@@ -128,7 +129,7 @@ ffi::Error Start(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& out,
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
     return CudaFailed("cudaGetDevice", e);
   }
-  const int64_t cap = max_blocks > 0 ? max_blocks : kAsyncBlocks;
+  const int64_t cap = max_blocks > 0 ? max_blocks : kAsyncBlocksPerSM * MultiprocessorCount();
   AsyncState& s = State();
   std::lock_guard<std::mutex> lock(s.mu);
   cudaStream_t side;

@@ -65,10 +65,10 @@ def gather_start(
 
     Args:
       table, idx, mode, fill_value, locality: as in `jdirect.gather`.
-      max_blocks: the most thread blocks the read may occupy, or None for 32
-        (on an H200 that still reads at the link's rate while leaving the
-        rest of the GPU to the overlapped compute). Ignored where the start
-        is an ordinary gather.
+      max_blocks: the most thread blocks the read may occupy, or None for 2
+        per SM (the faster choice in the GraphSAGE step on an H200; against
+        long compute kernels 32 overlap better: benchmarks/RESULTS.md).
+        Ignored where the start is an ordinary gather.
 
     Returns:
       A `Pending`: a pytree of arrays to pass to `gather_done` (and through
