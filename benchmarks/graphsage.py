@@ -72,7 +72,10 @@ def split_times(trainer: Trainer, reps: int) -> dict:
     sampler, source = feed.sampler, trainer.source
     order, epoch, _, _ = next(feed.epoch(trainer.graph.train, 1))
     idx = [np.int32(i) for i in range(order.shape[0])]
-    sample = jax.jit(lambda i: sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i)))
+    # The graph's arrays are arguments, not constants baked into the program.
+    sample_jit = jax.jit(lambda arrays, order, i: sampler.sample(arrays, order[i],
+                                                                 sampler.key(epoch, i)))
+    sample = functools.partial(sample_jit, sampler.arrays, order)
     batches = [sample(i) for i in idx]
     # Rows of a few batches, reused: an epoch's rows would not fit in memory.
     xs = [_read(source.read, source.table, b.input_nodes) for b in batches[:_ROW_SETS]]
