@@ -127,6 +127,7 @@ def main() -> None:
     p.add_argument("--dataset", default="products" if on_gpu else "small")
     p.add_argument("--data-dir")
     p.add_argument("--feature-dtype")
+    p.add_argument("--feature-dim", type=int, help="synthetic presets: feature width")
     p.add_argument("--samplers", nargs="+", default=["device", "cpu"], choices=["device", "cpu"])
     p.add_argument("--modes", nargs="+", default=list(FEATURE_MODES), choices=FEATURE_MODES)
     p.add_argument("--overlap", choices=["both", "on", "off"], default="both",
@@ -142,7 +143,8 @@ def main() -> None:
     args = p.parse_args()
 
     start = time.perf_counter()
-    overrides = {"feature_dtype": args.feature_dtype} if args.feature_dtype else {}
+    overrides = {k: v for k, v in (("feature_dtype", args.feature_dtype),
+                                   ("feature_dim", args.feature_dim)) if v}
     graph = load_dataset(args.dataset, args.data_dir, progress=False, **overrides)
     made_s = time.perf_counter() - start
     print(f"{graph} [{made_s:.1f}s]", flush=True)
