@@ -208,7 +208,9 @@ def test_bad_arguments(graph):
     with pytest.raises(ValueError, match="chunk_size"):
         DeviceSampler(graph, FANOUTS, BATCH, chunk_size=0)
     with pytest.raises(ValueError, match="sort slots"):
-        DeviceSampler(graph, (2**16,) * 2, 2**15)
+        # A hub of degree 2**16: fanouts that large are real, and a hop of
+        # 65,537 nodes x (1 + 2**16) keys overflows int32 positions.
+        DeviceSampler(star_forest(1, 2**16), (2**16,) * 2, 2**15)
     s = DeviceSampler(graph, FANOUTS, BATCH)
     with pytest.raises(ValueError, match="seeds must be shaped"):
         s.sample(s.arrays, jnp.zeros(BATCH + 1, jnp.int32), s.key(0, 0))

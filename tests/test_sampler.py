@@ -117,3 +117,13 @@ def test_mlp_batches_and_bad_input(graph):
         s.sample(np.array([graph.num_nodes]), (0, 0))
     with pytest.raises(ValueError, match="positive"):
         NeighborSampler(graph, (0,), 16)
+
+
+def test_absurd_fanouts_and_batches_are_sized_to_the_graph():
+    # A fanout of 1e8 on a graph of a few edges once allocated gigabytes.
+    g = synthetic("tiny", seed=3, progress=False, num_nodes=30, num_edges=40)
+    sampler = NeighborSampler(g, (10**8, 10**8), 10**6)
+    max_degree = int(g.degrees().max())
+    assert sampler.fanouts == (max_degree, max_degree) and sampler.batch_size == 30
+    batch = sampler.sample(g.train, (0, 0))
+    assert batch.nbrs[0].shape[1] == max_degree and batch.input_nodes.size <= 30

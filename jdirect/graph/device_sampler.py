@@ -99,7 +99,7 @@ class DeviceSampler:
                  csr: str = "auto", chunk_size: int = _MAX_CHUNK):
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a jdirect.graph.Graph, got {type(graph).__name__}")
-        self.fanouts, self.batch_size = check_config(fanouts, batch_size)
+        self.fanouts, self.batch_size = check_config(fanouts, batch_size, graph)
         n, num_edges = graph.num_nodes, graph.num_edges
         if not 0 < n < 2**31 - 1:
             raise ValueError(f"DeviceSampler needs 1 to 2**31 - 2 nodes (int32 ids), got {n:,}")

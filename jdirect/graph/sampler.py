@@ -49,11 +49,20 @@ class Batch(NamedTuple):
     counts: np.ndarray
 
 
-def check_config(fanouts: Sequence[int], batch_size: int) -> tuple[tuple[int, ...], int]:
-    """(fanouts, batch_size) as Python ints; ValueError unless all are positive."""
+def check_config(fanouts: Sequence[int], batch_size: int,
+                 graph: Graph) -> tuple[tuple[int, ...], int]:
+    """(fanouts, batch_size) as Python ints, sized to `graph`; ValueError
+    unless all are positive.
+
+    A fanout beyond the largest degree is clamped to it (no node has more
+    neighbours to draw), and a batch size beyond the node count to that, so
+    padded shapes and scratch follow the graph, not an absurd setting.
+    """
     if batch_size <= 0 or any(int(f) <= 0 for f in fanouts):
         raise ValueError("batch_size and fanouts must be positive")
-    return tuple(int(f) for f in fanouts), int(batch_size)
+    max_degree = max(int(np.diff(graph.indptr).max(initial=0)), 1)
+    return (tuple(min(int(f), max_degree) for f in fanouts),
+            min(int(batch_size), max(graph.num_nodes, 1)))
 
 
 def layer_caps(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> list[int]:
@@ -94,7 +103,9 @@ class NeighborSampler:
       graph: the graph.
       fanouts: neighbours per node for each GNN layer, input side first
         (DGL's convention); () gives seed-only batches (an MLP's input).
-      batch_size: seeds per batch; shorter final batches are padded.
+        Each is clamped to the graph's largest degree (`check_config`).
+      batch_size: seeds per batch, at most the node count; shorter final
+        batches are padded.
       seed: with (epoch, batch index) it fixes every draw.
 
     Raises:
@@ -103,7 +114,7 @@ class NeighborSampler:
 
     def __init__(self, graph: Graph, fanouts: Sequence[int], batch_size: int, *, seed: int = 0):
         self.graph = graph
-        self.fanouts, self.batch_size = check_config(fanouts, batch_size)
+        self.fanouts, self.batch_size = check_config(fanouts, batch_size, graph)
         self.seed = int(seed)
         self.caps = layer_caps(self.batch_size, self.fanouts, graph.num_nodes)
         # int32 ids (the padding value num_nodes included) unless too many nodes.

@@ -27,7 +27,7 @@ from .csr import Graph
 from .features import FeatureSource
 from .feeds import EVAL_EPOCH, DeviceFeed, Feed, HostFeed
 from .model import MLP, GraphSAGE
-from .sampler import NeighborSampler, layer_caps
+from .sampler import NeighborSampler, check_config, layer_caps
 
 # Settings that change what a run computes: resuming a checkpoint under
 # other values would silently train a different model.
@@ -60,9 +60,8 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, ba
 class Trainer:
     """One run of `cfg.model` on `graph`: model and optimizer state, history.
 
-    Shapes are sized for the graph: fanouts beyond the largest degree are
-    clamped to it (a node cannot have more neighbours) and the batch size
-    to the number of nodes.
+    Shapes are sized for the graph by the samplers: fanouts beyond the
+    largest degree are clamped to it and the batch size to the node count.
 
     Raises:
       ValueError: a bad setting (see TrainConfig.validate) or an empty
@@ -74,9 +73,7 @@ class Trainer:
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
-        max_degree = max(int(graph.degrees().max(initial=0)), 1)
-        fanouts = tuple(min(f, max_degree) for f in fanouts_for(cfg))
-        batch_size = min(cfg.batch_size, graph.num_nodes)
+        fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
         self.source = FeatureSource(graph.features, cfg.features, staging_buffers=cfg.workers,
                                     rows_per_batch=caps[-1], degrees=graph.degrees(),
