@@ -125,6 +125,7 @@ class DeviceFeed:
                                          epoch, shuffle=epoch != EVAL_EPOCH)
         count = order.shape[0]
         epoch = jnp.int32(epoch)
+        self._next = None  # nothing read ahead survives an interrupted pass
         for i in range(count):
             yield order, epoch, jnp.int32(i), i + 1 == count
 

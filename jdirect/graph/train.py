@@ -95,10 +95,6 @@ class Trainer:
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
         self.history: list[dict[str, Any]] = []
 
-    @property
-    def model(self) -> nnx.Module:
-        return nnx.merge(self.graphdef, self.state)[0]
-
     # -- one epoch ---------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         """Trains one pass over the training nodes; returns its metrics."""
