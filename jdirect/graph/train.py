@@ -22,10 +22,14 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from . import steps
+from .checkpoint import Checkpoints
 from .config import TrainConfig, as_dict, fanouts_for
 from .csr import Graph
+from .datasets import load_dataset
+from .device_sampler import DeviceSampler
 from .features import FeatureSource
 from .feeds import EVAL_EPOCH, DeviceFeed, Feed, HostFeed
+from .metrics_file import MetricsFile
 from .model import MLP, GraphSAGE
 from .sampler import NeighborSampler, check_config, layer_caps
 
@@ -49,8 +53,6 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, ba
               ) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`)."""
     if sampler_kind(cfg) == "device":
-        from .device_sampler import DeviceSampler
-
         sampler = DeviceSampler(graph, fanouts, batch_size, seed=cfg.seed)
         return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
@@ -148,8 +150,6 @@ class Trainer:
         epoch with the best validation accuracy (the last epoch when there
         are no validation nodes).
         """
-        from .checkpoint import Checkpoints
-
         cfg = self.cfg
         steps_total = self.epochs * self.batches_per_epoch
         if steps_total < SHORT_RUN_STEPS:
@@ -216,9 +216,6 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
     cfg.checkpoint_dir says otherwise) and `workdir/metrics.json` is
     rewritten after every epoch.
     """
-    from .datasets import load_dataset
-    from .metrics_file import MetricsFile
-
     cfg.validate()
     metrics = None
     if workdir is not None:
