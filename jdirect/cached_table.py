@@ -10,6 +10,7 @@ import numpy as np
 
 from ._ops import ReadRequest
 from .host_table import HostTable
+from .table import replicated
 
 
 class CachedTable:
@@ -105,6 +106,11 @@ class CachedTable:
     def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
         """The table protocol's read (see `jdirect.table.Table`)."""
         return self.table.read_rows(idx, request, cache=(self._slots, self._rows))
+
+    def replicated(self, mesh: jax.sharding.Mesh) -> "CachedTable":
+        """This table and its cache on every device of `mesh`: see
+        `jdirect.replicated`."""
+        return replicated(self, mesh)
 
     def __repr__(self) -> str:
         return f"CachedTable({self.table!r}, {self._count:,} rows cached)"
