@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _dtypes, _ffi
+from ._partition import by_indices, typed_like_indices
 
 # Values match ffi/index.h's Mode.
 _MODES = {None: 0, "fill": 0, "clip": 1, "wrap": 2}
@@ -224,11 +225,12 @@ def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrow
     """
 
     def call(*operands: jax.Array) -> jax.Array:
-        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        rows, workspace = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        outs = (typed_like_indices(operands[-1], rows), workspace)
         ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
         return ffi(*operands, **dict(attrs))[0]
 
-    batched_call = jax.custom_batching.custom_vmap(call)
+    batched_call = jax.custom_batching.custom_vmap(by_indices(call))
 
     @batched_call.def_vmap
     def _rule(axis_size: int, in_batched: list[bool], *operands: jax.Array):
