@@ -28,14 +28,19 @@ def by_indices(call: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
     output is sharded like `idx` along the index dims and replicated along
     the row dims; the table-side operands are replicated (one sharded
     across devices is all-gathered first). On one device, or inside
-    shard_map, `call` is lowered as it is.
+    shard_map, `call` is lowered as it is; over the axes a shard_map leaves
+    automatic (`axis_names`), the operands are replicated.
     """
     partitioned = custom_partitioning(call)
 
     def shardings(mesh, arg_shapes):
+        idx = arg_shapes[-1].sharding
+        if not isinstance(idx, NamedSharding):  # no mesh in the program
+            raise NotImplementedError(
+                "jdirect.gather over several devices needs indices sharded on a "
+                f"jax.sharding.Mesh (a NamedSharding), got {idx}")
         # Spec entries beyond an array's rank are dropped: the row dims of
         # the output have none (replicated).
-        idx = arg_shapes[-1].sharding
         rows = NamedSharding(mesh, PartitionSpec(*idx.spec))
         table = tuple(NamedSharding(mesh, PartitionSpec()) for _ in arg_shapes[:-1])
         return rows, table + (idx,)
@@ -62,7 +67,16 @@ def by_indices(call: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
 
     partitioned.def_partition(partition, infer_sharding_from_operands=infer_sharding_from_operands,
                               sharding_rule=sharding_rule)
-    return partitioned
+
+    def split_call(*operands: jax.Array) -> jax.Array:
+        # Inside shard_map the partitioner's callbacks get no mesh: the call
+        # is left to it as it is (per device, or replicated over the axes
+        # left automatic).
+        if jax.typeof(operands[-1]).sharding.mesh.manual_axes:
+            return call(*operands)
+        return partitioned(*operands)
+
+    return split_call
 
 
 def typed_like_indices(idx: jax.Array, rows: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:

@@ -56,6 +56,13 @@ SCRIPT = textwrap.dedent(r"""
         for out in (by_arg(t, idx), closure(idx)):
             np.testing.assert_array_equal(out, host[np.arange(16) % 10])
             assert len(out.sharding.device_set) == 4
+        # Manual over one axis of two, automatic over the other.
+        mesh2 = jax.make_mesh((2, 2), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
+        want = np.arange(32).reshape(4, 8) % 10
+        idx = jax.device_put(jnp.asarray(want), NamedSharding(mesh2, P("a", "b")))
+        partly = jax.jit(jax.shard_map(lambda i: jdirect.gather(t, i), mesh=mesh2,
+                                       in_specs=P("a"), out_specs=P("a"), axis_names={"a"}))
+        np.testing.assert_array_equal(partly(idx), host[want])
 
         # jit with sharded indices, every table-side operand kind: an array,
         # a handle (argument), a handle attribute (closure), a cache.
@@ -70,6 +77,14 @@ SCRIPT = textwrap.dedent(r"""
             for fn, args in cases:
                 out = check_local(fn, args, host[want], local)
                 assert out.sharding.is_equivalent_to(NamedSharding(mesh, spec), out.ndim)
+
+        # An array table sharded along its rows is all-gathered, then read
+        # as above (the last indices of the loop).
+        twelve = np.concatenate([host, host[:2]])
+        rows_sharded = jax.device_put(twelve, NamedSharding(mesh, P("d")))
+        out = jax.jit(jdirect.gather)(rows_sharded, idx)
+        np.testing.assert_array_equal(out, host[want])
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, spec), out.ndim)
 
         # vmap inside jit, batched over the sharded axis.
         want = np.arange(32).reshape(4, 8) % 10
