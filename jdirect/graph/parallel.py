@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..table import Table
@@ -51,6 +52,11 @@ def initialize(coordinator: str | None, num_processes: int, process_id: int,
                          "process 0): pass it or set JAX_COORDINATOR_ADDRESS")
     jax.distributed.initialize(coordinator, num_processes, process_id,
                                local_device_ids=local_device_ids)
+    # Connects the processes' collectives now, on every device: gloo (CPU)
+    # gives up when a peer joins a communicator's first use over 30 s
+    # late, and the processes' first steps may finish compiling that far
+    # apart; once connected, a collective waits as long as it takes.
+    multihost_utils.sync_global_devices("jdirect: processes joined")
 
 
 def make_mesh(devices: int | None = None) -> Mesh:

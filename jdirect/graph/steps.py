@@ -77,7 +77,7 @@ def zero_metrics(size: int = 3, mesh: Mesh | None = None) -> jax.Array:
     of an epoch reuses their compilation."""
     zeros = np.zeros((size,), np.float32)
     if mesh is None:
-        return jax.device_put(zeros, jax.devices()[0])
+        return jax.device_put(zeros, jax.local_devices()[0])
     return replicate(mesh, zeros)
 
 
