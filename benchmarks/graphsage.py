@@ -147,6 +147,7 @@ def main() -> None:
                                    ("feature_dim", args.feature_dim)) if v}
     graph = load_dataset(args.dataset, args.data_dir, progress=False, **overrides)
     made_s = time.perf_counter() - start
+    generation_peak = _host_peak_gb()  # before any trainer allocates
     print(f"{graph} [{made_s:.1f}s]", flush=True)
     base = TrainConfig(dataset=args.dataset, fanouts=tuple(int(f) for f in args.fanouts.split(",")),
                        batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
@@ -175,7 +176,7 @@ def main() -> None:
     for r in records:
         r["vs_device"] = r["e2e_s"] / dev[r["sampler"]] if r["sampler"] in dev else None
         r["vs_floor"] = r["e2e_s"] / floor if floor else None
-    print(" ".join(f"{k} {v:.2f}" for k, v in memory_peaks(graph).items()))
+    print(" ".join(f"{k} {v:.2f}" for k, v in memory_peaks(graph, generation_peak).items()))
     print(f"\n{graph.name}: {records[0]['batches']} batches"
           + (f", PCIe floor {floor:.3f}s at {memcpy:.1f} GB/s" if floor else ""))
     keys = ("e2e_s", "presampled_s", "sample_s", "gather_s", "compute_s", "idle_s", "vs_device",
@@ -185,17 +186,24 @@ def main() -> None:
     print_table(rows, ("k",), list(dict.fromkeys(r["mode"] for r in records)), "col", "v",
                 fmt="{:.3f}")
     meta = run_meta(dataset=graph.name, graph=repr(graph), memcpy_gbps=memcpy, dataset_s=made_s,
-                    config=vars(args) | {"json": str(args.json)}, **memory_peaks(graph))
+                    config=vars(args) | {"json": str(args.json)},
+                    **memory_peaks(graph, generation_peak))
     write_json(args.json, meta, records)
     plot(records, floor, args.json.with_suffix(".png"))
 
 
-def memory_peaks(graph) -> dict:
-    """Peak host RSS of this process and peak device memory in use, against
-    the bytes of the graph's features and CSR."""
+def _host_peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+def memory_peaks(graph, generation_peak_gb: float) -> dict:
+    """Peak host RSS of this process after generating the graph and over the
+    whole run (training adds the samplers' and caches' host temporaries),
+    and peak device memory in use, against the bytes of the graph's
+    features and CSR."""
     stats = jax.devices()[0].memory_stats() or {}
     graph_bytes = graph.features.nbytes + graph.indptr.nbytes + graph.indices.nbytes
-    return dict(host_peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+    return dict(generation_host_peak_gb=generation_peak_gb, host_peak_gb=_host_peak_gb(),
                 device_peak_gb=stats.get("peak_bytes_in_use", 0) / 1e9,
                 features_and_csr_gb=graph_bytes / 1e9)
 

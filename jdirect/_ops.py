@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _dtypes, _ffi
+from ._partition import by_indices, typed_like_indices
 
 # Values match ffi/index.h's Mode.
 _MODES = {None: 0, "fill": 0, "clip": 1, "wrap": 2}
@@ -202,8 +203,10 @@ def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nro
                 memory: str, locality: bool | None,
                 attrs: tuple) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """The asynchronous start for one static configuration: operands as
-    `_make_call`'s, results (rows, workspace). Not batched under vmap: the
-    done finds the read by the address of its rows buffer."""
+    `_make_call`'s, results (rows, workspace). Not batched under vmap, nor
+    split over sharded indices (every device reads every row): the done
+    finds the read by the address of its rows buffer, and the workspace,
+    sized from each device's indices, has no global shape to give XLA."""
 
     def call(*operands: jax.Array) -> tuple[jax.Array, jax.Array]:
         outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
@@ -221,14 +224,17 @@ def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrow
 
     Operands are (table, idx) or ([handle,] cache slots, cached rows, idx):
     idx is always last. Results as `_results`; only the rows are returned.
+    Under jit with sharded indices each device calls it on its own index
+    shard (`_partition.by_indices`), its workspace sized from that shard.
     """
 
     def call(*operands: jax.Array) -> jax.Array:
-        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        rows, workspace = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        outs = (typed_like_indices(operands[-1], rows), workspace)
         ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
         return ffi(*operands, **dict(attrs))[0]
 
-    batched_call = jax.custom_batching.custom_vmap(call)
+    batched_call = jax.custom_batching.custom_vmap(by_indices(call))
 
     @batched_call.def_vmap
     def _rule(axis_size: int, in_batched: list[bool], *operands: jax.Array):

@@ -60,7 +60,12 @@ def gather(
     through that protocol. Usable under `jax.jit`, `jax.vmap` (batched indices
     take one launch, batched tables a loop), `lax.scan` and `jax.grad`
     (the output is differentiable through later operations; the table is a
-    constant and gets no gradient).
+    constant and gets no gradient). Under `jax.jit` with indices sharded
+    over devices, each device reads the rows of its own index shard (the
+    indices are never gathered onto one device): the output is sharded like
+    the indices along their dims, and the rows' dims are whole. The table
+    is read whole on each device: an array table sharded along its rows is
+    all-gathered first.
 
     Args:
       table: a `HostTable`, `CachedTable` or `Int8Table` (any `Table`), a
@@ -92,7 +97,8 @@ def gather(
 
     Returns:
       An array of shape `idx.shape + table.shape[1:]` and the table's dtype
-      (or `out_dtype`), on the default device.
+      (or `out_dtype`), on the computation's devices (sharded like the
+      indices when they are sharded).
 
     Raises:
       TypeError: indices are not int32/int64, the table's dtype cannot be

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _dtypes, _ffi, host_memory
 from ._ops import ReadRequest, read_registered
+from .table import replicated
 
 
 def _check_array(array: Any) -> None:
@@ -181,6 +182,10 @@ class HostTable:
             # constant of that program, like the table itself.
             handle = self._handle_id
         return read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
+
+    def replicated(self, mesh: jax.sharding.Mesh) -> "HostTable":
+        """This table on every device of `mesh`: see `jdirect.replicated`."""
+        return replicated(self, mesh)
 
     def close(self) -> None:
         """Stops new gathers, waits for the GPU gathers reading this table,

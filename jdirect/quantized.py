@@ -12,6 +12,7 @@ import numpy as np
 from . import _dtypes
 from ._ops import FILL, ReadRequest
 from .host_table import HostTable
+from .table import replicated
 
 
 def quantize_rows(array: Any, out: np.ndarray | None = None) -> np.ndarray:
@@ -126,6 +127,10 @@ class Int8Table:
         valid = (idx >= -n) & (idx < n)
         fill = _dtypes.fill_element(self.dtype, request.fill_value)
         return jnp.where(valid[..., None], rows, fill)
+
+    def replicated(self, mesh: jax.sharding.Mesh) -> "Int8Table":
+        """This table on every device of `mesh`: see `jdirect.replicated`."""
+        return replicated(self, mesh)
 
     def close(self) -> None:
         self.table.close()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import json
+import subprocess
+import sys
+import textwrap
 
 import jax.numpy as jnp
 import numpy as np
@@ -83,6 +87,15 @@ def test_small_preset_statistics(seed):
     assert np.bincount(g.labels).min() > 0.9 * g.num_nodes / g.num_classes
     centroid = np.stack([g.features[g.labels == c].mean(0) for c in range(g.num_classes)])
     assert (g.features - centroid[g.labels]).std() == pytest.approx(p["noise"], rel=0.05)
+
+
+def test_unit_variance_scales_the_same_features():
+    g = gen.generate(**SMALL, seed=2, noise=3.0)
+    unit = gen.generate(**SMALL, seed=2, noise=3.0, unit_variance=True)
+    np.testing.assert_allclose(unit.features, g.features / np.sqrt(10.0), rtol=1e-5, atol=1e-6)
+    assert unit.features.std() == pytest.approx(1.0, rel=0.1)
+    np.testing.assert_array_equal(unit.indices, g.indices)
+    assert PRESETS["papers100m"]["unit_variance"]
 
 
 def test_feature_dtypes():
@@ -189,3 +202,32 @@ def test_preset_overrides():
     g = synthetic("tiny", seed=0, progress=False, num_nodes=500, feature_dtype=np.float16)
     assert g.num_nodes == 500 and g.features.dtype == np.float16 and g.name == "tiny"
     assert abs(g.num_edges / (2 * PRESETS["tiny"]["num_edges"]) - 1) < 0.02
+
+
+_PEAK_SCRIPT = textwrap.dedent("""
+    import importlib, json
+    import jax.numpy as jnp
+    gen = importlib.import_module("jdirect.graph.synthetic")
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+
+    jnp.zeros(1).block_until_ready()  # the runtime's memory is not the generator's
+    base = status("VmRSS:")
+    g = gen.generate(400_000, 3_200_000, 128, 16, progress=False)
+    print(json.dumps(dict(peak=status("VmHWM:") - base, transient=gen._transient_bytes(),
+                          graph=g.features.nbytes + g.indptr.nbytes + g.indices.nbytes)))
+""")
+
+
+def test_peak_host_memory_is_the_graph_plus_bounded_buffers():
+    # Peak RSS growth of a fresh process, so that nothing else's memory counts.
+    run = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr
+    m = json.loads(run.stdout.splitlines()[-1])
+    # Features + CSR (234 MB here) once, the copy chunks in flight, and
+    # 128 MB for XLA compiling the generator's programs; a second copy of the
+    # features (205 MB) would break it.
+    assert m["peak"] <= 1.15 * m["graph"] + m["transient"] + (128 << 20), m

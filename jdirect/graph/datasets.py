@@ -26,7 +26,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                      num_classes=47, split=(196_615 / 2_449_029, 39_323 / 2_449_029),
                      noise=7.0),
     "papers100m": dict(num_nodes=PAPERS100M_NODES, num_edges=1_615_685_872, feature_dim=128,
-                       num_classes=172, noise=6.0,
+                       num_classes=172, noise=6.0, unit_variance=True,
                        split=tuple(n / PAPERS100M_NODES for n in (1_207_179, 125_265, 214_338))),
 }
 

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import _transfer
 from ..gather import gather
 from ..host_table import HostTable
 from .csr import Graph
@@ -124,8 +125,9 @@ class DeviceSampler:
         self.placement = csr
         chunks = [graph.indices[i:i + chunk_size] for i in range(0, num_edges, chunk_size)]
         if csr == "device":
-            indptr = jax.device_put(graph.indptr.astype(np.uint32))
-            indices = tuple(jax.device_put(c.astype(np.int32, copy=False)) for c in chunks)
+            # In pieces: no uint32 copy of indptr on the host.
+            indptr = _transfer.put(graph.indptr, np.uint32)
+            indices = tuple(_transfer.put(c, np.int32) for c in chunks)
         else:
             indptr = HostTable(_words(graph.indptr, np.uint32))
             indices = tuple(HostTable(_words(c, np.int32)) for c in chunks)

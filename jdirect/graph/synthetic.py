@@ -54,6 +54,7 @@ def generate(
     homophily: float = 0.8,
     exponent: float = 2.2,
     noise: float = 2.0,
+    unit_variance: bool = False,
     split: Sequence[float] = (0.08, 0.016),
     feature_dtype=np.float32,
     seed: int = 0,
@@ -86,6 +87,12 @@ def generate(
         first end's class (otherwise from all nodes).
       exponent: power-law exponent of the degree distribution (> 2).
       noise: feature noise standard deviation; centroids have unit scale.
+      unit_variance: divide the features by sqrt(1 + noise**2), so that each
+        column has unit variance over the nodes (as standardised real
+        features do). The classes are as separable as without it; what
+        changes is the first layer's input scale: with noise 6, inputs of
+        standard deviation ~6 keep a 172-class model on the uniform-
+        prediction plateau (loss ln 172) for thousands of AdamW steps.
       split: fractions of nodes in train and val, and optionally test; by
         default the rest is test. Nodes in no split are unlabelled for
         training and evaluation (their labels still exist).
@@ -142,8 +149,9 @@ def generate(
         copies.wait()
         del perm
         clock.lap("edges")
+        scale = 1.0 / math.sqrt(1.0 + noise**2) if unit_variance else 1.0
         features = _features(labels, k_centroids, k_noise, feature_dim, num_classes, noise,
-                             dtype, copies, name, progress)
+                             scale, dtype, copies, name, progress)
         clock.lap("features")
     return Graph(indptr=indptr, indices=indices, features=features,
                  labels=np.asarray(labels), train=train, val=val, test=test,
@@ -358,20 +366,20 @@ def _edges_to_csr(model: EdgeModel, plan: _Plan, key, perm, num_draw: int,
 
 
 @functools.partial(jax.jit, static_argnames=("num_classes", "rows", "dim", "dtype"))
-def _feature_rows(k_centroids, k_noise, labels, noise, start, *, num_classes: int, rows: int,
-                  dim: int, dtype):
-    """Rows [start, start + rows) of centroids[labels] + noise * N(0, 1)."""
+def _feature_rows(k_centroids, k_noise, labels, noise, scale, start, *, num_classes: int,
+                  rows: int, dim: int, dtype):
+    """Rows [start, start + rows) of (centroids[labels] + noise * N(0, 1)) * scale."""
     cols = jnp.arange(dim, dtype=jnp.int32)
     centroids = random.normal(k_centroids, jnp.arange(num_classes, dtype=jnp.int32)[:, None],
                               cols)
     row_ids = start + jnp.arange(rows, dtype=jnp.int32)
     lab = jax.lax.dynamic_slice(labels, (start,), (rows,))
     z = random.normal(k_noise, row_ids[:, None], cols)
-    return (centroids[lab] + noise * z).astype(dtype)
+    return ((centroids[lab] + noise * z) * scale).astype(dtype)
 
 
 def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: float,
-              dtype: np.dtype, copies: HostCopies, name: str, progress: bool) -> np.ndarray:
+              scale: float, dtype: np.dtype, copies: HostCopies, name: str, progress: bool) -> np.ndarray:
     n = labels.shape[0]
     rows = max(1, min(_FEATURE_CHUNK_BYTES // (4 * dim), n))
     padded = jnp.pad(labels, (0, -n % rows))
@@ -379,7 +387,7 @@ def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: f
     for start in tqdm(range(0, n, rows), desc=f"{name}: features", disable=not progress,
                       leave=False):
         chunk = _feature_rows(k_centroids, k_noise, padded, jnp.float32(noise),
-                              jnp.int32(start), num_classes=num_classes, rows=rows, dim=dim,
+                              jnp.float32(scale), jnp.int32(start), num_classes=num_classes, rows=rows, dim=dim,
                               dtype=dtype)
         copies.put(features[start : start + rows], chunk)
     copies.wait()

@@ -1,0 +1,63 @@
+"""Host -> device copies of large arrays in bounded pieces.
+
+`jax.device_put` of a NumPy array needs the whole source (and, below 1 GB
+on XLA's GPU client, a pinned staging copy of it) alive until the copy
+completes. Building a multi-GB device array from a host array that must
+first be gathered or converted (cached rows `table[rows]`, int64 offsets
+as uint32) would hold a second host copy of it: GBs at papers100M scale.
+Here the source is produced and sent a piece of at most PIECE_BYTES at a
+time into a device array allocated once, so the host holds at most one
+piece beyond the source.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PIECE_BYTES = 64 << 20
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _place(out: jax.Array, piece: jax.Array, start: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_update_slice(out, piece, (start,) + (0,) * (out.ndim - 1))
+
+
+def put_rows(take: Callable[[int, int], np.ndarray], shape: tuple[int, ...], dtype,
+             device: jax.Device | None = None) -> jax.Array:
+    """A device array of `shape` and `dtype` whose rows [a, b) are
+    `take(a, b)` (a NumPy array of shape (b - a,) + shape[1:]), copied a
+    piece of at most PIECE_BYTES (at least one row) at a time.
+
+    Every piece has the same number of rows (the last one starts earlier and
+    rewrites a few rows), so one compiled update serves all. `take` values
+    are cast to `dtype`. `device` defaults to jax's default device.
+    """
+    dtype = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    n = shape[0]
+    if n >= 2**31:
+        raise ValueError(f"put_rows copies at most 2**31 - 1 rows (int32 offsets), got {n:,}")
+    device = device or jax.devices()[0]
+    out = jnp.zeros(shape, dtype, device=device)
+    if n == 0:
+        return out
+    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
+    rows = min(n, max(1, PIECE_BYTES // row_bytes))
+    for a in range(0, n, rows):
+        start = min(a, n - rows)
+        piece = jax.device_put(np.asarray(take(start, start + rows), dtype), device)
+        # Waiting here keeps one piece (and its staging copy) in flight.
+        out = jax.block_until_ready(_place(out, piece, jnp.int32(start)))
+    return out
+
+
+def put(array: np.ndarray, dtype=None, device: jax.Device | None = None) -> jax.Array:
+    """`jax.device_put(array.astype(dtype), device)` without a converted
+    host copy of the whole array (see `put_rows`)."""
+    array = np.asarray(array)
+    return put_rows(lambda a, b: array[a:b], array.shape, dtype or array.dtype, device)
