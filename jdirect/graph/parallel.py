@@ -107,7 +107,7 @@ def replicate(mesh: Mesh, tree: Any) -> Any:
 
 def _replicate_leaf(mesh: Mesh, x: Any) -> Any:
     if isinstance(x, Table):
-        return x.replicated(mesh) if hasattr(x, "replicated") else x  # TEMP: until main has it
+        return x.replicated(mesh)
     if not isinstance(x, (jax.Array, np.ndarray)):
         return x
     kind = x.sharding.memory_kind if isinstance(x, jax.Array) else None
