@@ -153,11 +153,12 @@ def main() -> None:
         print(records[-1], flush=True)
     # On a CPU backend, virtual devices for the one-process runs.
     jax.config.update("jax_num_cpu_devices", max(args.devices))
-    from graphsage import memory_peaks
+    from graphsage import _host_peak_gb, memory_peaks
     from _common import print_table, run_meta, write_json
 
     cfg = run_config(args)
     graph = load_graph(cfg)
+    generation_peak = _host_peak_gb()  # before any trainer allocates
     print(f"{graph}, {cfg.features}, batch {cfg.batch_size}", flush=True)
     for devices in args.devices:
         records.append(dict(run=f"1 process, {devices} dev", **time_run(
@@ -172,7 +173,7 @@ def main() -> None:
                 fmt="{:.3f}")
     meta = run_meta(graph=repr(graph), config=vars(args) | {"out": str(args.out)},
                     train_config=cfg.__dict__, total_s=time.perf_counter() - start,
-                    **memory_peaks(graph))
+                    **memory_peaks(graph, generation_peak))
     name = f"scaling-{graph.name}"
     write_json(args.out / f"{name}.json", meta, records)
     plot(records, args.out / f"{name}.png")
