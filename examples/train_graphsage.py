@@ -10,6 +10,12 @@ Examples:
   python examples/train_graphsage.py --config products
   python examples/train_graphsage.py --dataset ogb --data-dir ~/data/ogbn_arxiv --weight-decay 5e-4
   python examples/train_graphsage.py --checkpoint-dir /tmp/ckpt   # rerun to resume
+  python examples/train_graphsage.py --config products --devices 2  # data parallel, 2 GPUs
+
+Several processes (one per host or per GPU), one command each, I = 0..N-1:
+  python examples/train_graphsage.py --config products \
+      --coordinator HOST0:1234 --num-processes N --process-id I [--local-device-ids I]
+Only process 0 prints and writes the metrics file and checkpoints.
 """
 
 from __future__ import annotations
@@ -22,12 +28,12 @@ from pathlib import Path
 
 import jax
 
-from jdirect.graph import PRESETS, load_dataset
+from jdirect.graph import PRESETS, load_dataset, parallel
 from jdirect.graph.checkpoint import CheckpointError
 from jdirect.graph.config import (FEATURE_DTYPES, FEATURE_MODES, SAMPLERS, TrainConfig, as_dict,
                                   parse_fanouts)
 from jdirect.graph.metrics_file import MetricsFile
-from jdirect.graph.train import Trainer, sampler_kind
+from jdirect.graph.train import Trainer, make_mesh, sampler_kind
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -59,6 +65,33 @@ def _fanouts(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(e))
 
 
+def _device_ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        ids = ()
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"expected GPU ids like 0 or 0,1; got {text!r}")
+    return ids
+
+
+def start_processes(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """Joins the run's other processes (jax.distributed) when --num-processes
+    > 1; must run before anything touches the JAX backend."""
+    distributed = (args.coordinator, args.process_id, args.local_device_ids)
+    if args.num_processes in (None, 1):
+        if any(v is not None for v in distributed):
+            p.error("--coordinator, --process-id and --local-device-ids need --num-processes")
+        return
+    if args.process_id is None:
+        p.error("--num-processes needs --process-id")
+    try:
+        parallel.initialize(args.coordinator, args.num_processes, args.process_id,
+                            args.local_device_ids)
+    except ValueError as e:
+        p.error(str(e))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="GraphSAGE with host-resident features (jdirect)")
     add = p.add_argument
@@ -86,6 +119,17 @@ def parser() -> argparse.ArgumentParser:
     add("--min-steps", type=_number(int, 0),
         help="train at least this many optimizer steps (adds epochs on small graphs)")
     add("--seed", type=int, help="fixes the synthetic graph, weights, samples and dropout")
+    add("--devices", type=_number(int, 1),
+        help="data-parallel devices over all processes (default: all; the CPU sampler uses "
+             "one); the batch is split evenly over them")
+    add("--coordinator", metavar="HOST:PORT",
+        help="several processes: process 0's address for jax.distributed (default: "
+             "$JAX_COORDINATOR_ADDRESS)")
+    add("--num-processes", type=_number(int, 1), help="several processes: how many in all")
+    add("--process-id", type=_number(int, 0), help="several processes: this one's, 0..N-1")
+    add("--local-device-ids", type=_device_ids,
+        help="several processes: this process's GPUs, e.g. 0 or 0,1 (default: "
+             "$JAX_LOCAL_DEVICE_IDS, else all)")
     add("--prefetch", type=_number(int, 1), help="CPU sampler: batches prepared ahead")
     add("--workers", type=_number(int, 1), help="CPU sampler: sampling/staging threads")
     add("--eval-max", type=_number(int, 1), help="evaluate on at most this many val/test nodes")
@@ -130,9 +174,13 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def main(argv=None) -> dict:
     p = parser()
     args = p.parse_args(argv)
+    start_processes(args, p)
+    lead = parallel.is_lead()
+    say = print if lead else (lambda *a, **k: None)
     try:
         cfg = config_from_args(args)
-        metrics = MetricsFile(args.metrics, dict(config=as_dict(cfg)))
+        mesh = make_mesh(cfg)
+        metrics = MetricsFile(args.metrics, dict(config=as_dict(cfg))) if lead else None
     except ValueError as e:
         p.error(str(e))
     t0 = time.perf_counter()
@@ -142,15 +190,16 @@ def main(argv=None) -> dict:
                              **overrides)
     except (OSError, ValueError) as e:
         p.exit(1, f"{p.prog}: error: {e}\n")
-    print(f"{graph}  [{time.perf_counter() - t0:.1f}s]")
-    print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-          f"features: {cfg.features}, sampler: {sampler_kind(cfg)}")
+    say(f"{graph}  [{time.perf_counter() - t0:.1f}s]")
+    say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
+        f"features: {cfg.features}, sampler: {sampler_kind(cfg)}, devices: {mesh.size} in "
+        f"{jax.process_count()} process(es), {cfg.batch_size // mesh.size} seeds each per step")
     results: dict = {}
     runs = [("sage", cfg)]
     if not args.no_baseline:
         runs.append(("mlp", cfg.replace(model="mlp", checkpoint_dir=None)))
     for name, run_cfg in runs:
-        print(f"--- {name} ---")
+        say(f"--- {name} ---")
         try:
             trainer = Trainer(graph, run_cfg)
         except ValueError as e:
@@ -158,20 +207,21 @@ def main(argv=None) -> dict:
         with trainer:
             try:
                 out = trainer.fit(on_epoch=lambda h, name=name: metrics.update(
-                    **{name: dict(history=h)}))
+                    **{name: dict(history=h)}))  # called on process 0 only
             except CheckpointError as e:
                 hint = " (flag: --checkpoint-read-only)" if "read_only" in str(e) else ""
                 p.exit(1, f"{p.prog}: error: {e}{hint}\n")
         results[name] = out
-        metrics.update(**{name: out})
+        if lead:
+            metrics.update(**{name: out})
         best = f"epoch {out['best_epoch']}, best validation" if out["best_epoch"] >= 0 else "last"
         test = "no test nodes" if out["test_acc"] is None else f"{out['test_acc']:.4f}"
-        print(f"{name}: test accuracy {test} (model of {best})")
+        say(f"{name}: test accuracy {test} (model of {best})")
     if "mlp" in results and None not in (results["sage"]["test_acc"], results["mlp"]["test_acc"]):
         gain = 100 * (results["sage"]["test_acc"] - results["mlp"]["test_acc"])
-        print(f"GraphSAGE - MLP: {gain:+.1f} accuracy points")
-    print(f"total {time.perf_counter() - t0:.1f}s")
-    print(f"wrote {args.metrics}")
+        say(f"GraphSAGE - MLP: {gain:+.1f} accuracy points")
+    say(f"total {time.perf_counter() - t0:.1f}s")
+    say(f"wrote {args.metrics}")
     return results
 
 

@@ -42,7 +42,7 @@ def put_rows(take: Callable[[int, int], np.ndarray], shape: tuple[int, ...], dty
     n = shape[0]
     if n >= 2**31:
         raise ValueError(f"put_rows copies at most 2**31 - 1 rows (int32 offsets), got {n:,}")
-    device = device or jax.devices()[0]
+    device = device or jax.local_devices()[0]
     out = jnp.zeros(shape, dtype, device=device)
     if n == 0:
         return out

@@ -120,7 +120,7 @@ class HostTable:
             # The GPU handler reads the handle on the host when it enqueues
             # the kernel, so it lives in host memory (pinned_host is what jit
             # keeps).
-            placement = jax.sharding.SingleDeviceSharding(jax.devices()[0],
+            placement = jax.sharding.SingleDeviceSharding(jax.local_devices()[0],
                                                           memory_kind="pinned_host")
             self._handle = jax.device_put(np.int32(handle), placement)
         else:

@@ -24,8 +24,10 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     assert saved["config"]["dataset"] == "tiny" and saved["environment"]["jax"]
     assert saved["total_s"] > 0
     assert {"epoch_s", "loss", "train_acc", "val_acc"} <= set(saved["sage"]["history"][0])
+    assert saved["sage"]["devices"] == 1 and saved["sage"]["processes"] == 1
     printed = capsys.readouterr().out
     assert "best validation" in printed and "GraphSAGE - MLP" in printed
+    assert "devices: 1 in 1 process(es)" in printed
 
 
 @pytest.mark.parametrize("flags, name", [
@@ -39,6 +41,11 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     (["--fanouts", "5,0"], "fanouts"), (["--lr", "0"], "--lr"),
     (["--features", "gpu-magic"], "--features"), (["--config", "nope"], "nope"),
     (["--sampler", "device", "--features", "host"], "sampler"),
+    (["--devices", "0"], "--devices"), (["--devices", "2", "--sampler", "cpu"], "CPU sampler"),
+    (["--devices", "64", "--sampler", "device"], "cannot be spread"),
+    (["--process-id", "0"], "--num-processes"), (["--num-processes", "2"], "--process-id"),
+    (["--num-processes", "2", "--process-id", "2"], "process_id"),
+    (["--num-processes", "0"], "--num-processes"), (["--local-device-ids", "a"], "--local-device-ids"),
 ])
 def test_bad_flags_are_one_line_errors(flags, name, capsys):
     with pytest.raises(SystemExit) as exit_info:

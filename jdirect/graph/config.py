@@ -27,7 +27,8 @@ class TrainConfig:
     Attributes:
       dataset, data_dir, feature_dtype: what `load_dataset` builds.
       fanouts: neighbours per GNN layer, input layer first (DGL order).
-      batch_size: seeds per optimizer step.
+      batch_size: seeds per optimizer step, over all devices (a multiple
+        of their number: each device samples an equal share).
       hidden, dropout, lr, weight_decay: model and AdamW.
       epochs: passes over the training nodes; `min_steps` raises the count
         so that small graphs still get that many optimizer steps.
@@ -41,6 +42,8 @@ class TrainConfig:
         the host feature mode always samples on the CPU).
       overlap: with the device sampler and a host table (jdirect modes),
         read batch i + 1's rows on a side stream while batch i trains.
+      devices: data-parallel devices, over all processes (None: every
+        device with the device sampler; the CPU sampler feeds one).
       prefetch, workers: the CPU sampler's batches in flight and threads.
       eval_max: evaluate on at most this many val/test nodes (None: all).
       log_every: optimizer steps between reads of the running metrics (the
@@ -68,6 +71,7 @@ class TrainConfig:
     cache_fraction: float = 0.2
     sampler: str = "auto"
     overlap: bool = True
+    devices: int | None = None
     prefetch: int = 4
     workers: int = 4
     eval_max: int | None = None
@@ -91,6 +95,8 @@ class TrainConfig:
             _check(_is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
         _check(_is_int(self.min_steps) and self.min_steps >= 0, "min_steps",
                f"must be an integer >= 0, got {self.min_steps!r}")
+        _check(self.devices is None or (_is_int(self.devices) and self.devices >= 1), "devices",
+               f"must be None or an integer >= 1, got {self.devices!r}")
         _check(self.eval_max is None or (_is_int(self.eval_max) and self.eval_max >= 1),
                "eval_max", f"must be None or an integer >= 1, got {self.eval_max!r}")
         _check(0.0 <= self.dropout < 1.0, "dropout",

@@ -221,7 +221,7 @@ class DeviceSampler:
 
 def _fits_on_device(nbytes: int) -> bool:
     """Whether `nbytes` take at most half the default device's free memory."""
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]
     stats = device.memory_stats() if device.platform != "cpu" else None
     if not stats or "bytes_limit" not in stats:
         return True  # a CPU: device memory is host memory

@@ -7,7 +7,8 @@ sampler are interchangeable (and a new one needs no trainer edit):
     in the host feature mode, gather and stage rows) ahead of the step;
   * `DeviceFeed` wraps the `DeviceSampler`: the epoch's seed order is drawn
     on the device and each step samples its batch inside the compiled
-    update, so no host work or transfer separates two steps.
+    update, so no host work or transfer separates two steps; it runs on a
+    mesh of one or several devices (data parallel, parallel.py).
 
 Neither waits for the device: steps are dispatched asynchronously and
 return device arrays.
@@ -15,15 +16,18 @@ return device arrays.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Iterator, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from . import steps
+from . import parallel, steps
 from .features import FeatureSource
+from .parallel import AXIS
 from .pipeline import Prefetcher
 from .sampler import NeighborSampler
 
@@ -34,7 +38,8 @@ EVAL_EPOCH = 1 << 30
 class Feed(Protocol):
     """What the trainer needs from a sampler and its input pipeline."""
 
-    batch_size: int
+    batch_size: int  # seeds per optimizer step, over all devices
+    mesh: Mesh  # the devices a step runs on; the state is replicated over them
 
     def num_batches(self, num_nodes: int) -> int:
         """Steps in one pass over `num_nodes` seeds."""
@@ -54,10 +59,11 @@ class Feed(Protocol):
 
 
 class HostFeed:
-    """CPU sampling on `workers` threads, `prefetch` batches ahead."""
+    """CPU sampling on `workers` threads, `prefetch` batches ahead; one device."""
 
     def __init__(self, sampler: NeighborSampler, source: FeatureSource, *, seed: int,
                  prefetch: int, workers: int):
+        self.mesh = parallel.make_mesh(1)
         self.sampler, self.source, self.seed = sampler, source, seed
         self.batch_size = sampler.batch_size
         self.prefetch, self.workers = prefetch, workers
@@ -101,28 +107,49 @@ class HostFeed:
 
 
 class DeviceFeed:
-    """Sampling on the device, inside each compiled step.
+    """Sampling on the devices of `mesh`, inside each compiled step.
+
+    Each step's global batch of `batch_size` seeds (a row of the epoch's
+    seed matrix) is split evenly over the mesh: every device samples
+    `sampler.batch_size` of them with its own keys, reads their rows from
+    its replica of the feature table and computes its part of one update
+    (steps.py). The graph's arrays and the table are replicated on every
+    device of the mesh.
 
     With `overlap` and a host table (the jdirect modes), training steps are
     pipelined: step i samples batch i + 1 and starts reading its rows on a
     side stream, then updates on batch i while the rows cross PCIe
     (`steps.overlapped_train_step`).
+
+    Args:
+      sampler: a `DeviceSampler` of the per-device batch size.
+      source: the feature table.
+      seed: fixes the dropout masks (with the step).
+      overlap: pipeline the reads of host tables.
+      mesh: a 1-D mesh over `parallel.AXIS` (None: the default device).
     """
 
-    def __init__(self, sampler, source: FeatureSource, *, seed: int, overlap: bool = True):
+    def __init__(self, sampler, source: FeatureSource, *, seed: int, overlap: bool = True,
+                 mesh: Mesh | None = None):
         if source.mode == "host":
             raise ValueError("the device sampler cannot feed the 'host' feature mode")
+        self.mesh = mesh if mesh is not None else parallel.make_mesh(1)
         self.sampler, self.source, self.seed = sampler, source, seed
-        self.batch_size = sampler.batch_size
+        self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.mode in ("jdirect", "jdirect-cache")
+        self.arrays = parallel.replicate(self.mesh, sampler.arrays)
+        self.table = parallel.replicate(self.mesh, source.table)
+        self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
+                              static_argnames="shuffle",
+                              out_shardings=NamedSharding(self.mesh, PartitionSpec(None, AXIS)))
         self._next: tuple | None = None  # (rows, batch) read ahead for the next step
 
     def num_batches(self, num_nodes: int) -> int:
-        return self.sampler.num_batches(num_nodes)
+        return -(-int(num_nodes) // self.batch_size)
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple]:
-        order = self.sampler.epoch_seeds(self.sampler.arrays, jnp.asarray(nodes, jnp.int32),
-                                         epoch, shuffle=epoch != EVAL_EPOCH)
+        nodes = parallel.replicate(self.mesh, np.asarray(nodes, np.int32))
+        order = self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH)
         count = order.shape[0]
         epoch = jnp.int32(epoch)
         self._next = None  # nothing read ahead survives an interrupted pass
@@ -131,25 +158,38 @@ class DeviceFeed:
 
     def train_step(self, graphdef, state, metrics, inputs, step):
         order, epoch, i, last = inputs
-        arrays, table = self.sampler.arrays, self.source.table
+        mesh, arrays, table = self.mesh, self.arrays, self.table
         if not self.overlap:
-            return steps.sample_train_step(graphdef, self.sampler, self.source.read, self.seed,
-                                           state, metrics, arrays, table, order, epoch, i, step)
+            return steps.sample_train_step(mesh, graphdef, self.sampler, self.source.read,
+                                           self.seed, state, metrics, arrays, table, order, epoch,
+                                           i, step)
         if self._next is None:  # an epoch's first step: nothing read ahead yet
-            self._next = steps.read_first(self.sampler, arrays, table, order, epoch, i)
+            self._next = steps.read_first(mesh, self.sampler, arrays, table, order, epoch, i)
         x, batch = self._next
         if last:
             self._next = None
-            return steps.train_on_rows(graphdef, self.seed, state, metrics, x, batch, step)
+            return steps.train_on_rows(mesh, graphdef, self.seed, state, metrics, x, batch, step)
         state, metrics, *self._next = steps.overlapped_train_step(
-            graphdef, self.sampler, self.seed, state, metrics, x, batch, arrays, table, order,
-            epoch, i, step)
+            mesh, graphdef, self.sampler, self.seed, state, metrics, x, batch, arrays, table,
+            order, epoch, i, step)
         return state, metrics
 
     def eval_step(self, graphdef, state, correct, inputs):
         order, epoch, i, _ = inputs
-        return steps.sample_eval_step(graphdef, self.sampler, self.source.read, state, correct,
-                                      self.sampler.arrays, self.source.table, order, epoch, i)
+        return steps.sample_eval_step(self.mesh, graphdef, self.sampler, self.source.read, state,
+                                      correct, self.arrays, self.table, order, epoch, i)
 
     def stats(self) -> dict[str, float]:
         return {}
+
+
+def _epoch_order(sampler, width: int, arrays, nodes: jax.Array, epoch: jax.Array, *,
+                 shuffle: bool) -> jax.Array:
+    """int32[ceil(m / width), width]: the sampler's seed order of an epoch
+    over `nodes` (m of them), in rows of the global batch `width`, padded
+    with -1. The permutation does not depend on the batch size, so a mesh
+    of D devices trains on the same global batches as one device."""
+    m = nodes.shape[0]
+    flat = sampler.epoch_seeds(arrays, nodes, epoch, shuffle=shuffle).reshape(-1)[:m]
+    rows = -(-m // width)
+    return jnp.concatenate([flat, jnp.full(rows * width - m, -1, jnp.int32)]).reshape(rows, width)

@@ -15,6 +15,12 @@ Three ways to feed a step:
     feature read of a host table: step i updates on batch i while batch
     i+1 is sampled and its rows cross PCIe on a side stream
     (`jdirect.gather_start` / `gather_done`), so the read overlaps compute.
+
+The device-sampled steps are data-parallel over a mesh (parallel.py):
+each runs its body under `jax.shard_map`, every device on its own columns
+of the seed matrix with its own sampling and dropout keys (`_share`), and
+the update equals one device's on the whole global batch (`update`). One
+device is the mesh of one device. The host-batch steps run on one device.
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import Mesh, PartitionSpec
 
 from ..async_gather import gather_done, gather_start
 
 from .model import dropout_masks
+from .parallel import AXIS, replicate
 from .sampler import Batch
 
 Read = Callable[[Any, jax.Array, Any], jax.Array]  # (table, input_nodes, staged) -> rows
@@ -62,10 +71,14 @@ class InFlight:
         self._queue.clear()
 
 
-def zero_metrics(size: int = 3) -> jax.Array:
-    """Zeroed running metrics, committed to the default device like the
-    steps' outputs, so the first step of an epoch reuses their compilation."""
-    return jax.device_put(jnp.zeros((size,), jnp.float32), jax.devices()[0])
+def zero_metrics(size: int = 3, mesh: Mesh | None = None) -> jax.Array:
+    """Zeroed running metrics, placed like the steps' outputs (replicated
+    over `mesh`; None: committed to the default device), so the first step
+    of an epoch reuses their compilation."""
+    zeros = np.zeros((size,), np.float32)
+    if mesh is None:
+        return jax.device_put(zeros, jax.local_devices()[0])
+    return replicate(mesh, zeros)
 
 
 def dropout_key(seed: int, step: jax.Array) -> jax.Array:
@@ -73,33 +86,52 @@ def dropout_key(seed: int, step: jax.Array) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), step)
 
 
-def _loss(model: nnx.Module, x: jax.Array, batch: Batch, keep) -> tuple[jax.Array, jax.Array]:
+def _total(x: Any, axis: str | None) -> Any:
+    """x (a pytree) summed over the devices of `axis` (x itself outside a
+    sharded step)."""
+    return x if axis is None else jax.lax.psum(x, axis)
+
+
+def _loss(model: nnx.Module, x: jax.Array, batch: Batch, keep, seeds: jax.Array):
+    """(this batch's share of the global mean loss, (logits, its loss sum))."""
     logits = model(x, batch, keep)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
-    w = batch.seed_mask.astype(jnp.float32)
-    return (ce * w).sum() / jnp.maximum(w.sum(), 1.0), logits
+    loss_sum = (ce * batch.seed_mask).sum()
+    return loss_sum / jnp.maximum(seeds, 1.0), (logits, loss_sum)
 
 
 def _correct(logits: jax.Array, batch: Batch) -> jax.Array:
     return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
 
 
-def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array):
+def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
+           axis: str | None = None):
     """One AdamW step on rows `x` of `batch`, dropout drawn from `key`;
-    returns (state, metrics + this batch's metrics). Traceable, not jitted."""
+    returns (state, metrics + this batch's metrics). Traceable, not jitted.
+
+    Inside a sharded step (`axis` = AXIS, state replicated) `batch` is this
+    device's part of the global batch, and the step equals one device's
+    update on the whole of it: each device's loss is its seeds' summed
+    cross-entropy over the global seed count (a psum), so the devices'
+    losses, and their gradients (psum'd), add up to the global mean and its
+    gradient (a mean of per-device means would overweight devices with
+    fewer seeds). Every device then applies the same update.
+    """
     model, optimizer = nnx.merge(graphdef, state)
     keep = dropout_masks(model, batch, key)
-    (loss, logits), grads = nnx.value_and_grad(_loss, has_aux=True)(model, x, batch, keep)
-    optimizer.update(model, grads)
     seeds = batch.seed_mask.sum().astype(jnp.float32)
-    step_metrics = jnp.stack([loss * seeds, _correct(logits, batch).astype(jnp.float32), seeds])
-    return nnx.state((model, optimizer)), metrics + step_metrics
+    (_, (logits, loss_sum)), grads = nnx.value_and_grad(_loss, has_aux=True)(
+        model, x, batch, keep, _total(seeds, axis))
+    optimizer.update(model, _total(grads, axis))
+    step_metrics = jnp.stack([loss_sum, _correct(logits, batch).astype(jnp.float32), seeds])
+    return nnx.state((model, optimizer)), metrics + _total(step_metrics, axis)
 
 
-def _count_correct(graphdef, state, correct: jax.Array, x: jax.Array, batch: Batch) -> jax.Array:
+def _count_correct(graphdef, state, correct: jax.Array, x: jax.Array, batch: Batch,
+                   axis: str | None = None) -> jax.Array:
     model, _ = nnx.merge(graphdef, state)
-    return correct + jnp.stack([_correct(model(x, batch), batch).astype(jnp.float32),
-                                batch.seed_mask.sum().astype(jnp.float32)])
+    return correct + _total(jnp.stack([_correct(model(x, batch), batch).astype(jnp.float32),
+                                       batch.seed_mask.sum().astype(jnp.float32)]), axis)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -117,53 +149,116 @@ def eval_step(graphdef, read: Read, state, correct: jax.Array, table, batch: Bat
     return _count_correct(graphdef, state, correct, read(table, batch.input_nodes, staged), batch)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def sample_train_step(graphdef, sampler, read: Read, seed: int, state, metrics: jax.Array, arrays,
-                      table, seeds: jax.Array, epoch: jax.Array, i: jax.Array,
+# Specs of the sharded steps' arguments: replicated, or split over the devices.
+_ALL = PartitionSpec()
+_SPLIT = PartitionSpec(AXIS)  # per-device arrays, concatenated along axis 0
+_SEEDS = PartitionSpec(None, AXIS)  # an epoch's seed matrix: each row split
+
+
+def _shard_map(body, *, mesh: Mesh, in_specs, out_specs):
+    """`jax.shard_map` without replication checking: the pipelined step's
+    optimization barriers tie the replicated state to per-device reads,
+    which the checker would then count as per-device (and the state as
+    unfit for the replicated out_specs). Replication holds by construction:
+    every replicated output is a function of replicated inputs and psums."""
+    return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=False)
+
+
+def _share(i: jax.Array) -> jax.Array:
+    """This device's index of item i (a batch, a step) among all devices'
+    shares: i * devices + device. On one device it is i, so a one-device
+    mesh draws exactly what an unsharded step would."""
+    return i * jax.lax.axis_size(AXIS) + jax.lax.axis_index(AXIS)
+
+
+def _sample(sampler, arrays, seeds: jax.Array, epoch: jax.Array, i: jax.Array) -> Batch:
+    """This device's part of batch i: its columns of row i, its own key."""
+    return sampler.sample(arrays, seeds[i], sampler.key(epoch, _share(i)))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def sample_train_step(mesh, graphdef, sampler, read: Read, seed: int, state, metrics: jax.Array,
+                      arrays, table, seeds: jax.Array, epoch: jax.Array, i: jax.Array,
                       step: jax.Array):
-    """Samples batch `i` of the epoch's `seeds` on the device, reads its
-    features and updates the model, in one program; returns (state, metrics)."""
-    batch = sampler.sample(arrays, seeds[i], sampler.key(epoch, i))
-    x = read(table, batch.input_nodes, None)
-    return update(graphdef, state, metrics, x, batch, dropout_key(seed, step))
+    """Samples batch `i` of the epoch's `seeds` on the devices of `mesh`,
+    reads its features and updates the model, in one program; returns
+    (state, metrics). `seeds` is sharded as `_SEEDS`; the rest replicated."""
+
+    def body(state, metrics, arrays, table, seeds, epoch, i, step):
+        batch = _sample(sampler, arrays, seeds, epoch, i)
+        x = read(table, batch.input_nodes, None)
+        return update(graphdef, state, metrics, x, batch, dropout_key(seed, _share(step)), AXIS)
+
+    return _shard_map(body, mesh=mesh, in_specs=(_ALL,) * 4 + (_SEEDS,) + (_ALL,) * 3,
+                         out_specs=(_ALL, _ALL))(state, metrics, arrays, table, seeds, epoch, i,
+                                                step)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def sample_eval_step(graphdef, sampler, read: Read, state, correct: jax.Array, arrays, table,
-                     seeds: jax.Array, epoch: jax.Array, i: jax.Array) -> jax.Array:
-    """`eval_step` on batch `i` of `seeds`, sampled on the device."""
-    batch = sampler.sample(arrays, seeds[i], sampler.key(epoch, i))
-    return _count_correct(graphdef, state, correct, read(table, batch.input_nodes, None), batch)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def sample_eval_step(mesh, graphdef, sampler, read: Read, state, correct: jax.Array, arrays,
+                     table, seeds: jax.Array, epoch: jax.Array, i: jax.Array) -> jax.Array:
+    """`eval_step` on batch `i` of `seeds`, sampled on the devices of `mesh`."""
 
+    def body(state, correct, arrays, table, seeds, epoch, i):
+        batch = _sample(sampler, arrays, seeds, epoch, i)
+        x = read(table, batch.input_nodes, None)
+        return _count_correct(graphdef, state, correct, x, batch, AXIS)
 
-@functools.partial(jax.jit, static_argnums=(0,))
-def read_first(sampler, arrays, table, seeds: jax.Array, epoch: jax.Array, i: jax.Array):
-    """Batch `i` sampled on the device and its rows read: (rows, batch)."""
-    batch = sampler.sample(arrays, seeds[i], sampler.key(epoch, i))
-    return gather_done(gather_start(table, batch.input_nodes, fill_value=0)), batch
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def overlapped_train_step(graphdef, sampler, seed: int, state, metrics: jax.Array, x: jax.Array,
-                          batch: Batch, arrays, table, seeds: jax.Array, epoch: jax.Array,
-                          i: jax.Array, step: jax.Array):
-    """Updates on batch `i` (rows `x`) while batch i + 1 is sampled and its
-    rows are read from the host table on a side stream.
-
-    Returns (state, metrics, rows of batch i + 1, batch i + 1). The
-    optimization barriers pin XLA's schedule to start -> update -> done,
-    so the update's kernels run while the read is in flight.
-    """
-    nxt = sampler.sample(arrays, seeds[i + 1], sampler.key(epoch, i + 1))
-    pending = gather_start(table, nxt.input_nodes, fill_value=0)
-    pending, state, x = jax.lax.optimization_barrier((pending, state, x))
-    state, metrics = update(graphdef, state, metrics, x, batch, dropout_key(seed, step))
-    pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
-    return state, metrics, gather_done(pending), nxt
+    return _shard_map(body, mesh=mesh, in_specs=(_ALL,) * 4 + (_SEEDS,) + (_ALL,) * 2,
+                         out_specs=_ALL)(state, correct, arrays, table, seeds, epoch, i)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def train_on_rows(graphdef, seed: int, state, metrics: jax.Array, x: jax.Array, batch: Batch,
-                  step: jax.Array):
-    """The last step of a pipelined epoch: an update on rows already read."""
-    return update(graphdef, state, metrics, x, batch, dropout_key(seed, step))
+def read_first(mesh, sampler, arrays, table, seeds: jax.Array, epoch: jax.Array, i: jax.Array):
+    """Batch `i` sampled on the devices of `mesh` and its rows read:
+    (rows, batch), each device's concatenated along axis 0 (`_SPLIT`)."""
+
+    def body(arrays, table, seeds, epoch, i):
+        batch = _sample(sampler, arrays, seeds, epoch, i)
+        return gather_done(gather_start(table, batch.input_nodes, fill_value=0)), batch
+
+    return _shard_map(body, mesh=mesh, in_specs=(_ALL, _ALL, _SEEDS, _ALL, _ALL),
+                         out_specs=_SPLIT)(arrays, table, seeds, epoch, i)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def overlapped_train_step(mesh, graphdef, sampler, seed: int, state, metrics: jax.Array,
+                          x: jax.Array, batch: Batch, arrays, table, seeds: jax.Array,
+                          epoch: jax.Array, i: jax.Array, step: jax.Array):
+    """Updates on batch `i` (rows `x`) while batch i + 1 is sampled and its
+    rows are read from the host table on a side stream, on every device.
+
+    Returns (state, metrics, rows of batch i + 1, batch i + 1); rows and
+    batches are per-device (`_SPLIT`, as from `read_first`). The
+    optimization barriers pin XLA's schedule to start -> update -> done,
+    so the update's kernels run while the read is in flight.
+    """
+
+    def body(state, metrics, x, batch, arrays, table, seeds, epoch, i, step):
+        nxt = _sample(sampler, arrays, seeds, epoch, i + 1)
+        pending = gather_start(table, nxt.input_nodes, fill_value=0)
+        pending, state, x = jax.lax.optimization_barrier((pending, state, x))
+        state, metrics = update(graphdef, state, metrics, x, batch,
+                                dropout_key(seed, _share(step)), AXIS)
+        pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
+        return state, metrics, gather_done(pending), nxt
+
+    return _shard_map(
+        body, mesh=mesh,
+        in_specs=(_ALL, _ALL, _SPLIT, _SPLIT, _ALL, _ALL, _SEEDS, _ALL, _ALL, _ALL),
+        out_specs=(_ALL, _ALL, _SPLIT, _SPLIT))(state, metrics, x, batch, arrays, table, seeds,
+                                                epoch, i, step)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def train_on_rows(mesh, graphdef, seed: int, state, metrics: jax.Array, x: jax.Array,
+                  batch: Batch, step: jax.Array):
+    """The last step of a pipelined epoch: an update on per-device rows
+    already read (`_SPLIT`, as `read_first` returns them)."""
+
+    def body(state, metrics, x, batch, step):
+        return update(graphdef, state, metrics, x, batch, dropout_key(seed, _share(step)), AXIS)
+
+    return _shard_map(body, mesh=mesh, in_specs=(_ALL, _ALL, _SPLIT, _SPLIT, _ALL),
+                         out_specs=(_ALL, _ALL))(state, metrics, x, batch, step)

@@ -221,7 +221,7 @@ def _check_host_memory(num_nodes: int, num_edges: int, feature_dim: int, dtype: 
 
 
 def _device_free_bytes(host_needed: int) -> int:
-    stats = jax.devices()[0].memory_stats()
+    stats = jax.local_devices()[0].memory_stats()
     if stats and "bytes_limit" in stats:
         return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
     import psutil  # CPU backend: device buffers are host memory too

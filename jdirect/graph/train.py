@@ -19,9 +19,11 @@ import jax
 import numpy as np
 import optax
 from flax import nnx
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
-from . import steps
+from . import parallel, steps
 from .checkpoint import Checkpoints
 from .config import TrainConfig, as_dict, fanouts_for
 from .csr import Graph
@@ -49,12 +51,37 @@ def sampler_kind(cfg: TrainConfig) -> str:
     return "device" if jax.default_backend() == "gpu" and cfg.features != "host" else "cpu"
 
 
-def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, batch_size: int
-              ) -> Feed:
-    """The feed for `cfg.sampler` (see `sampler_kind`)."""
+def make_mesh(cfg: TrainConfig) -> Mesh:
+    """The devices a run of `cfg` trains on: `cfg.devices` of them (None:
+    all, of every process) with the device sampler; the CPU sampler feeds
+    one device of one process.
+
+    Raises:
+      ValueError: the CPU sampler with several devices or processes; a
+        device count the processes cannot provide (parallel.make_mesh); a
+        batch size that the devices cannot share evenly.
+    """
+    if sampler_kind(cfg) == "cpu":
+        if cfg.devices not in (None, 1) or jax.process_count() > 1:
+            raise ValueError(
+                f"devices {cfg.devices} in {jax.process_count()} process(es): the CPU sampler "
+                "feeds one device of one process; use the device sampler (--sampler device) "
+                "to train on several")
+        return parallel.make_mesh(1)
+    mesh = parallel.make_mesh(cfg.devices)
+    if cfg.batch_size % mesh.size:
+        raise ValueError(f"batch_size {cfg.batch_size} must be a multiple of the number of "
+                         f"devices ({mesh.size}): each device samples an equal share")
+    return mesh
+
+
+def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, batch_size: int,
+              mesh: Mesh) -> Feed:
+    """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
+    `batch_size` seeds per step over all devices."""
     if sampler_kind(cfg) == "device":
-        sampler = DeviceSampler(graph, fanouts, batch_size, seed=cfg.seed)
-        return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap)
+        sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
+        return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap, mesh=mesh)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, seed=cfg.seed, prefetch=cfg.prefetch, workers=cfg.workers)
 
@@ -75,13 +102,16 @@ class Trainer:
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
+        mesh = make_mesh(cfg) if feed is None else feed.mesh
         fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
+        # The batch clamped to the graph, still shared evenly.
+        batch_size = -(-batch_size // mesh.size) * mesh.size
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
         self.source = FeatureSource(graph.features, cfg.features, staging_buffers=cfg.workers,
                                     rows_per_batch=caps[-1], degrees=graph.degrees(),
                                     cache_fraction=cfg.cache_fraction)
         try:
-            self.feed = feed or make_feed(graph, cfg, self.source, fanouts, batch_size)
+            self.feed = feed or make_feed(graph, cfg, self.source, fanouts, batch_size, mesh)
         except BaseException:
             self.source.close()
             raise
@@ -90,9 +120,11 @@ class Trainer:
                     dropout=cfg.dropout, rngs=nnx.Rngs(cfg.seed))
         optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
                                   wrt=nnx.Param)
-        # Committed like every step's output: one compilation per step kind.
+        # Replicated like every step's output: one compilation per step kind.
         self.graphdef, self.state = nnx.split((model, optimizer))
-        self.state = jax.device_put(self.state, jax.devices()[0])
+        self.state = parallel.replicate(mesh, self.state)
+        self.mesh = mesh
+        self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
         self.history: list[dict[str, Any]] = []
@@ -101,9 +133,8 @@ class Trainer:
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         """Trains one pass over the training nodes; returns its metrics."""
         count = self.batches_per_epoch
-        metrics = steps.zero_metrics()
-        bar = tqdm(total=count, desc=f"epoch {epoch}", disable=not self.cfg.progress,
-                   leave=False)
+        metrics = steps.zero_metrics(mesh=self.mesh)
+        bar = tqdm(total=count, desc=f"epoch {epoch}", disable=not self._progress, leave=False)
         start = time.perf_counter()
         done = 0
         in_flight = steps.InFlight()
@@ -111,12 +142,12 @@ class Trainer:
             self.state, metrics = self.feed.train_step(self.graphdef, self.state, metrics,
                                                        inputs, epoch * count + i)
             in_flight.add(metrics)
-            if (i + 1) % self.cfg.log_every == 0 and self.cfg.progress:
-                loss_sum, _, seen = jax.device_get(metrics)  # the only wait in an epoch
+            if (i + 1) % self.cfg.log_every == 0 and self._progress:
+                loss_sum, _, seen = parallel.host_value(metrics)  # the only wait in an epoch
                 bar.update(i + 1 - done)
                 bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
                 done = i + 1
-        loss_sum, correct, seen = (float(v) for v in jax.device_get(metrics))
+        loss_sum, correct, seen = (float(v) for v in parallel.host_value(metrics))
         epoch_s = time.perf_counter() - start
         bar.close()
         return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
@@ -132,12 +163,12 @@ class Trainer:
             rng = np.random.default_rng(self.cfg.seed)
             nodes = np.sort(rng.choice(nodes, self.cfg.eval_max, replace=False))
         state = self.state if state is None else state
-        correct = steps.zero_metrics(2)
+        correct = steps.zero_metrics(2, self.mesh)
         in_flight = steps.InFlight()
         for inputs in self.feed.epoch(nodes, EVAL_EPOCH):
             correct = self.feed.eval_step(self.graphdef, state, correct, inputs)
             in_flight.add(correct)
-        right, seen = jax.device_get(correct)
+        right, seen = parallel.host_value(correct)
         return float(right) / max(float(seen), 1.0)
 
     # -- whole run ---------------------------------------------------------
@@ -146,11 +177,19 @@ class Trainer:
         """Trains `self.epochs` epochs (resuming from cfg.checkpoint_dir if it
         holds a checkpoint of the same settings), validating after each.
 
-        Returns the history and the test accuracy of the model from the
-        epoch with the best validation accuracy (the last epoch when there
-        are no validation nodes).
+        Returns the history, the test accuracy of the model from the epoch
+        with the best validation accuracy (the last epoch when there are no
+        validation nodes), and the devices and processes trained on.
+
+        With several processes, every process trains; only process 0 calls
+        `log` and `on_epoch` and saves checkpoints. Every process resumes
+        from cfg.checkpoint_dir, which must then be one directory that all
+        of them see (a shared file system).
         """
         cfg = self.cfg
+        lead = parallel.is_lead()
+        if not lead:
+            log, on_epoch = (lambda line: None), None
         steps_total = self.epochs * self.batches_per_epoch
         if steps_total < SHORT_RUN_STEPS:
             warnings.warn(f"only {steps_total} optimizer steps ({self.epochs} epochs of "
@@ -159,7 +198,14 @@ class Trainer:
         ckpt = None
         if cfg.checkpoint_dir:
             run_config = {k: v for k, v in as_dict(cfg).items() if k in RESUME_KEYS}
-            ckpt = Checkpoints(cfg.checkpoint_dir, run_config, read_only=cfg.checkpoint_read_only)
+            if lead:
+                ckpt = Checkpoints(cfg.checkpoint_dir, run_config,
+                                   read_only=cfg.checkpoint_read_only)
+            if jax.process_count() > 1:
+                # The others open it once process 0 has made it, and only read.
+                multihost_utils.sync_global_devices("jdirect checkpoint directory")
+            if not lead:
+                ckpt = Checkpoints(cfg.checkpoint_dir, run_config, read_only=True)
         best = dict(state=self.state, epoch=-1, val_acc=-1.0)
         first = 0
         try:
@@ -179,7 +225,7 @@ class Trainer:
                     best = dict(state=self.state, epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m))
-                if ckpt is not None and not cfg.checkpoint_read_only:
+                if ckpt is not None and lead and not cfg.checkpoint_read_only:
                     ckpt.save(epoch, dict(state=self.state, best=best["state"]), self.history)
                 if on_epoch is not None:
                     on_epoch(self.history)
@@ -187,7 +233,8 @@ class Trainer:
             if ckpt is not None:
                 ckpt.close()
         return dict(history=self.history, best_epoch=best["epoch"],
-                    test_acc=self.evaluate(self.graph.test, best["state"]))
+                    test_acc=self.evaluate(self.graph.test, best["state"]),
+                    devices=self.mesh.size, processes=jax.process_count())
 
     def close(self) -> None:
         self.source.close()
@@ -214,7 +261,7 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
 
     With a `workdir`, checkpoints go to `workdir/checkpoints` (unless
     cfg.checkpoint_dir says otherwise) and `workdir/metrics.json` is
-    rewritten after every epoch.
+    rewritten after every epoch, by process 0 of a multi-process run.
     """
     cfg.validate()
     metrics = None
@@ -223,7 +270,8 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
         workdir.mkdir(parents=True, exist_ok=True)
         if cfg.checkpoint_dir is None:
             cfg = cfg.replace(checkpoint_dir=str(workdir / "checkpoints"))
-        metrics = MetricsFile(workdir / "metrics.json", dict(config=as_dict(cfg)))
+        if parallel.is_lead():
+            metrics = MetricsFile(workdir / "metrics.json", dict(config=as_dict(cfg)))
     if graph is None:
         overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
         graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,

@@ -1,0 +1,202 @@
+"""Data-parallel scaling: GraphSAGE epochs on 1 and 2 devices in one
+process, and on 2 processes with one device each (jax.distributed).
+
+Per run (same configuration, same global batch):
+  e2e_s      median end-to-end training epoch after one warm-up epoch
+  feature_gb bytes of the feature rows the epoch's steps gathered: each
+             device's batches' unique input rows x row bytes, summed over
+             the devices (for jdirect-cache, rows found in the device cache
+             included; use --features jdirect for host reads only)
+  read_gbps  feature_gb / e2e_s: the aggregate feature-read rate the epoch
+             sustained (a lower bound of what the links carry)
+  speedup    the 1-device epoch / this run's
+and the validation accuracy after the timed epochs. The two-process run is
+this script spawned twice (`--worker`), before the parent process loads
+its own graph, so that at most two copies of the graph are in host memory.
+Each process builds the graph and its host table itself.
+
+Prints a table, writes JSON and a PNG under --out. Examples:
+  python benchmarks/scaling.py --out $OUT                         # products
+  python benchmarks/scaling.py --config configs/papers100m.py --out $OUT
+  python benchmarks/scaling.py --config configs/tiny.py --out /tmp/s   # CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+import jax  # noqa: E402  (the backend starts later: jax.distributed comes first)
+
+from jdirect.graph import load_dataset, parallel, steps  # noqa: E402
+from jdirect.graph.config import FEATURE_MODES, TrainConfig  # noqa: E402
+from jdirect.graph.train import Trainer  # noqa: E402
+from train_graphsage import load_config  # noqa: E402
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=str(ROOT / "configs" / "products.py"),
+                   help="a configuration name in configs/ or a .py path")
+    p.add_argument("--features", choices=FEATURE_MODES, help="override the feature mode")
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs (median), after one")
+    p.add_argument("--devices", type=int, nargs="+", default=[1, 2],
+                   help="mesh sizes to time in one process")
+    p.add_argument("--processes", type=int, default=2,
+                   help="processes of one device each to time (0: skip)")
+    p.add_argument("--timeout", type=float, default=420,
+                   help="seconds the spawned processes may take")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/out/scaling"))
+    # Set by the parent for the processes it spawns.
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--coordinator", help=argparse.SUPPRESS)
+    p.add_argument("--record", type=Path, help=argparse.SUPPRESS)
+    return p
+
+
+def run_config(args: argparse.Namespace) -> TrainConfig:
+    cfg = load_config(args.config).replace(sampler="device", progress=False, log_every=10**9,
+                                           checkpoint_dir=None)
+    return cfg.replace(features=args.features) if args.features else cfg
+
+
+def load_graph(cfg: TrainConfig):
+    overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
+    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=False, **overrides)
+
+
+def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
+    """Unique input rows of every device's batches over one epoch (the
+    epoch's own samples: same seeds and keys as its training steps)."""
+    feed = trainer.feed
+    devices = feed.mesh.size
+    total = jax.jit(lambda c: c.reshape(devices, -1)[:, -1].sum(),
+                    out_shardings=jax.sharding.NamedSharding(feed.mesh,
+                                                             jax.sharding.PartitionSpec()))
+    rows = 0
+    for order, ep, i, _ in feed.epoch(trainer.graph.train, epoch):
+        _, batch = steps.read_first(feed.mesh, feed.sampler, feed.arrays, feed.table, order, ep, i)
+        rows += int(parallel.host_value(total(batch.counts)))
+    return rows
+
+
+def time_run(graph, cfg: TrainConfig, epochs: int) -> dict:
+    """Warm-up epoch, `epochs` timed ones, their feature bytes, val accuracy."""
+    with Trainer(graph, cfg) as t:
+        t.train_epoch(0)
+        timed = [t.train_epoch(e) for e in range(1, 1 + epochs)]
+        e2e = statistics.median(m["epoch_s"] for m in timed)
+        row_bytes = graph.features.shape[1] * graph.features.dtype.itemsize
+        feature_gb = epoch_feature_rows(t, epochs) * row_bytes / 1e9
+        return dict(devices=t.mesh.size, processes=jax.process_count(), e2e_s=e2e,
+                    epochs_s=[m["epoch_s"] for m in timed], feature_gb=feature_gb,
+                    read_gbps=feature_gb / e2e, loss=timed[-1]["loss"],
+                    val_acc=t.evaluate(graph.val), batches=t.batches_per_epoch,
+                    per_device_batch=cfg.batch_size // t.mesh.size)
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One of the spawned processes: one device each, all processes' devices."""
+    parallel.initialize(args.coordinator, args.processes, args.worker, [args.worker])
+    cfg = run_config(args)
+    graph = load_graph(cfg)
+    rec = time_run(graph, cfg.replace(devices=None), args.epochs)
+    if parallel.is_lead():
+        args.record.write_text(json.dumps(rec))
+
+
+def spawn_processes(args: argparse.Namespace) -> dict:
+    """Runs `args.processes` workers side by side; process 0's record."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    record = args.out / "processes.json"
+    record.unlink(missing_ok=True)
+    base = [sys.executable, __file__, "--config", args.config, "--epochs", str(args.epochs),
+            "--processes", str(args.processes), "--coordinator", f"localhost:{port}",
+            "--record", str(record), "--out", str(args.out)]
+    if args.features:
+        base += ["--features", args.features]
+    # The environment is inherited whole (NCCL settings included).
+    procs = [subprocess.Popen(base + ["--worker", str(i)]) for i in range(args.processes)]
+    try:
+        for proc in procs:
+            if proc.wait(timeout=args.timeout) != 0:
+                raise RuntimeError(f"a worker process failed (exit {proc.returncode})")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return json.loads(record.read_text())
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if args.worker is not None:
+        return worker(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    records = []
+    if args.processes > 1:  # first: this process holds no graph yet
+        records.append(dict(run=f"{args.processes} processes", **spawn_processes(args)))
+        print(records[-1], flush=True)
+    # On a CPU backend, virtual devices for the one-process runs.
+    jax.config.update("jax_num_cpu_devices", max(args.devices))
+    from graphsage import _host_peak_gb, memory_peaks
+    from _common import print_table, run_meta, write_json
+
+    cfg = run_config(args)
+    graph = load_graph(cfg)
+    generation_peak = _host_peak_gb()  # before any trainer allocates
+    print(f"{graph}, {cfg.features}, batch {cfg.batch_size}", flush=True)
+    for devices in args.devices:
+        records.append(dict(run=f"1 process, {devices} dev", **time_run(
+            graph, cfg.replace(devices=devices), args.epochs)))
+        print(records[-1], flush=True)
+    base = next((r["e2e_s"] for r in records if r["devices"] == 1), None)
+    for r in records:
+        r["speedup"] = base / r["e2e_s"] if base else None
+    keys = ("e2e_s", "speedup", "feature_gb", "read_gbps", "val_acc")
+    print_table([dict(k=k, col=r["run"], v=r[k]) for r in records for k in keys
+                 if r.get(k) is not None], ("k",), [r["run"] for r in records], "col", "v",
+                fmt="{:.3f}")
+    meta = run_meta(graph=repr(graph), config=vars(args) | {"out": str(args.out)},
+                    train_config=cfg.__dict__, total_s=time.perf_counter() - start,
+                    **memory_peaks(graph, generation_peak))
+    name = f"scaling-{graph.name}"
+    write_json(args.out / f"{name}.json", meta, records)
+    plot(records, args.out / f"{name}.png")
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    names = [r["run"] for r in records]
+    left.bar(names, [r["e2e_s"] for r in records])
+    left.set_ylabel("seconds per epoch")
+    right.bar(names, [r["read_gbps"] for r in records], color="tab:orange")
+    right.set_ylabel("feature rows read, GB/s (all devices)")
+    for ax in (left, right):
+        ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
