@@ -35,14 +35,15 @@ def put_rows(take: Callable[[int, int], np.ndarray], shape: tuple[int, ...], dty
 
     Every piece has the same number of rows (the last one starts earlier and
     rewrites a few rows), so one compiled update serves all. `take` values
-    are cast to `dtype`. `device` defaults to jax's default device.
+    are cast to `dtype`. With `device` None the array is uncommitted on the
+    default device, as `jax.device_put(x)` leaves it: it follows the other
+    arguments of a jitted call to their devices.
     """
     dtype = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
     n = shape[0]
     if n >= 2**31:
         raise ValueError(f"put_rows copies at most 2**31 - 1 rows (int32 offsets), got {n:,}")
-    device = device or jax.local_devices()[0]
     out = jnp.zeros(shape, dtype, device=device)
     if n == 0:
         return out
