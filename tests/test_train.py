@@ -47,8 +47,8 @@ def test_feature_modes_give_the_same_losses_with_either_sampler(graph):
 def test_one_program_step_equals_sampling_then_stepping(graph):
     """sample + gather + update in one jit == the device sampler's batch fed
     to the host-batch step, step after step."""
-    with Trainer(graph, config(sampler="device", overlap=False)) as fused, \
-            Trainer(graph, config(sampler="device", overlap=False)) as stepwise:
+    one = config(sampler="device", overlap=False, devices=1)  # the host-batch step's device
+    with Trainer(graph, one) as fused, Trainer(graph, one) as stepwise:
         sampler = stepwise.feed.sampler
         source = stepwise.source
         m_fused = m_step = steps.zero_metrics()
