@@ -62,3 +62,14 @@ def put(array: np.ndarray, dtype=None, device: jax.Device | None = None) -> jax.
     host copy of the whole array (see `put_rows`)."""
     array = np.asarray(array)
     return put_rows(lambda a, b: array[a:b], array.shape, dtype or array.dtype, device)
+
+
+def device_free_bytes() -> int | None:
+    """Bytes JAX's allocator can still hand out on this process's first
+    device (its limit less what is in use), or None on the CPU backend,
+    whose device buffers are host memory."""
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))

@@ -221,11 +221,8 @@ class DeviceSampler:
 
 def _fits_on_device(nbytes: int) -> bool:
     """Whether `nbytes` take at most half the default device's free memory."""
-    device = jax.local_devices()[0]
-    stats = device.memory_stats() if device.platform != "cpu" else None
-    if not stats or "bytes_limit" not in stats:
-        return True  # a CPU: device memory is host memory
-    return nbytes <= (stats["bytes_limit"] - stats.get("bytes_in_use", 0)) // 2
+    free = _transfer.device_free_bytes()
+    return free is None or nbytes <= free // 2  # None: a CPU, device memory is host memory
 
 
 def _words(array: np.ndarray, dtype: type) -> np.ndarray:

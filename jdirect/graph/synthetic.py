@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from . import _chung_lu
 from . import _counter_random as random
 from ._chung_lu import EdgeModel
+from .._transfer import device_free_bytes
 from ..host_memory import host_empty
 from ._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies
 from .csr import Graph
@@ -221,9 +222,9 @@ def _check_host_memory(num_nodes: int, num_edges: int, feature_dim: int, dtype: 
 
 
 def _device_free_bytes(host_needed: int) -> int:
-    stats = jax.local_devices()[0].memory_stats()
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    free = device_free_bytes()
+    if free is not None:
+        return free
     import psutil  # CPU backend: device buffers are host memory too
 
     return max(0, psutil.virtual_memory().available - host_needed)
@@ -379,7 +380,8 @@ def _feature_rows(k_centroids, k_noise, labels, noise, scale, start, *, num_clas
 
 
 def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: float,
-              scale: float, dtype: np.dtype, copies: HostCopies, name: str, progress: bool) -> np.ndarray:
+              scale: float, dtype: np.dtype, copies: HostCopies, name: str,
+              progress: bool) -> np.ndarray:
     n = labels.shape[0]
     rows = max(1, min(_FEATURE_CHUNK_BYTES // (4 * dim), n))
     padded = jnp.pad(labels, (0, -n % rows))
@@ -387,8 +389,8 @@ def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: f
     for start in tqdm(range(0, n, rows), desc=f"{name}: features", disable=not progress,
                       leave=False):
         chunk = _feature_rows(k_centroids, k_noise, padded, jnp.float32(noise),
-                              jnp.float32(scale), jnp.int32(start), num_classes=num_classes, rows=rows, dim=dim,
-                              dtype=dtype)
+                              jnp.float32(scale), jnp.int32(start), num_classes=num_classes,
+                              rows=rows, dim=dim, dtype=dtype)
         copies.put(features[start : start + rows], chunk)
     copies.wait()
     return features
