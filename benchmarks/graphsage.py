@@ -70,7 +70,7 @@ def split_times(trainer: Trainer, reps: int) -> dict:
     """Sampling, feature read and update of one epoch, each timed alone."""
     feed = trainer.feed
     sampler, source = feed.sampler, trainer.source
-    order, epoch, _, _ = next(feed.epoch(trainer.graph.train, 1))
+    order, epoch = feed.seed_order(trainer.graph.train, 1), 1
     idx = [np.int32(i) for i in range(order.shape[0])]
     # The graph's arrays are arguments, not constants baked into the program.
     sample_jit = jax.jit(lambda arrays, order, i: sampler.sample(arrays, order[i],

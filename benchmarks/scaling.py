@@ -83,8 +83,10 @@ def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
                     out_shardings=jax.sharding.NamedSharding(feed.mesh,
                                                              jax.sharding.PartitionSpec()))
     rows = 0
-    for order, ep, i, _ in feed.epoch(trainer.graph.train, epoch):
-        _, batch = steps.read_first(feed.mesh, feed.sampler, feed.arrays, feed.table, order, ep, i)
+    order = feed.seed_order(trainer.graph.train, epoch)
+    for i in range(order.shape[0]):
+        _, batch = steps.read_first(feed.mesh, feed.sampler, feed.arrays, feed.table, order,
+                                    epoch, i)
         rows += int(parallel.host_value(total(batch.counts)))
     return rows
 
@@ -101,7 +103,8 @@ def time_run(graph, cfg: TrainConfig, epochs: int) -> dict:
                     epochs_s=[m["epoch_s"] for m in timed], feature_gb=feature_gb,
                     read_gbps=feature_gb / e2e, loss=timed[-1]["loss"],
                     val_acc=t.evaluate(graph.val), batches=t.batches_per_epoch,
-                    per_device_batch=cfg.batch_size // t.mesh.size)
+                    per_device_batch=cfg.batch_size // t.mesh.size,
+                    steps_per_call=t.feed.steps_per_call)
 
 
 def worker(args: argparse.Namespace) -> None:

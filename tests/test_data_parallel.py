@@ -122,8 +122,8 @@ def test_each_device_trains_on_its_columns_of_the_same_global_batches(graph):
     with Trainer(graph, cfg.replace(devices=1)) as one, Trainer(graph, cfg.replace(devices=2)) as two:
         assert isinstance(two.feed, DeviceFeed) and two.feed.sampler.batch_size == 32
         assert two.feed.batch_size == 64 and two.batches_per_epoch == one.batches_per_epoch
-        order_1 = next(one.feed.epoch(graph.train, 3))[0]
-        order_2 = next(two.feed.epoch(graph.train, 3))[0]
+        order_1 = one.feed.seed_order(graph.train, 3)
+        order_2 = two.feed.seed_order(graph.train, 3)
         np.testing.assert_array_equal(np.asarray(order_2), np.asarray(order_1))
         shards = {s.device: np.asarray(s.data) for s in order_2.addressable_shards}
         for d, device in enumerate(two.mesh.devices):
@@ -134,10 +134,12 @@ def test_each_device_trains_on_its_columns_of_the_same_global_batches(graph):
 def test_two_devices_learn_like_one(graph):
     """Loss falls; accuracy matches one device's with the same global batch
     (the samples differ: each device draws with its own keys). The
-    pipelined host-table path on two devices, the one-program step on one."""
+    pipelined host-table path on two devices, 3 steps per call; the
+    one-program step on one."""
     results = {}
     for devices, features in ((1, "device"), (2, "jdirect")):
-        with Trainer(graph, config(devices=devices, features=features, epochs=4)) as t:
+        with Trainer(graph, config(devices=devices, features=features, epochs=4,
+                                   steps_per_call=3)) as t:
             out = t.fit(log=lambda s: None)
             assert t.feed.overlap == (features == "jdirect")
         assert out["devices"] == devices and out["processes"] == 1

@@ -47,15 +47,16 @@ def test_feature_modes_give_the_same_losses_with_either_sampler(graph):
 def test_one_program_step_equals_sampling_then_stepping(graph):
     """sample + gather + update in one jit == the device sampler's batch fed
     to the host-batch step, step after step."""
-    one = config(sampler="device", overlap=False, devices=1)  # the host-batch step's device
+    one = config(sampler="device", overlap=False, devices=1,  # the host-batch step's device
+                 steps_per_call=1)
     with Trainer(graph, one) as fused, Trainer(graph, one) as stepwise:
         sampler = stepwise.feed.sampler
         source = stepwise.source
         m_fused = m_step = steps.zero_metrics()
-        for step, inputs in enumerate(fused.feed.epoch(graph.train, 0)):
+        for step, (inputs, _) in enumerate(fused.feed.epoch(graph.train, 0)):
             fused.state, m_fused = fused.feed.train_step(fused.graphdef, fused.state, m_fused,
                                                          inputs, step)
-            order, epoch, i, _ = inputs
+            order, epoch, i = inputs.order, inputs.epoch, inputs.i
             batch = sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i))
             stepwise.state, m_step = steps.train_step(
                 stepwise.graphdef, source.read, 0, stepwise.state, m_step, source.table,
@@ -63,6 +64,25 @@ def test_one_program_step_equals_sampling_then_stepping(graph):
         np.testing.assert_allclose(np.asarray(m_fused), np.asarray(m_step), rtol=1e-6)
         for a, b in zip(jax.tree.leaves(fused.state), jax.tree.leaves(stepwise.state)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_steps_per_call_changes_the_dispatch_not_the_arithmetic(graph, overlap):
+    """Four steps per compiled loop, the pass's remainder one by one, train
+    and evaluate like one step per call."""
+    kw = dict(sampler="device", features="jdirect", overlap=overlap, devices=1)
+    with Trainer(graph, config(steps_per_call=1, **kw)) as one, \
+            Trainer(graph, config(steps_per_call=4, **kw)) as four:
+        assert one.batches_per_epoch == 10
+        assert [n for _, n in four.feed.epoch(graph.train, 0)] == [4, 4, 1, 1]
+        want = [one.train_epoch(e) for e in range(2)]
+        got = [four.train_epoch(e) for e in range(2)]
+        for key in ("loss", "train_acc"):
+            np.testing.assert_allclose([m[key] for m in got], [m[key] for m in want],
+                                       rtol=1e-6, err_msg=key)
+        for a, b in zip(jax.tree.leaves(four.state), jax.tree.leaves(one.state)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+        assert four.evaluate(graph.val) == one.evaluate(graph.val)
 
 
 @pytest.mark.parametrize("mode", ["jdirect", "jdirect-cache"])
@@ -123,7 +143,8 @@ def test_bad_settings_are_refused_by_name():
                          ("fanouts", ()), ("fanouts", (3, 0)), ("fanouts", (10**8,)),
                          ("cache_fraction", 2.0), ("cache_fraction", -1.0), ("eval_max", 0),
                          ("workers", 0), ("prefetch", 0), ("lr", 0.0), ("sampler", "gpu"),
-                         ("features", "gpu-magic")]:
+                         ("features", "gpu-magic"), ("steps_per_call", 0),
+                         ("steps_per_call", 2.5)]:
         with pytest.raises(ValueError, match=field):
             config(**{field: value}).validate()
     with pytest.raises(ValueError, match="host"):

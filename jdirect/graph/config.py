@@ -44,6 +44,10 @@ class TrainConfig:
         read batch i + 1's rows on a side stream while batch i trains.
       devices: data-parallel devices, over all processes (None: every
         device with the device sampler; the CPU sampler feeds one).
+      steps_per_call: device sampler: optimizer steps per dispatch (one
+        compiled loop), so that the host's cost of a dispatch is paid once
+        for many short steps; the result does not depend on it. None: 1 on
+        one device, 8 on several (see feeds.DeviceFeed).
       prefetch, workers: the CPU sampler's batches in flight and threads.
       eval_max: evaluate on at most this many val/test nodes (None: all).
       log_every: optimizer steps between reads of the running metrics (the
@@ -72,6 +76,7 @@ class TrainConfig:
     sampler: str = "auto"
     overlap: bool = True
     devices: int | None = None
+    steps_per_call: int | None = None
     prefetch: int = 4
     workers: int = 4
     eval_max: int | None = None
@@ -97,6 +102,9 @@ class TrainConfig:
                f"must be an integer >= 0, got {self.min_steps!r}")
         _check(self.devices is None or (_is_int(self.devices) and self.devices >= 1), "devices",
                f"must be None or an integer >= 1, got {self.devices!r}")
+        _check(self.steps_per_call is None
+               or (_is_int(self.steps_per_call) and self.steps_per_call >= 1), "steps_per_call",
+               f"must be None or an integer >= 1, got {self.steps_per_call!r}")
         _check(self.eval_max is None or (_is_int(self.eval_max) and self.eval_max >= 1),
                "eval_max", f"must be None or an integer >= 1, got {self.eval_max!r}")
         _check(0.0 <= self.dropout < 1.0, "dropout",

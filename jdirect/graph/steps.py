@@ -8,13 +8,19 @@ each step adds to, so a loop reads them only when it chooses to.
 Three ways to feed a step:
   * `train_step` / `eval_step` take a `Batch` sampled on the host (and, in
     the host feature mode, its rows staged on the device);
-  * `sample_train_step` / `sample_eval_step` take the epoch's seed matrix
+  * `sample_train_steps` / `sample_eval_steps` take the epoch's seed matrix
     and a step index, and sample the batch on the device inside the same
     compiled program: sampling, feature gather and update in one call;
-  * `read_first` / `overlapped_train_step` / `train_on_rows` pipeline the
+  * `read_first` / `overlapped_train_steps` / `train_on_rows` pipeline the
     feature read of a host table: step i updates on batch i while batch
     i+1 is sampled and its rows cross PCIe on a side stream
     (`jdirect.gather_start` / `gather_done`), so the read overlaps compute.
+
+The device-sampled steps run `n` consecutive steps per call (a loop of
+static trip count inside the program): every call costs the host its
+dispatch (on two H200s, 2 ms for a papers100M-sized step, longer than the
+step itself), and a loop whose trip count XLA knows runs its iterations
+back to back, without returning to the host between them.
 
 The device-sampled steps are data-parallel over a mesh (parallel.py):
 each runs its body under `jax.shard_map`, every device on its own columns
@@ -177,36 +183,51 @@ def _sample(sampler, arrays, seeds: jax.Array, epoch: jax.Array, i: jax.Array) -
     return sampler.sample(arrays, seeds[i], sampler.key(epoch, _share(i)))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def sample_train_step(mesh, graphdef, sampler, read: Read, seed: int, state, metrics: jax.Array,
-                      arrays, table, seeds: jax.Array, epoch: jax.Array, i: jax.Array,
-                      step: jax.Array):
-    """Samples batch `i` of the epoch's `seeds` on the devices of `mesh`,
-    reads its features and updates the model, in one program; returns
-    (state, metrics). `seeds` is sharded as `_SEEDS`; the rest replicated."""
+def _repeat(n: int, one: Callable, carry: Any) -> Any:
+    """`carry` after `carry = one(j, carry)` for j = 0 .. n - 1 (n static)."""
+    return jax.lax.fori_loop(0, n, one, carry)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def sample_train_steps(mesh, graphdef, sampler, read: Read, seed: int, n: int, state,
+                       metrics: jax.Array, arrays, table, seeds: jax.Array, epoch: jax.Array,
+                       i: jax.Array, step: jax.Array):
+    """Steps i .. i + n - 1 of the epoch's `seeds` on the devices of `mesh`:
+    each samples its batch, reads its features and updates the model, all
+    in one program; returns (state, metrics). `step` is step i's global
+    number (dropout's key). `seeds` is sharded as `_SEEDS`; the rest
+    replicated."""
 
     def body(state, metrics, arrays, table, seeds, epoch, i, step):
-        batch = _sample(sampler, arrays, seeds, epoch, i)
-        x = read(table, batch.input_nodes, None)
-        return update(graphdef, state, metrics, x, batch, dropout_key(seed, _share(step)), AXIS)
+        def one(j, carry):
+            batch = _sample(sampler, arrays, seeds, epoch, i + j)
+            x = read(table, batch.input_nodes, None)
+            return update(graphdef, *carry, x, batch, dropout_key(seed, _share(step + j)), AXIS)
+
+        return _repeat(n, one, (state, metrics))
 
     return _shard_map(body, mesh=mesh, in_specs=(_ALL,) * 4 + (_SEEDS,) + (_ALL,) * 3,
-                         out_specs=(_ALL, _ALL))(state, metrics, arrays, table, seeds, epoch, i,
-                                                step)
+                      out_specs=(_ALL, _ALL))(state, metrics, arrays, table, seeds, epoch, i,
+                                              step)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def sample_eval_step(mesh, graphdef, sampler, read: Read, state, correct: jax.Array, arrays,
-                     table, seeds: jax.Array, epoch: jax.Array, i: jax.Array) -> jax.Array:
-    """`eval_step` on batch `i` of `seeds`, sampled on the devices of `mesh`."""
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def sample_eval_steps(mesh, graphdef, sampler, read: Read, n: int, state, correct: jax.Array,
+                      arrays, table, seeds: jax.Array, epoch: jax.Array, i: jax.Array
+                      ) -> jax.Array:
+    """`eval_step` on batches i .. i + n - 1 of `seeds`, sampled on the
+    devices of `mesh`."""
 
     def body(state, correct, arrays, table, seeds, epoch, i):
-        batch = _sample(sampler, arrays, seeds, epoch, i)
-        x = read(table, batch.input_nodes, None)
-        return _count_correct(graphdef, state, correct, x, batch, AXIS)
+        def one(j, correct):
+            batch = _sample(sampler, arrays, seeds, epoch, i + j)
+            x = read(table, batch.input_nodes, None)
+            return _count_correct(graphdef, state, correct, x, batch, AXIS)
+
+        return _repeat(n, one, correct)
 
     return _shard_map(body, mesh=mesh, in_specs=(_ALL,) * 4 + (_SEEDS,) + (_ALL,) * 2,
-                         out_specs=_ALL)(state, correct, arrays, table, seeds, epoch, i)
+                      out_specs=_ALL)(state, correct, arrays, table, seeds, epoch, i)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -219,30 +240,35 @@ def read_first(mesh, sampler, arrays, table, seeds: jax.Array, epoch: jax.Array,
         return gather_done(gather_start(table, batch.input_nodes, fill_value=0)), batch
 
     return _shard_map(body, mesh=mesh, in_specs=(_ALL, _ALL, _SEEDS, _ALL, _ALL),
-                         out_specs=_SPLIT)(arrays, table, seeds, epoch, i)
+                      out_specs=_SPLIT)(arrays, table, seeds, epoch, i)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def overlapped_train_step(mesh, graphdef, sampler, seed: int, state, metrics: jax.Array,
-                          x: jax.Array, batch: Batch, arrays, table, seeds: jax.Array,
-                          epoch: jax.Array, i: jax.Array, step: jax.Array):
-    """Updates on batch `i` (rows `x`) while batch i + 1 is sampled and its
-    rows are read from the host table on a side stream, on every device.
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def overlapped_train_steps(mesh, graphdef, sampler, seed: int, n: int, state,
+                           metrics: jax.Array, x: jax.Array, batch: Batch, arrays, table,
+                           seeds: jax.Array, epoch: jax.Array, i: jax.Array, step: jax.Array):
+    """Steps i .. i + n - 1, pipelined: step i + j updates on batch i + j
+    (for j = 0: rows `x` of `batch`) while batch i + j + 1 is sampled and
+    its rows are read from the host table on a side stream, on every device.
 
-    Returns (state, metrics, rows of batch i + 1, batch i + 1); rows and
+    Returns (state, metrics, rows of batch i + n, batch i + n); rows and
     batches are per-device (`_SPLIT`, as from `read_first`). The
     optimization barriers pin XLA's schedule to start -> update -> done,
     so the update's kernels run while the read is in flight.
     """
 
     def body(state, metrics, x, batch, arrays, table, seeds, epoch, i, step):
-        nxt = _sample(sampler, arrays, seeds, epoch, i + 1)
-        pending = gather_start(table, nxt.input_nodes, fill_value=0)
-        pending, state, x = jax.lax.optimization_barrier((pending, state, x))
-        state, metrics = update(graphdef, state, metrics, x, batch,
-                                dropout_key(seed, _share(step)), AXIS)
-        pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
-        return state, metrics, gather_done(pending), nxt
+        def one(j, carry):
+            state, metrics, x, batch = carry
+            nxt = _sample(sampler, arrays, seeds, epoch, i + j + 1)
+            pending = gather_start(table, nxt.input_nodes, fill_value=0)
+            pending, state, x = jax.lax.optimization_barrier((pending, state, x))
+            state, metrics = update(graphdef, state, metrics, x, batch,
+                                    dropout_key(seed, _share(step + j)), AXIS)
+            pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
+            return state, metrics, gather_done(pending), nxt
+
+        return _repeat(n, one, (state, metrics, x, batch))
 
     return _shard_map(
         body, mesh=mesh,
@@ -261,4 +287,4 @@ def train_on_rows(mesh, graphdef, seed: int, state, metrics: jax.Array, x: jax.A
         return update(graphdef, state, metrics, x, batch, dropout_key(seed, _share(step)), AXIS)
 
     return _shard_map(body, mesh=mesh, in_specs=(_ALL, _ALL, _SPLIT, _SPLIT, _ALL),
-                         out_specs=(_ALL, _ALL))(state, metrics, x, batch, step)
+                      out_specs=(_ALL, _ALL))(state, metrics, x, batch, step)

@@ -81,7 +81,8 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, ba
     `batch_size` seeds per step over all devices."""
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
-        return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap, mesh=mesh)
+        return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap, mesh=mesh,
+                          steps_per_call=cfg.steps_per_call)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, seed=cfg.seed, prefetch=cfg.prefetch, workers=cfg.workers)
 
@@ -136,17 +137,18 @@ class Trainer:
         metrics = steps.zero_metrics(mesh=self.mesh)
         bar = tqdm(total=count, desc=f"epoch {epoch}", disable=not self._progress, leave=False)
         start = time.perf_counter()
-        done = 0
+        done = 0  # steps dispatched
         in_flight = steps.InFlight()
-        for i, inputs in enumerate(self.feed.epoch(self.graph.train, epoch)):
+        for inputs, n in self.feed.epoch(self.graph.train, epoch):
             self.state, metrics = self.feed.train_step(self.graphdef, self.state, metrics,
-                                                       inputs, epoch * count + i)
+                                                       inputs, epoch * count + done)
             in_flight.add(metrics)
-            if (i + 1) % self.cfg.log_every == 0 and self._progress:
+            done += n
+            # After the call that passes each multiple of log_every.
+            if self._progress and done // self.cfg.log_every > (done - n) // self.cfg.log_every:
                 loss_sum, _, seen = parallel.host_value(metrics)  # the only wait in an epoch
-                bar.update(i + 1 - done)
+                bar.update(done - bar.n)
                 bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
-                done = i + 1
         loss_sum, correct, seen = (float(v) for v in parallel.host_value(metrics))
         epoch_s = time.perf_counter() - start
         bar.close()
@@ -165,7 +167,7 @@ class Trainer:
         state = self.state if state is None else state
         correct = steps.zero_metrics(2, self.mesh)
         in_flight = steps.InFlight()
-        for inputs in self.feed.epoch(nodes, EVAL_EPOCH):
+        for inputs, _ in self.feed.epoch(nodes, EVAL_EPOCH):
             correct = self.feed.eval_step(self.graphdef, state, correct, inputs)
             in_flight.add(correct)
         right, seen = parallel.host_value(correct)
