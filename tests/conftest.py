@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 # Deterministic GPU reductions (scatter-add in the GNN's backward pass), so
 # that tests comparing feature modes compare the same arithmetic; set before
@@ -33,6 +36,18 @@ def place(array: np.ndarray, placement: str):
     if placement == "host_table":
         return jdirect.HostTable(np.ascontiguousarray(array))
     raise ValueError(placement)
+
+
+def run_tests_on_cpu_devices(test_file: str, devices: int) -> subprocess.CompletedProcess:
+    """Runs the tests of `test_file` with pytest in a subprocess on
+    `devices` virtual CPU devices (for tests that need several devices)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get(
+        "PYTHONPATH", "")]), XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           test_file], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=240)
 
 
 def pytest_report_header(config):

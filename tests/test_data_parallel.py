@@ -9,11 +9,6 @@ they run here.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +17,7 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from conftest import run_tests_on_cpu_devices
 from jdirect.graph import DeviceSampler, synthetic
 from jdirect.graph import parallel, steps
 from jdirect.graph.config import TrainConfig
@@ -33,7 +29,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarn
 
 TWO = jax.device_count() >= 2
 two_devices = pytest.mark.skipif(not TWO, reason="runs in the two-device subprocess")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def config(**kw) -> TrainConfig:
@@ -50,12 +45,7 @@ def graph():
 @pytest.mark.skipif(TWO, reason="two devices present: the tests run in this process")
 def test_two_virtual_devices():
     """Runs this module's two-device tests on two virtual CPU devices."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")]), XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-        + " --xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          __file__], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=240)
+    run = run_tests_on_cpu_devices(__file__, 2)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "5 passed" in run.stdout, run.stdout[-1000:]
 
