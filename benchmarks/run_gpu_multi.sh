@@ -2,7 +2,8 @@
 # Device session for several GPUs (nvidia-h200-x2): build, the GPU tests
 # (multi-device ones run on the real GPUs), a two-process CLI run on
 # `products` (one GPU each), then the scaling benchmarks. Steps can be
-# skipped (RUN_TESTS=0 ...); logs and JSON go to $OUT. The machine's NCCL
+# skipped (RUN_TESTS=0 ...) and bounded (*_TIMEOUT, seconds); PROCESSES=0
+# skips the scaling run as two processes; logs and JSON go to $OUT. The machine's NCCL
 # settings (NVLink multicast off) are inherited by every process started.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -24,8 +25,10 @@ if [ "${RUN_CLI:-1}" = 1 ]; then
   tail -6 "$OUT/cli-2proc-p0.log"
 fi
 if [ "${RUN_SCALING:-1}" = 1 ]; then
-  timeout 420 python3 benchmarks/scaling.py --features jdirect --epochs 3 \
-    --out "$OUT/scaling-products" 2>&1 | tee "$OUT/scaling-products.log" | tail -12
-  timeout 300 python3 benchmarks/scaling.py --config configs/papers100m.py --processes 0 \
-    --epochs 2 --out "$OUT/scaling-papers" 2>&1 | tee "$OUT/scaling-papers.log" | tail -12
+  timeout "${PRODUCTS_TIMEOUT:-420}" python3 benchmarks/scaling.py --features jdirect --epochs 3 \
+    --processes "${PROCESSES:-2}" --exchange 0.1 --out "$OUT/scaling-products" 2>&1 \
+    | tee "$OUT/scaling-products.log" | tail -8
+  timeout "${PAPERS_TIMEOUT:-300}" python3 benchmarks/scaling.py --config configs/papers100m.py \
+    --processes 0 --epochs 2 --exchange 0.05 --out "$OUT/scaling-papers" 2>&1 \
+    | tee "$OUT/scaling-papers.log" | tail -8
 fi
