@@ -26,9 +26,9 @@ if [ "${RUN_CLI:-1}" = 1 ]; then
 fi
 if [ "${RUN_SCALING:-1}" = 1 ]; then
   timeout "${PRODUCTS_TIMEOUT:-420}" python3 benchmarks/scaling.py --features jdirect --epochs 3 \
-    --processes "${PROCESSES:-2}" --exchange 0.1 --out "$OUT/scaling-products" 2>&1 \
+    --processes "${PROCESSES:-2}" --out "$OUT/scaling-products" 2>&1 \
     | tee "$OUT/scaling-products.log" | tail -8
   timeout "${PAPERS_TIMEOUT:-300}" python3 benchmarks/scaling.py --config configs/papers100m.py \
-    --processes 0 --epochs 2 --exchange 0.05 --out "$OUT/scaling-papers" 2>&1 \
+    --processes 0 --epochs 2 --out "$OUT/scaling-papers" 2>&1 \
     | tee "$OUT/scaling-papers.log" | tail -8
 fi

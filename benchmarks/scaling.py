@@ -10,11 +10,6 @@ Per run (same configuration, same global batch):
   read_gbps  feature_gb / e2e_s: the aggregate feature-read rate the epoch
              sustained (a lower bound of what the links carry)
   speedup    the 1-device epoch / this run's
-With --exchange F, each mesh of several devices is also timed with
-exchange_fraction F (jdirect.shared_gather: a row that several devices
-need is read once and copied over the device links); feature_gb still
-counts every device's rows, so read_gbps is then the rate the devices
-obtained their rows at, not what crossed PCIe.
 and the validation accuracy after the timed epochs. The two-process run is
 this script spawned twice (`--worker`), before the parent process loads
 its own graph, so that at most two copies of the graph are in host memory.
@@ -56,8 +51,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=3, help="timed epochs (median), after one")
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2],
                    help="mesh sizes to time in one process")
-    p.add_argument("--exchange", type=float, nargs="*", default=[],
-                   help="also time each mesh of several devices with these exchange fractions")
     p.add_argument("--processes", type=int, default=2,
                    help="processes of one device each to time (0: skip)")
     p.add_argument("--timeout", type=float, default=420,
@@ -92,7 +85,7 @@ def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
     rows = 0
     order = feed.seed_order(trainer.graph.train, epoch)
     for i in range(order.shape[0]):
-        _, batch = steps.read_first(feed.mesh, feed.sampler, 0, feed.arrays, feed.table, order,
+        _, batch = steps.read_first(feed.mesh, feed.sampler, feed.arrays, feed.table, order,
                                     epoch, i)
         rows += int(parallel.host_value(total(batch.counts)))
     return rows
@@ -111,7 +104,7 @@ def time_run(graph, cfg: TrainConfig, epochs: int) -> dict:
                     read_gbps=feature_gb / e2e, loss=timed[-1]["loss"],
                     val_acc=t.evaluate(graph.val), batches=t.batches_per_epoch,
                     per_device_batch=cfg.batch_size // t.mesh.size,
-                    steps_per_call=t.feed.steps_per_call, exchange_rows=t.feed.exchange)
+                    steps_per_call=t.feed.steps_per_call)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -170,13 +163,9 @@ def main() -> None:
     generation_peak = _host_peak_gb()  # before any trainer allocates
     print(f"{graph}, {cfg.features}, batch {cfg.batch_size}", flush=True)
     for devices in args.devices:
-        for fraction in [None] + (args.exchange if devices > 1 else []):
-            run_cfg = cfg.replace(devices=devices)
-            name = f"1 process, {devices} dev"
-            if fraction is not None:
-                run_cfg, name = run_cfg.replace(exchange_fraction=fraction), f"{name}, x{fraction}"
-            records.append(dict(run=name, **time_run(graph, run_cfg, args.epochs)))
-            print(records[-1], flush=True)
+        records.append(dict(run=f"1 process, {devices} dev", **time_run(
+            graph, cfg.replace(devices=devices), args.epochs)))
+        print(records[-1], flush=True)
     base = next((r["e2e_s"] for r in records if r["devices"] == 1), None)
     for r in records:
         r["speedup"] = base / r["e2e_s"] if base else None

@@ -132,9 +132,6 @@ def parser() -> argparse.ArgumentParser:
              "one); the batch is split evenly over them")
     add("--steps-per-call", type=_number(int, 1),
         help="device sampler: optimizer steps per dispatch (one compiled loop)")
-    add("--exchange-fraction", type=_number(float, 0, 1),
-        help="several GPUs: rows a GPU may send the others per step, as a fraction of its "
-             "padded input rows; a row several GPUs need then crosses PCIe once (0: off)")
     add("--coordinator", metavar="HOST:PORT",
         help="several processes: process 0's address for jax.distributed (default: "
              "$JAX_COORDINATOR_ADDRESS)")

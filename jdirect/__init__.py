@@ -13,13 +13,11 @@ from .gather import gather
 from .host_memory import host_empty
 from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
-from .shared_gather import SharedPending, shared_gather, shared_gather_done, shared_gather_start
 from .table import Table, replicated
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "SharedPending", "Table",
-           "decode_rows", "gather", "gather_done", "gather_start", "has_cuda", "host_empty",
-           "quantize_rows", "replicated", "shared_gather", "shared_gather_done",
-           "shared_gather_start"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
+           "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
+           "replicated"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

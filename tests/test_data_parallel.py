@@ -47,7 +47,7 @@ def test_two_virtual_devices():
     """Runs this module's two-device tests on two virtual CPU devices."""
     run = run_tests_on_cpu_devices(__file__, 2)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "6 passed" in run.stdout, run.stdout[-1000:]
+    assert "5 passed" in run.stdout, run.stdout[-1000:]
 
 
 @two_devices
@@ -137,22 +137,6 @@ def test_two_devices_learn_like_one(graph):
         assert losses[-1] < 0.7 * losses[0], losses
         results[devices] = out["test_acc"]
     assert abs(results[2] - results[1]) < 0.08, results
-
-
-@two_devices
-def test_sharing_rows_between_devices_trains_exactly_like_reading_them_all(graph):
-    """With an exchange (jdirect.shared_gather in the pipelined read, 4
-    steps per call) the devices get the same rows, so the same updates."""
-    runs = {}
-    for fraction in (0.0, 0.5):
-        with Trainer(graph, config(devices=2, features="jdirect", exchange_fraction=fraction,
-                                   steps_per_call=4)) as t:
-            assert t.feed.overlap and (t.feed.exchange > 0) == (fraction > 0)
-            losses = [t.train_epoch(e)["loss"] for e in range(2)]
-            runs[fraction] = losses, jax.tree.leaves(t.state)
-    np.testing.assert_allclose(runs[0.5][0], runs[0.0][0], rtol=1e-6)
-    for a, b in zip(runs[0.5][1], runs[0.0][1]):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
 @two_devices

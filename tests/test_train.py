@@ -142,7 +142,6 @@ def test_bad_settings_are_refused_by_name():
     for field, value in [("epochs", 0), ("batch_size", 0), ("hidden", 0), ("dropout", 1.0),
                          ("fanouts", ()), ("fanouts", (3, 0)), ("fanouts", (10**8,)),
                          ("cache_fraction", 2.0), ("cache_fraction", -1.0), ("eval_max", 0),
-                         ("exchange_fraction", 1.5),
                          ("workers", 0), ("prefetch", 0), ("lr", 0.0), ("sampler", "gpu"),
                          ("features", "gpu-magic"), ("steps_per_call", 0),
                          ("steps_per_call", 2.5)]:

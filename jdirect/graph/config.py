@@ -48,11 +48,6 @@ class TrainConfig:
         compiled loop), so that the host's cost of a dispatch is paid once
         for many short steps; the result does not depend on it. None: 1 on
         one device, 8 on several (see feeds.DeviceFeed).
-      exchange_fraction: several devices, device sampler, jdirect modes
-        with overlap: rows a device may send the others per step, as a
-        fraction of its padded input rows. A row that several devices'
-        batches need is then read over PCIe by one of them and copied to
-        the others (`jdirect.shared_gather`); 0: each reads its own.
       prefetch, workers: the CPU sampler's batches in flight and threads.
       eval_max: evaluate on at most this many val/test nodes (None: all).
       log_every: optimizer steps between reads of the running metrics (the
@@ -82,7 +77,6 @@ class TrainConfig:
     overlap: bool = True
     devices: int | None = None
     steps_per_call: int | None = None
-    exchange_fraction: float = 0.0
     prefetch: int = 4
     workers: int = 4
     eval_max: int | None = None
@@ -117,9 +111,8 @@ class TrainConfig:
                f"must lie in [0, 1) (1 drops every activation), got {self.dropout!r}")
         _check(self.lr > 0, "lr", f"must be > 0, got {self.lr!r}")
         _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay!r}")
-        for name in ("cache_fraction", "exchange_fraction"):
-            value = getattr(self, name)
-            _check(0.0 <= value <= 1.0, name, f"must lie in [0, 1], got {value!r}")
+        _check(0.0 <= self.cache_fraction <= 1.0, "cache_fraction",
+               f"must lie in [0, 1], got {self.cache_fraction!r}")
         _check(self.model in MODELS, "model", f"must be one of {MODELS}, got {self.model!r}")
         _check(self.features in FEATURE_MODES, "features",
                f"must be one of {FEATURE_MODES}, got {self.features!r}")

@@ -146,10 +146,7 @@ class DeviceFeed:
     With `overlap` and a host table (the jdirect modes), training steps are
     pipelined: step i samples batch i + 1 and starts reading its rows on a
     side stream, then updates on batch i while the rows cross PCIe
-    (`steps.overlapped_train_steps`). On several devices, those reads may
-    share rows (`exchange_fraction`): a row that several devices' batches
-    need crosses PCIe once and reaches the others over the device links
-    (`jdirect.shared_gather`).
+    (`steps.overlapped_train_steps`).
 
     Args:
       sampler: a `DeviceSampler` of the per-device batch size.
@@ -158,14 +155,10 @@ class DeviceFeed:
       overlap: pipeline the reads of host tables.
       mesh: a 1-D mesh over `parallel.AXIS` (None: the default device).
       steps_per_call: steps per dispatch (>= 1), or None for the default.
-      exchange_fraction: with overlap on several devices, the rows a
-        device may send the others per step, as a fraction of its padded
-        input rows (`shared_gather`'s capacity); 0: no exchange.
     """
 
     def __init__(self, sampler, source: FeatureSource, *, seed: int, overlap: bool = True,
-                 mesh: Mesh | None = None, steps_per_call: int | None = None,
-                 exchange_fraction: float = 0.0):
+                 mesh: Mesh | None = None, steps_per_call: int | None = None):
         if source.mode == "host":
             raise ValueError("the device sampler cannot feed the 'host' feature mode")
         if steps_per_call is not None and (not isinstance(steps_per_call, int) or isinstance(
@@ -179,11 +172,6 @@ class DeviceFeed:
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.mode in ("jdirect", "jdirect-cache")
-        if not 0.0 <= exchange_fraction <= 1.0:
-            raise ValueError(f"exchange_fraction must lie in [0, 1], got {exchange_fraction!r}")
-        shares = self.overlap and self.mesh.size > 1 and exchange_fraction > 0
-        # Rows a device may send per step (static: the exchange buffer's size).
-        self.exchange = max(1, round(exchange_fraction * sampler.caps[-1])) if shares else 0
         self.arrays = parallel.replicate(self.mesh, sampler.arrays)
         self.table = parallel.replicate(self.mesh, source.table)
         self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
@@ -221,15 +209,14 @@ class DeviceFeed:
                                             self.seed, n, state, metrics, arrays, table, order,
                                             epoch, i, step)
         if self._next is None:  # a pass's first step: nothing read ahead yet
-            self._next = steps.read_first(mesh, self.sampler, self.exchange, arrays, table,
-                                          order, epoch, i)
+            self._next = steps.read_first(mesh, self.sampler, arrays, table, order, epoch, i)
         x, batch = self._next
         if last:  # n == 1
             self._next = None
             return steps.train_on_rows(mesh, graphdef, self.seed, state, metrics, x, batch, step)
         state, metrics, *self._next = steps.overlapped_train_steps(
-            mesh, graphdef, self.sampler, self.seed, self.exchange, n, state, metrics, x, batch,
-            arrays, table, order, epoch, i, step)
+            mesh, graphdef, self.sampler, self.seed, n, state, metrics, x, batch, arrays, table,
+            order, epoch, i, step)
         return state, metrics
 
     def eval_step(self, graphdef, state, correct, inputs: Steps):

@@ -43,7 +43,6 @@ from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 
 from ..async_gather import gather_done, gather_start
-from ..shared_gather import SharedPending, shared_gather_done, shared_gather_start
 
 from .model import dropout_masks
 from .parallel import AXIS, replicate
@@ -184,21 +183,6 @@ def _sample(sampler, arrays, seeds: jax.Array, epoch: jax.Array, i: jax.Array) -
     return sampler.sample(arrays, seeds[i], sampler.key(epoch, _share(i)))
 
 
-def _read_start(table, nodes: jax.Array, exchange: int):
-    """Starts reading the rows of `nodes` (padding: 0 rows). With `exchange`
-    > 0, a row that several devices need is read by one and sent to the
-    others, up to `exchange` rows per device (`jdirect.shared_gather`)."""
-    if exchange:
-        return shared_gather_start(table, nodes, AXIS, capacity=exchange, fill_value=0)
-    return gather_start(table, nodes, fill_value=0)
-
-
-def _read_done(pending) -> jax.Array:
-    if isinstance(pending, SharedPending):
-        return shared_gather_done(pending)
-    return gather_done(pending)
-
-
 def _repeat(n: int, one: Callable, carry: Any) -> Any:
     """`carry` after `carry = one(j, carry)` for j = 0 .. n - 1 (n static)."""
     return jax.lax.fori_loop(0, n, one, carry)
@@ -246,29 +230,26 @@ def sample_eval_steps(mesh, graphdef, sampler, read: Read, n: int, state, correc
                       out_specs=_ALL)(state, correct, arrays, table, seeds, epoch, i)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def read_first(mesh, sampler, exchange: int, arrays, table, seeds: jax.Array, epoch: jax.Array,
-               i: jax.Array):
-    """Batch `i` sampled on the devices of `mesh` and its rows read (rows
-    shared as `_read_start` says): (rows, batch), each device's
-    concatenated along axis 0 (`_SPLIT`)."""
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def read_first(mesh, sampler, arrays, table, seeds: jax.Array, epoch: jax.Array, i: jax.Array):
+    """Batch `i` sampled on the devices of `mesh` and its rows read:
+    (rows, batch), each device's concatenated along axis 0 (`_SPLIT`)."""
 
     def body(arrays, table, seeds, epoch, i):
         batch = _sample(sampler, arrays, seeds, epoch, i)
-        return _read_done(_read_start(table, batch.input_nodes, exchange)), batch
+        return gather_done(gather_start(table, batch.input_nodes, fill_value=0)), batch
 
     return _shard_map(body, mesh=mesh, in_specs=(_ALL, _ALL, _SEEDS, _ALL, _ALL),
                       out_specs=_SPLIT)(arrays, table, seeds, epoch, i)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
-def overlapped_train_steps(mesh, graphdef, sampler, seed: int, exchange: int, n: int, state,
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def overlapped_train_steps(mesh, graphdef, sampler, seed: int, n: int, state,
                            metrics: jax.Array, x: jax.Array, batch: Batch, arrays, table,
                            seeds: jax.Array, epoch: jax.Array, i: jax.Array, step: jax.Array):
     """Steps i .. i + n - 1, pipelined: step i + j updates on batch i + j
     (for j = 0: rows `x` of `batch`) while batch i + j + 1 is sampled and
-    its rows are read from the host table on a side stream, on every device
-    (rows shared as `_read_start` says for `exchange`).
+    its rows are read from the host table on a side stream, on every device.
 
     Returns (state, metrics, rows of batch i + n, batch i + n); rows and
     batches are per-device (`_SPLIT`, as from `read_first`). The
@@ -280,12 +261,12 @@ def overlapped_train_steps(mesh, graphdef, sampler, seed: int, exchange: int, n:
         def one(j, carry):
             state, metrics, x, batch = carry
             nxt = _sample(sampler, arrays, seeds, epoch, i + j + 1)
-            pending = _read_start(table, nxt.input_nodes, exchange)
+            pending = gather_start(table, nxt.input_nodes, fill_value=0)
             pending, state, x = jax.lax.optimization_barrier((pending, state, x))
             state, metrics = update(graphdef, state, metrics, x, batch,
                                     dropout_key(seed, _share(step + j)), AXIS)
             pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
-            return state, metrics, _read_done(pending), nxt
+            return state, metrics, gather_done(pending), nxt
 
         return _repeat(n, one, (state, metrics, x, batch))
 

@@ -82,8 +82,7 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, ba
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
         return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap, mesh=mesh,
-                          steps_per_call=cfg.steps_per_call,
-                          exchange_fraction=cfg.exchange_fraction)
+                          steps_per_call=cfg.steps_per_call)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, seed=cfg.seed, prefetch=cfg.prefetch, workers=cfg.workers)
 
