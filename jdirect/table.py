@@ -58,6 +58,25 @@ class ArrayTable:
         return read_array(self.array, self.memory, idx, request)
 
 
+def replicate_array(x: jax.Array | np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
+    """`x` whole on every device of `mesh` (sharded `PartitionSpec()`), in
+    its memory kind (a NumPy array: device memory).
+
+    Each process builds the copies of its own devices from its own `x`, one
+    transfer per device (device to device for a device array: no host
+    round trip of, say, a GB-sized cache); a device already holding `x`
+    keeps its buffer. So with several processes (`jax.distributed`) every
+    process passes its own, equal, value.
+    """
+    kind = x.sharding.memory_kind if isinstance(x, jax.Array) else None
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+        return x
+    shards = [jax.device_put(x, jax.sharding.SingleDeviceSharding(d, memory_kind=kind))
+              for d in sharding.addressable_devices_indices_map(x.shape)]
+    return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
+
+
 def replicated(table: Any, mesh: jax.sharding.Mesh) -> Any:
     """A view of `table` (a HostTable, CachedTable or Int8Table) usable on
     every device of `mesh`: as an argument of a function jitted over those
@@ -67,9 +86,9 @@ def replicated(table: Any, mesh: jax.sharding.Mesh) -> Any:
 
     Each array the table holds on a device (its handle, in `pinned_host`
     memory on a GPU; a cache's slots and rows) is placed whole on each
-    device of the mesh, in its memory kind. With several processes
-    (`jax.distributed`), each process passes its own table, built the same
-    way; only its own devices' copies are made.
+    device of the mesh, in its memory kind (`replicate_array`). With several
+    processes (`jax.distributed`), each process passes its own table, built
+    the same way; only its own devices' copies are made.
 
     The view does not own the table: keep `table` open while the view is
     used (a gather on a closed table raises, it never reads freed memory).
@@ -83,13 +102,4 @@ def replicated(table: Any, mesh: jax.sharding.Mesh) -> Any:
     leaves, treedef = jax.tree_util.tree_flatten(table)
     if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
         raise ValueError("replicate the table outside traced functions")
-
-    def place(leaf: jax.Array) -> jax.Array:
-        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(),
-                                              memory_kind=leaf.sharding.memory_kind)
-        value = np.asarray(leaf)
-        # From a host copy made once: every process supplies its own
-        # devices' copies (works with devices of other processes in the mesh).
-        return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
-
-    return jax.tree_util.tree_unflatten(treedef, [place(leaf) for leaf in leaves])
+    return jax.tree_util.tree_unflatten(treedef, [replicate_array(x, mesh) for x in leaves])

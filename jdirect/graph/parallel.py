@@ -21,9 +21,9 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
-from ..table import Table
+from ..table import Table, replicate_array
 
 AXIS = "data"
 
@@ -110,14 +110,7 @@ def _replicate_leaf(mesh: Mesh, x: Any) -> Any:
         return x.replicated(mesh)
     if not isinstance(x, (jax.Array, np.ndarray)):
         return x
-    kind = x.sharding.memory_kind if isinstance(x, jax.Array) else None
-    sharding = NamedSharding(mesh, PartitionSpec(), memory_kind=kind)
-    if isinstance(x, jax.Array) and x.sharding == sharding:
-        return x
-    # One transfer per local device; a device already holding x keeps its buffer.
-    shards = [jax.device_put(x, jax.sharding.SingleDeviceSharding(d, memory_kind=kind))
-              for d in sharding.addressable_devices_indices_map(x.shape)]
-    return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
+    return replicate_array(x, mesh)
 
 
 def host_value(x: jax.Array) -> np.ndarray:
