@@ -22,7 +22,7 @@ from jdirect.graph import DeviceSampler, synthetic
 from jdirect.graph import parallel, steps
 from jdirect.graph.config import TrainConfig
 from jdirect.graph.feeds import DeviceFeed
-from jdirect.graph.model import GraphSAGE, dropout_masks
+from jdirect.graph.models import GraphSAGE, dropout_masks
 from jdirect.graph.train import Trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")

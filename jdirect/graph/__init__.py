@@ -17,5 +17,5 @@ __all__ = [
     "Batch", "DeviceSampler", "Graph", "NeighborSampler", "PRESETS", "Prefetcher",
     "load_dataset", "load_ogb_node", "load_reddit", "synthetic",
 ]
-# Model and training (jdirect.graph.model, .train, .steps, .feeds, .features,
+# Model and training (jdirect.graph.models, .train, .steps, .feeds, .features,
 # .checkpoint) need flax and optax: import them from those modules.

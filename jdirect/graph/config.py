@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from .models import MODELS
+
 FEATURE_MODES = ("device", "host", "jdirect", "jdirect-cache")
 SAMPLERS = ("auto", "device", "cpu")
-MODELS = ("sage", "mlp")
 FEATURE_DTYPES = (None, "float32", "bfloat16", "float16")
 
 # A fanout beyond this is a typo, not a sampling plan; shapes are sized by
@@ -113,7 +114,8 @@ class TrainConfig:
         _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay!r}")
         _check(0.0 <= self.cache_fraction <= 1.0, "cache_fraction",
                f"must lie in [0, 1], got {self.cache_fraction!r}")
-        _check(self.model in MODELS, "model", f"must be one of {MODELS}, got {self.model!r}")
+        _check(self.model in MODELS, "model",
+               f"must be one of {', '.join(MODELS)}, got {self.model!r}")
         _check(self.features in FEATURE_MODES, "features",
                f"must be one of {FEATURE_MODES}, got {self.features!r}")
         _check(self.sampler in SAMPLERS, "sampler",
@@ -153,5 +155,6 @@ def as_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def fanouts_for(cfg: TrainConfig) -> Sequence[int]:
-    """The sampler's fanouts: the GNN's, or none for the MLP (seeds only)."""
-    return cfg.fanouts if cfg.model == "sage" else ()
+    """The sampler's fanouts: the configuration's for a model that uses
+    neighbours, none for one that reads only the seeds (the MLP)."""
+    return cfg.fanouts if MODELS[cfg.model].uses_neighbors else ()

@@ -44,7 +44,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from ..async_gather import gather_done, gather_start
 
-from .model import dropout_masks
+from .models import dropout_masks
 from .parallel import AXIS, replicate
 from .sampler import Batch
 

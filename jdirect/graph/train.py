@@ -32,7 +32,7 @@ from .device_sampler import DeviceSampler
 from .features import FeatureSource
 from .feeds import EVAL_EPOCH, DeviceFeed, Feed, HostFeed
 from .metrics_file import MetricsFile
-from .model import MLP, GraphSAGE
+from . import models
 from .sampler import NeighborSampler, check_config, layer_caps
 
 # Settings that change what a run computes: resuming a checkpoint under
@@ -116,9 +116,8 @@ class Trainer:
         except BaseException:
             self.source.close()
             raise
-        cls = GraphSAGE if cfg.model == "sage" else MLP
-        model = cls(graph.features.shape[1], cfg.hidden, graph.num_classes, len(cfg.fanouts),
-                    dropout=cfg.dropout, rngs=nnx.Rngs(cfg.seed))
+        model = models.build(cfg.model, graph.features.shape[1], cfg.hidden, graph.num_classes,
+                             len(cfg.fanouts), dropout=cfg.dropout, seed=cfg.seed)
         optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
                                   wrt=nnx.Param)
         # Replicated like every step's output: one compilation per step kind.
