@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from ._ops import ReadRequest
-from ._transfer import put_rows
+from .placement import put_rows
 from .host_table import HostTable
 from .table import replicated
 

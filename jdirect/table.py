@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._ops import ReadRequest, read_array
+from .placement import replicate_array
 
 
 @runtime_checkable
@@ -56,25 +57,6 @@ class ArrayTable:
 
     def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
         return read_array(self.array, self.memory, idx, request)
-
-
-def replicate_array(x: jax.Array | np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
-    """`x` whole on every device of `mesh` (sharded `PartitionSpec()`), in
-    its memory kind (a NumPy array: device memory).
-
-    Each process builds the copies of its own devices from its own `x`, one
-    transfer per device (device to device for a device array: no host
-    round trip of, say, a GB-sized cache); a device already holding `x`
-    keeps its buffer. So with several processes (`jax.distributed`) every
-    process passes its own, equal, value.
-    """
-    kind = x.sharding.memory_kind if isinstance(x, jax.Array) else None
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)
-    if isinstance(x, jax.Array) and x.sharding == sharding:
-        return x
-    shards = [jax.device_put(x, jax.sharding.SingleDeviceSharding(d, memory_kind=kind))
-              for d in sharding.addressable_devices_indices_map(x.shape)]
-    return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
 
 
 def replicated(table: Any, mesh: jax.sharding.Mesh) -> Any:

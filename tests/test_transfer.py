@@ -1,4 +1,4 @@
-"""Host -> device copies in pieces (jdirect._transfer) and the hot-row choice
+"""Host -> device copies in pieces (jdirect.placement) and the hot-row choice
 of CachedTable.from_counts, against NumPy."""
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import jdirect
-from jdirect import _transfer
+from jdirect import placement
 from jdirect.cached_table import _top_rows
 
 
 @pytest.mark.parametrize("shape", [(0, 3), (1,), (1000,), (1001, 7)])
 def test_put_matches_device_put_in_many_pieces(monkeypatch, shape):
-    monkeypatch.setattr(_transfer, "PIECE_BYTES", 100)  # many pieces, the last overlapping
+    monkeypatch.setattr(placement, "PIECE_BYTES", 100)  # many pieces, the last overlapping
     a = np.arange(np.prod(shape), dtype=np.int64).reshape(shape) * 3 - 7
-    out = _transfer.put(a, np.int32)
+    out = placement.put(a, np.int32)
     assert out.dtype == jnp.int32 and out.shape == shape
     np.testing.assert_array_equal(np.asarray(out), a.astype(np.int32))
 
 
 def test_put_rows_gathers_rows_piece_by_piece(monkeypatch):
-    monkeypatch.setattr(_transfer, "PIECE_BYTES", 64)
+    monkeypatch.setattr(placement, "PIECE_BYTES", 64)
     table = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
     rows = np.array([3, 9, 10, 11, 20, 49, 0])
     asked = []
@@ -32,14 +32,14 @@ def test_put_rows_gathers_rows_piece_by_piece(monkeypatch):
         asked.append(b - a)
         return table[rows[a:b]]
 
-    out = _transfer.put_rows(take, (rows.size, 4), np.float32)
+    out = placement.put_rows(take, (rows.size, 4), np.float32)
     np.testing.assert_array_equal(np.asarray(out), table[rows])
     assert set(asked) == {4}  # 64-byte pieces of 16-byte rows, one shape
 
 
 def test_put_rows_refuses_int32_overflow():
     with pytest.raises(ValueError, match="2\\*\\*31"):
-        _transfer.put_rows(lambda a, b: None, (2**31, 1), np.int8)
+        placement.put_rows(lambda a, b: None, (2**31, 1), np.int8)
 
 
 @settings(max_examples=40, deadline=None)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _transfer
+from .. import placement
 from ..gather import gather
 from ..host_table import HostTable
 from .csr import Graph
@@ -126,8 +126,8 @@ class DeviceSampler:
         chunks = [graph.indices[i:i + chunk_size] for i in range(0, num_edges, chunk_size)]
         if csr == "device":
             # In pieces: no uint32 copy of indptr on the host.
-            indptr = _transfer.put(graph.indptr, np.uint32)
-            indices = tuple(_transfer.put(c, np.int32) for c in chunks)
+            indptr = placement.put(graph.indptr, np.uint32)
+            indices = tuple(placement.put(c, np.int32) for c in chunks)
         else:
             indptr = HostTable(_words(graph.indptr, np.uint32))
             indices = tuple(HostTable(_words(c, np.int32)) for c in chunks)
@@ -221,7 +221,7 @@ class DeviceSampler:
 
 def _fits_on_device(nbytes: int) -> bool:
     """Whether `nbytes` take at most half the default device's free memory."""
-    free = _transfer.device_free_bytes()
+    free = placement.device_free_bytes()
     return free is None or nbytes <= free // 2  # None: a CPU, device memory is host memory
 
 

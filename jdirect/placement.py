@@ -1,4 +1,6 @@
-"""Host -> device copies of large arrays in bounded pieces.
+"""Placing arrays on devices: host -> device copies of large arrays in
+bounded pieces, one array whole on every device of a mesh, and the free
+device memory that placements are sized by.
 
 `jax.device_put` of a NumPy array needs the whole source (and, below 1 GB
 on XLA's GPU client, a pinned staging copy of it) alive until the copy
@@ -73,3 +75,22 @@ def device_free_bytes() -> int | None:
     if not stats or "bytes_limit" not in stats:
         return None
     return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+
+
+def replicate_array(x: jax.Array | np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
+    """`x` whole on every device of `mesh` (sharded `PartitionSpec()`), in
+    its memory kind (a NumPy array: device memory).
+
+    Each process builds the copies of its own devices from its own `x`, one
+    transfer per device (device to device for a device array: no host
+    round trip of, say, a GB-sized cache); a device already holding `x`
+    keeps its buffer. So with several processes (`jax.distributed`) every
+    process passes its own, equal, value.
+    """
+    kind = x.sharding.memory_kind if isinstance(x, jax.Array) else None
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+        return x
+    shards = [jax.device_put(x, jax.sharding.SingleDeviceSharding(d, memory_kind=kind))
+              for d in sharding.addressable_devices_indices_map(x.shape)]
+    return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
