@@ -1,9 +1,14 @@
-"""Checkpoints: verified saves, fallback past damaged steps, clear errors, kill -9 safety."""
+"""Checkpoints: verified saves, fallback past damaged steps, clear errors, kill -9 safety,
+one writing run per directory, nothing deleted that a run did not create, resume settings."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
+import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +22,8 @@ import optax
 import pytest
 from flax import nnx
 
-from jdirect.graph.checkpoint import CheckpointError, Checkpoints
+from jdirect.graph.checkpoint import (RESUME_KEYS, CheckpointError, Checkpoints,
+                                     check_checkpoint_dir, resume_settings)
 
 CONFIG = dict(seed=0, hidden=16, fanouts=[4, 3])
 
@@ -102,21 +108,75 @@ def test_no_intact_step_names_the_directory(tmp_path):
         ckpt.restore_latest(state(0))
 
 
-def test_non_finite_state_is_not_saved_and_not_restored(tmp_path):
+@pytest.mark.parametrize("leaf, value", [("w", jnp.nan), ("w", -jnp.inf), ("b", jnp.nan)])
+def test_diverged_state_is_refused_and_the_last_good_checkpoint_resumes(tmp_path, leaf, value):
     ckpt = saved(tmp_path, epochs=(0,))
     bad = state(1)
-    bad["w"] = bad["w"].at[3, 4].set(jnp.nan)
-    with pytest.raises(ValueError, match=r"\['w'\] has 1 non-finite"):
+    bad[leaf] = bad[leaf].ravel().at[3].set(value).reshape(bad[leaf].shape)  # b: bfloat16
+    with pytest.raises(CheckpointError, match=rf"\['{leaf}'\] has 1 non-finite values \(training "
+                                              r"diverged\); epoch 1 is not saved"):
         ckpt.save(1, bad, [])
-    assert ckpt.epochs() == [0]
-    assert not list(tmp_path.glob(".tmp-*"))
+    ckpt.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-00000000.npz"]
+    restored, meta = Checkpoints(tmp_path, CONFIG).restore_latest(state(0))
+    assert meta["epoch"] == 0
+    assert_same(restored, state(0))
 
 
 def test_other_run_config_is_one_clear_error(tmp_path):
     saved(tmp_path, epochs=(0,))
     other = Checkpoints(tmp_path, dict(CONFIG, seed=1, hidden=32))
-    with pytest.raises(CheckpointError, match="hidden: saved 16, now 32; seed: saved 0, now 1"):
+    with pytest.raises(CheckpointError, match="hidden: saved 16, now 32; seed: saved 0, now 1"
+                                              r"\): run with the saved settings") as e:
         other.restore_latest(state(0))
+    assert "delete" not in str(e.value)
+
+
+def test_save_never_deletes_steps_of_another_run(tmp_path):
+    saved(tmp_path, epochs=(0, 1)).close()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    other = Checkpoints(tmp_path, dict(CONFIG, seed=1), keep=1)  # without restoring first
+    with pytest.raises(CheckpointError, match="seed: saved 0, now 1"):
+        other.save(0, state(0), [])
+    other.close()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def run_settings(**changes) -> dict:
+    return {**dict.fromkeys(RESUME_KEYS), "fanouts": (4, 3), "sampler": "cpu", "epochs": 3,
+            **changes}
+
+
+def test_resume_settings_treat_one_data_dir_written_three_ways_as_one(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    ways = ["data", "./data/", f"{tmp_path}/data/", str(tmp_path / "data")]
+    settings = [resume_settings(run_settings(data_dir=d)) for d in ways]
+    assert all(s == settings[0] for s in settings)
+    assert settings[0]["data_dir"] == str(tmp_path.resolve() / "data")
+    assert "epochs" not in settings[0] and settings[0]["fanouts"] == [4, 3]
+    # The settings saved by a run given a relative path resume under the absolute one.
+    ckpt = Checkpoints(tmp_path / "c2", dict(CONFIG, data_dir="data"))
+    ckpt.save(0, state(0), [])
+    ckpt.close()
+    _, meta = Checkpoints(tmp_path / "c2", dict(CONFIG, data_dir=f"{tmp_path}/data/")
+                          ).restore_latest(state(0))
+    assert meta["epoch"] == 0
+
+
+@pytest.mark.parametrize("key, old, new", [("eval_max", None, 1000), ("sampler", "cpu", "device")])
+def test_changed_eval_max_or_sampler_is_refused_naming_the_setting(tmp_path, key, old, new):
+    ckpt = Checkpoints(tmp_path, resume_settings(run_settings(**{key: old})))
+    ckpt.save(0, state(0), [])
+    ckpt.close()
+    other = Checkpoints(tmp_path, resume_settings(run_settings(**{key: new})))
+    with pytest.raises(CheckpointError, match=f"{key}: saved {old!r}, now {new!r}\\)"):
+        other.restore_latest(state(0))
+
+
+def test_resume_settings_name_what_is_missing():
+    with pytest.raises(ValueError, match="run settings lack eval_max, sampler"):
+        resume_settings({k: None for k in RESUME_KEYS if k not in ("eval_max", "sampler")})
 
 
 def test_other_state_shape_is_one_clear_error(tmp_path):
@@ -152,6 +212,7 @@ def test_failed_save_leaves_older_steps_and_no_partial_file(tmp_path, monkeypatc
     monkeypatch.setattr(np, "savez", disk_full)
     with pytest.raises(CheckpointError, match="No space left.*older checkpoints are untouched"):
         ckpt.save(1, state(1), [])
+    ckpt.close()  # and with it the lock file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-00000000.npz"]
 
 
@@ -190,6 +251,12 @@ def read_only_dir(tmp_path):
 
 
 def test_read_only_directory_is_refused_up_front_or_resumed_read_only(read_only_dir):
+    # Before any work, in the words of a CLI that names its own flag.
+    with pytest.raises(CheckpointError, match=f"cannot write checkpoints to {read_only_dir} .*"
+                                              "pass --checkpoint-read-only to resume") as e:
+        check_checkpoint_dir(read_only_dir, read_only_option="--checkpoint-read-only")
+    assert "read_only=True" not in str(e.value)
+    assert check_checkpoint_dir(read_only_dir, read_only=True) == read_only_dir
     with pytest.raises(CheckpointError, match=f"cannot write checkpoints to {read_only_dir}.*"
                                               "read_only=True"):
         Checkpoints(read_only_dir, CONFIG)
@@ -207,6 +274,137 @@ def test_uncreatable_or_missing_directory(tmp_path):
         Checkpoints(tmp_path / "file" / "ckpt", CONFIG)
     with pytest.raises(CheckpointError, match="does not exist"):
         Checkpoints(tmp_path / "missing", CONFIG, read_only=True)
+    with pytest.raises(CheckpointError, match="missing does not exist; --checkpoint-read-only "
+                                              "only resumes"):
+        check_checkpoint_dir(tmp_path / "missing", read_only=True,
+                             read_only_option="--checkpoint-read-only")
+
+
+def test_check_checkpoint_dir_on_a_full_disk_fails_before_any_work(tmp_path, monkeypatch):
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(CheckpointError, match=f"cannot write checkpoints to {tmp_path} "
+                                              r"\(No space left on device\)"):
+        check_checkpoint_dir(tmp_path)
+    assert not list(tmp_path.iterdir())  # neither the probe nor the lock file stays
+
+
+def test_check_checkpoint_dir_leaves_nothing_behind(tmp_path):
+    assert check_checkpoint_dir(tmp_path / "new") == tmp_path / "new"
+    assert (tmp_path / "new").is_dir() and not list((tmp_path / "new").iterdir())
+
+
+# -- one writing run per directory -------------------------------------------
+
+def holder_pattern(pid: int) -> str:
+    return (rf"is in use by another run \(pid {pid} on host {re.escape(platform.node())}, "
+            r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}\); wait for it to end")
+
+
+def test_second_run_on_one_directory_is_refused_naming_the_holder(tmp_path):
+    first = saved(tmp_path, epochs=(0,))
+    in_flight = tmp_path / f".jdirect-tmp-{os.getpid()}-inflight"  # the first run's, mid-save
+    in_flight.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=holder_pattern(os.getpid())):
+        Checkpoints(tmp_path, CONFIG)
+    with pytest.raises(CheckpointError, match=holder_pattern(os.getpid())):
+        check_checkpoint_dir(tmp_path)  # the same, before any work
+    assert in_flight.exists() and first.epochs() == [0]
+    first.close()
+    Checkpoints(tmp_path, CONFIG).close()  # free again once the first run ends
+
+
+def test_read_only_openers_take_no_lock(tmp_path):
+    # A multi-process run: process 0 writes, the others only read.
+    writer = saved(tmp_path, epochs=(0,))
+    reader = Checkpoints(tmp_path, CONFIG, read_only=True)
+    writer.save(1, state(1), [])
+    _, meta = reader.restore_latest(state(0))
+    assert meta["epoch"] == 1
+    writer.close()
+    Checkpoints(tmp_path, CONFIG).close()  # a reader still open does not hold the directory
+
+
+def test_stale_lock_file_of_a_dead_process_is_taken_over(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    lock = tmp_path / ".jdirect-lock"
+    lock.write_text(json.dumps(dict(pid=int(dead.stdout), host=platform.node(), started="then")))
+    ckpt = Checkpoints(tmp_path, CONFIG)
+    assert json.loads(lock.read_text())["pid"] == os.getpid()
+    ckpt.close()
+    assert not lock.exists()
+
+
+def test_file_system_without_locks_warns_and_removes_no_temporary(tmp_path, monkeypatch):
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    leftover = tmp_path / ".jdirect-tmp-999999999-abcd1234"  # cannot be proven stale unlocked
+    leftover.write_bytes(b"")
+    with pytest.warns(RuntimeWarning, match="cannot lock .*No locks available.*would not be "
+                                            "refused"):
+        ckpt = saved(tmp_path, epochs=(0,))
+    assert ckpt.epochs() == [0] and leftover.exists()
+
+
+def test_user_files_named_like_temporaries_survive(tmp_path):
+    users = [".tmp-notes", ".tmp-abc123", ".jdirect-tmp-notes", ".jdirect-tmp-1-abc.npy",
+             f".jdirect-tmp-{os.getppid()}-abcd1234"]  # the last: a live process's
+    for name in users:
+        (tmp_path / name).write_text("mine")
+    saved(tmp_path, epochs=(0, 1, 2, 3)).close()
+    assert all((tmp_path / name).read_text() == "mine" for name in users)
+
+
+def test_temporaries_are_named_after_the_run(tmp_path, monkeypatch):
+    names = []
+    real = np.savez
+
+    def recording(file, **arrays):
+        names.extend(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
+        real(file, **arrays)
+
+    monkeypatch.setattr(np, "savez", recording)
+    saved(tmp_path, epochs=(0,)).close()
+    assert len(names) == 2 and ".jdirect-lock" in names  # the lock and the step being written
+    names.remove(".jdirect-lock")
+    assert re.fullmatch(rf"\.jdirect-tmp-{os.getpid()}-\w+", names[0])
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    from jdirect.graph.checkpoint import Checkpoints
+
+    ckpt = Checkpoints(sys.argv[1], {"seed": 0})
+    print("locked", flush=True)
+    time.sleep(600)
+""")
+
+
+def python(script: str, *args: str) -> subprocess.Popen:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.Popen([sys.executable, "-c", script, *args], cwd=root,
+                            stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(root), JAX_PLATFORMS="cpu"))
+
+
+def test_run_in_another_process_is_refused_and_its_lock_taken_over_once_killed(tmp_path):
+    proc = python(_HOLDER, str(tmp_path))
+    try:
+        assert proc.stdout.readline() == "locked\n"
+        with pytest.raises(CheckpointError, match=holder_pattern(proc.pid)):
+            Checkpoints(tmp_path, {"seed": 0})
+    finally:
+        proc.kill()
+        proc.wait()
+    leftover = tmp_path / f".jdirect-tmp-{proc.pid}-abcd1234"  # as if killed mid-save
+    leftover.write_bytes(b"partial")
+    Checkpoints(tmp_path, {"seed": 0}).close()
+    assert not leftover.exists()  # provably stale: its writer is dead and we hold the lock
 
 
 _SAVER = textwrap.dedent("""
@@ -224,10 +422,7 @@ _SAVER = textwrap.dedent("""
 @pytest.mark.parametrize("trial", range(3))
 def test_kill_9_during_saves_resumes_a_verified_step(tmp_path, trial):
     # 2 MB steps written back to back: the kill lands inside a save most of the time.
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-c", _SAVER, str(tmp_path)], cwd=root,
-                            stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(root), JAX_PLATFORMS="cpu"))
+    proc = python(_SAVER, str(tmp_path))
     confirmed = -1
     for _ in range(2 + 3 * trial):
         confirmed = int(proc.stdout.readline())
@@ -238,4 +433,5 @@ def test_kill_9_during_saves_resumes_a_verified_step(tmp_path, trial):
     assert meta["epoch"] >= confirmed
     np.testing.assert_array_equal(np.asarray(restored["w"]), meta["epoch"])
     assert meta["history"] == [{"epoch": meta["epoch"]}]
-    assert not list(tmp_path.glob(".tmp-*"))  # cleaned when the directory is opened again
+    assert not list(tmp_path.glob(".jdirect-tmp-*"))  # removed when the directory is opened
+    # again: they were the killed run's

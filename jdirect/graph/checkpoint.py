@@ -1,12 +1,24 @@
 """Per-epoch checkpoints of a training state pytree, verified and rotated safely.
 
-One step is one file, `epoch-00000007.npz`, holding every leaf of the state
-as raw bytes plus a JSON header (format version, epoch, the run's
-configuration, the metric history, and each leaf's path, shape, dtype and
-SHA-256). A step is written to a temporary file, fsynced, read back and
-checked against the in-memory hashes, and only then renamed into place: a
-name that exists was verified when it was written, and a crash (kill -9,
-disk full) mid-save leaves at most a temporary file that is never read.
+One step is one file, `epoch-00000007.npz` (_step_file.py: every leaf as
+raw bytes plus a JSON header with the run's settings, the metric history
+and each leaf's SHA-256). A step is written to a temporary file, fsynced,
+read back and checked against the in-memory hashes, and only then renamed
+into place: a name that exists was verified when it was written, and a
+crash (kill -9, disk full) mid-save leaves at most a temporary file that
+is never read.
+
+A directory is written by one run at a time: a writable `Checkpoints`
+holds an exclusive lock on it (`.jdirect-lock`, see _dirlock.py) until
+`close()`, and a second one is refused in one line naming the holder;
+read-only openers (the other processes of a multi-process run, or a
+resume without saving) take no lock. Temporary files are named
+`.jdirect-tmp-<pid>-<random>` (_atomic.py); what a killed save left is
+removed by the next lock holder, and no other file is ever deleted but
+the rotated steps of the same run settings.
+
+The run settings compared on resume are `resume_settings(...)`:
+RESUME_KEYS, normalised; a refusal names each setting that differs.
 
 Why not orbax: the state of this trainer is small and saved by one process;
 orbax's asynchronous tensorstore writer hung for minutes on a read-only
@@ -17,27 +29,22 @@ simpler to make safe.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import tempfile
 import warnings
-import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ._atomic import TMP_PREFIX, atomic_write
+from ._atomic import atomic_write, probe_writable, remove_stale_temporaries
+from ._dirlock import DirectoryInUse, DirectoryLock, LockUnsupported
+from ._step_file import (FORMAT, DamagedStep, flatten, leaf_bytes, nonfinite, read_settings,
+                         read_step, spec, to_target)
 
-_FORMAT = 1
 _NAME = re.compile(r"^epoch-(\d{8})\.npz$")
-# Everything reading a damaged file can raise (zipfile wraps most header
-# damage in BadZipFile; numpy raises ValueError; a cut file EOFError).
-_DAMAGE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, TypeError)
 
 
 class CheckpointError(ValueError):
@@ -46,74 +53,106 @@ class CheckpointError(ValueError):
     written. The message names the path and what to do."""
 
 
-class _DamagedStep(CheckpointError):
-    """One step file cannot be trusted; restore falls back past it."""
-
-
 def _step_path(directory: Path, epoch: int) -> Path:
     return directory / f"epoch-{epoch:08d}.npz"
 
 
-def _unkey(leaf: Any) -> tuple[Any, str]:
-    """(leaf, "") or, for a typed PRNG key array, (its raw key data, impl name)."""
-    if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(leaf), str(jax.random.key_impl(leaf))
-    return leaf, ""
+# Settings that change what a run computes or what its history means
+# (eval_max picks the validation nodes behind every val_acc and so the best
+# epoch; the sampler draws every neighbourhood): resuming a checkpoint under
+# other values would mix two runs in one history.
+RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
+               "dropout", "lr", "weight_decay", "seed", "model", "min_steps", "eval_max",
+               "sampler")
 
 
-def _spec(leaf: Any) -> tuple[tuple[int, ...], str]:
-    """(shape, dtype name) a leaf is stored with."""
-    leaf = _unkey(leaf)[0]
-    if not hasattr(leaf, "dtype"):
-        leaf = np.asarray(leaf)
-    return tuple(leaf.shape), str(leaf.dtype)
+def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The RESUME_KEYS of `settings` (e.g. `as_dict(cfg)`), normalised: the
+    `run_config` to open a trainer's `Checkpoints` with.
 
-
-def _leaf_bytes(leaf: Any) -> tuple[np.ndarray, dict[str, Any]]:
-    """(contiguous host array, header entry without path) of one leaf."""
-    leaf, impl = _unkey(leaf)
-    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable and leaf.is_fully_replicated:
-        leaf = leaf.addressable_data(0)  # replicated across processes: any copy
-    host = np.asarray(leaf, order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
-    entry = dict(shape=list(host.shape), dtype=str(host.dtype), key_impl=impl,
-                 sha256=hashlib.sha256(host.tobytes()).hexdigest())
-    return host, entry
-
-
-def _flatten(state: Any) -> tuple[list[str], list[Any]]:
-    pairs = jax.tree.flatten_with_path(state)[0]
-    return [jax.tree_util.keystr(p) for p, _ in pairs], [leaf for _, leaf in pairs]
-
-
-def _read_step(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """The header and the leaves of one step file, each leaf's hash checked.
+    `data_dir` becomes an absolute path with symbolic links resolved and no
+    trailing slash, so "data", "./data/" and "/home/u/data" are one
+    directory (a saved relative path is read against the current directory
+    too); `fanouts` a list. Pass `sampler` as resolved ("device" or "cpu",
+    not "auto"): the resolved one draws the samples.
 
     Raises:
-      _DamagedStep: the file is unreadable, truncated or altered.
+      ValueError: `settings` lacks some of RESUME_KEYS (named).
     """
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            header = json.loads(bytes(z["header"]).decode())
-            if header.get("format") != _FORMAT:
-                raise ValueError(f"unknown format {header.get('format')!r}")
-            leaves = []
-            for i, entry in enumerate(header["leaves"]):
-                raw = z[f"leaf{i}"]
-                if hashlib.sha256(raw.tobytes()).hexdigest() != entry["sha256"]:
-                    raise ValueError(f"checksum mismatch in {entry['path']}")
-                dtype = jnp.dtype(entry["dtype"])
-                leaves.append(raw.view(dtype).reshape(entry["shape"]))
-    except _DAMAGE as e:
-        raise _DamagedStep(f"{path} is damaged ({type(e).__name__}: {e})") from e
-    return header, leaves
+    missing = [k for k in RESUME_KEYS if k not in settings]
+    if missing:
+        raise ValueError(f"run settings lack {', '.join(missing)}")
+    return _normalised({k: settings[k] for k in RESUME_KEYS})
+
+
+def _normalised(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as JSON stores it (tuples become lists), data_dir normalised."""
+    config = json.loads(json.dumps(config))
+    if isinstance(config.get("data_dir"), str):
+        config["data_dir"] = os.path.realpath(os.path.expanduser(config["data_dir"]))
+    return config
 
 
 def _config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    saved = _normalised(saved)
     missing = object()
     keys = sorted(set(saved) | set(current))
     return [f"{k}: saved {saved.get(k, missing)!r}, now {current.get(k, missing)!r}"
             .replace(repr(missing), "(absent)")
             for k in keys if saved.get(k, missing) != current.get(k, missing)]
+
+
+def check_checkpoint_dir(directory: str | Path, *, read_only: bool = False,
+                         read_only_option: str = "read_only=True") -> Path:
+    """Checks that a run can use `directory` for checkpoints, before any work.
+
+    With `read_only`, that it exists. Otherwise that it can be created and
+    written (a probe file of ours is written, fsynced and removed, so a
+    full disk or a read-only mount fails here) and that no other run holds
+    it; the lock is released again (`Checkpoints` takes it for the run).
+
+    Args:
+      read_only_option: how the caller's user asks for read-only use, named
+        in the messages: a CLI passes its flag ("--checkpoint-read-only").
+
+    Returns:
+      The directory as an absolute path.
+
+    Raises:
+      CheckpointError: one line naming the directory: it does not exist
+        (read_only), cannot be written (suggesting `read_only_option`), or
+        is in use by another run (naming its pid, host and start time).
+    """
+    directory = Path(directory).absolute()
+    if read_only:
+        if not directory.is_dir():
+            raise CheckpointError(f"checkpoint directory {directory} does not exist; "
+                                  f"{read_only_option} only resumes from an existing one")
+        return directory
+    lock = _lock(directory, read_only_option)
+    if lock is not None:
+        lock.release()
+    return directory
+
+
+def _lock(directory: Path, read_only_option: str) -> DirectoryLock | None:
+    """The writer's lock on `directory`, created if missing; None (with a
+    warning) where the file system cannot lock. Raises as check_checkpoint_dir."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe_writable(directory)
+        return DirectoryLock(directory)
+    except DirectoryInUse as e:
+        raise CheckpointError(f"checkpoint directory {e}; wait for it to end, or give this "
+                              "run another checkpoint directory") from None
+    except LockUnsupported as e:
+        warnings.warn(f"{e}: a second run writing to {directory} at the same time would "
+                      "not be refused", RuntimeWarning, stacklevel=3)
+        return None
+    except OSError as e:
+        raise CheckpointError(
+            f"cannot write checkpoints to {directory} ({e.strerror or e}); choose a writable "
+            f"directory, or pass {read_only_option} to resume from it without saving") from e
 
 
 class Checkpoints:
@@ -122,18 +161,22 @@ class Checkpoints:
     Args:
       directory: where the `epoch-XXXXXXXX.npz` files live; created if missing.
       run_config: JSON-serialisable dict of what determines the state and the
-        data (seed, dataset, model shape, optimiser, ...; not the number of
-        epochs, which a resumed run may raise). Saved with every step; a
-        restore under a different one is refused.
+        data and what the history means (for a trainer: `resume_settings`;
+        not the number of epochs, which a resumed run may raise). Saved with
+        every step; a restore under a different one is refused, naming each
+        setting that differs. A `data_dir` in it is normalised (see
+        `resume_settings`).
       keep: how many of the newest steps to keep (>= 1).
-      read_only: never write: restore works, `save` raises. Without it the
-        directory is checked to be creatable and writable here, so a run
-        fails before training rather than at its first save.
+      read_only: never write: restore works, `save` raises; no lock is
+        taken, so the processes of a multi-process run other than the one
+        that saves open the directory this way. Without it the directory is
+        checked as by `check_checkpoint_dir`, so a run fails before training
+        rather than at its first save, and locked until `close()`.
 
     Raises:
-      CheckpointError: the directory cannot be created or written (the
-        message suggests read_only=True to resume without saving), or
-        read_only=True and it does not exist.
+      CheckpointError: see `check_checkpoint_dir` (the directory cannot be
+        created or written, is in use by another run, or read_only=True and
+        it does not exist).
       TypeError/ValueError: run_config not a JSON-serialisable dict; keep < 1.
     """
 
@@ -141,31 +184,20 @@ class Checkpoints:
                  read_only: bool = False):
         if not isinstance(run_config, dict):
             raise TypeError(f"run_config must be a dict, got {type(run_config).__name__}")
-        # Round trip so comparisons see what JSON stores (tuples become lists).
-        self._config = json.loads(json.dumps(run_config))
+        self._config = _normalised(run_config)
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
             raise ValueError(f"keep must be an int >= 1, got {keep!r}")
-        self._dir = Path(directory).absolute()
         self._keep = keep
         self._read_only = bool(read_only)
+        self._lock: DirectoryLock | None = None
+        self._vetted = False  # the steps already there were checked to be of this run_config
         if self._read_only:
-            if not self._dir.is_dir():
-                raise CheckpointError(f"checkpoint directory {self._dir} does not exist "
-                                      "(read_only=True only resumes)")
+            self._dir = check_checkpoint_dir(directory, read_only=True)
             return
-        try:
-            self._dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self._dir) as f:
-                f.write(b"probe")
-                f.flush()
-                os.fsync(f.fileno())
-            for stale in self._dir.glob(TMP_PREFIX + "*"):  # from a save that was killed
-                stale.unlink()
-        except OSError as e:
-            raise CheckpointError(
-                f"cannot write checkpoints to {self._dir} ({e.strerror or e}); choose a "
-                "writable directory, or pass read_only=True to resume from it without "
-                "saving") from e
+        self._dir = Path(directory).absolute()
+        self._lock = _lock(self._dir, "read_only=True")
+        if self._lock is not None:  # no writer but us: leftovers of dead ones are stale
+            remove_stale_temporaries(self._dir)
 
     @property
     def directory(self) -> Path:
@@ -193,49 +225,46 @@ class Checkpoints:
           older one is tried.
 
         Raises:
-          CheckpointError: the saved run_config differs (the message lists
-            the keys), the state's structure, shapes or dtypes differ from
-            target's, or every step is damaged (the message names the
-            directory and says to delete or move it to start over).
+          CheckpointError: the saved run_config differs (the message names
+            each setting, saved and now), the state's structure, shapes or
+            dtypes differ from target's, or every step is damaged (the
+            message names the directory and says to move it aside to start
+            over).
         """
         epochs = self.epochs()
         if not epochs:
             return None
-        names, target_leaves = _flatten(target)
+        names, target_leaves = flatten(target)
         treedef = jax.tree.structure(target)
         damaged = []
         for epoch in reversed(epochs):
             path = _step_path(self._dir, epoch)
             try:
-                header, leaves = _read_step(path)
+                header, leaves = read_step(path)
                 self._check_compatible(path, header, names, target_leaves)
-                bad = [e["path"] for e, x in zip(header["leaves"], leaves)
-                       if jnp.issubdtype(x.dtype, jnp.inexact) and not np.isfinite(x).all()]
+                bad = [e["path"] for e, x in zip(header["leaves"], leaves) if nonfinite(x)]
                 if bad:
-                    raise _DamagedStep(f"{path} has non-finite values in {bad[0]}")
-            except _DamagedStep as e:
+                    raise DamagedStep(f"{path} has non-finite values in {bad[0]}")
+            except DamagedStep as e:
+                if not path.exists():  # rotated away by the writer since epochs() listed it
+                    continue
                 damaged.append(str(e))
                 warnings.warn(f"{e}; falling back to an older checkpoint", RuntimeWarning,
                               stacklevel=2)
                 continue
-            restored = [_to_target(x, e, t) for x, e, t in zip(leaves, header["leaves"],
-                                                                target_leaves)]
+            restored = [to_target(x, e, t) for x, e, t in zip(leaves, header["leaves"],
+                                                               target_leaves)]
             meta = dict(epoch=header["epoch"], history=header["history"], path=str(path))
             return jax.tree.unflatten(treedef, restored), meta
         raise CheckpointError(
             f"no intact checkpoint in {self._dir}: " + "; ".join(damaged)
-            + f". Delete or move {self._dir} to start the run over.")
+            + f". Move {self._dir} aside to start the run over.")
 
     def _check_compatible(self, path: Path, header: dict[str, Any], names: list[str],
                           target_leaves: list[Any]) -> None:
-        diff = _config_diff(header["run_config"], self._config)
-        if diff:
-            raise CheckpointError(
-                f"{path} was saved by a run with another configuration ("
-                + "; ".join(diff) + f"). Use another checkpoint directory than {self._dir}, "
-                "or delete it to start over.")
+        self._check_settings(path, header["run_config"])
         saved = [(e["path"], tuple(e["shape"]), e["dtype"]) for e in header["leaves"]]
-        want = [(name, *_spec(leaf)) for name, leaf in zip(names, target_leaves)]
+        want = [(name, *spec(leaf)) for name, leaf in zip(names, target_leaves)]
         if saved != want:
             diffs = [f"{w[0]}: saved {s[1:]}, now {w[1:]}" for s, w in zip(saved, want) if s != w]
             if len(saved) != len(want):
@@ -243,7 +272,28 @@ class Checkpoints:
             raise CheckpointError(
                 f"{path} holds a state of another structure, shape or dtype ("
                 + "; ".join(diffs[:5]) + (" ..." if len(diffs) > 5 else "")
-                + f"). Use another checkpoint directory than {self._dir}, or delete it.")
+                + f"). Use another checkpoint directory than {self._dir}, or move it aside.")
+
+    def _check_settings(self, path: Path, saved: dict[str, Any]) -> None:
+        diff = _config_diff(saved, self._config)
+        if diff:
+            raise CheckpointError(
+                f"{path} was saved by a run with other settings (" + "; ".join(diff)
+                + "): run with the saved settings to resume it, or give this run another "
+                "checkpoint directory")
+
+    def _vet_existing_steps(self) -> None:
+        """Refuses to save into a directory holding steps of other settings,
+        which rotation would delete. Steps too damaged to name their
+        settings are taken as this run's (restore_latest fell back past them)."""
+        for epoch in self.epochs():
+            path = _step_path(self._dir, epoch)
+            try:
+                saved = read_settings(path)
+            except DamagedStep:
+                continue
+            self._check_settings(path, saved)
+        self._vetted = True
 
     def save(self, epoch: int, state: Any, history: list[dict[str, Any]]) -> None:
         """Writes `state` and `history` as the step of `epoch`, verified.
@@ -253,36 +303,45 @@ class Checkpoints:
         only then are older steps beyond `keep` removed, and steps of later
         epochs (an abandoned continuation, e.g. after falling back past a
         damaged step) too. So the newest verified step always survives.
+        Only steps of this run_config are ever removed: the first save
+        refuses a directory holding steps of other settings.
+
+        A state with NaN or infinite values is refused before anything is
+        written, so the last good step stays the newest and a rerun resumes
+        from it. A trainer should not get that far: it stops on a
+        non-finite loss with its own message; this refusal is the backstop.
 
         Raises:
-          CheckpointError: opened read_only, or the write or its
-            verification failed (nothing of this step is left behind;
-            older steps are untouched).
-          ValueError: a leaf has NaN or infinite values (not saved, so the
-            last good step is kept).
+          CheckpointError: opened read_only; steps of other settings in the
+            directory; a leaf has NaN or infinite values (named; nothing is
+            written); the write or its verification failed (nothing of this
+            step is left behind; older steps are untouched).
           TypeError: history is not JSON-serialisable.
         """
         if self._read_only:
             raise CheckpointError(f"checkpoints in {self._dir} were opened read_only")
         if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 10**8:
             raise ValueError(f"epoch must be an int in [0, 1e8), got {epoch!r}")
-        names, leaves = _flatten(state)
+        if not self._vetted:
+            self._vet_existing_steps()
+        names, leaves = flatten(state)
         arrays, entries = {}, []
         for i, (name, leaf) in enumerate(zip(names, leaves)):
-            host, entry = _leaf_bytes(leaf)
-            if np.issubdtype(host.dtype, np.inexact) and not np.isfinite(host).all():
-                raise ValueError(f"state leaf {name} has {int((~np.isfinite(host)).sum())} "
-                                 f"non-finite values; epoch {epoch} is not saved")
+            host, entry = leaf_bytes(leaf)
+            if count := nonfinite(host):
+                raise CheckpointError(
+                    f"state leaf {name} has {count} non-finite values (training diverged); "
+                    f"epoch {epoch} is not saved and the checkpoints in {self._dir} are kept")
             arrays[f"leaf{i}"] = host.reshape(-1).view(np.uint8)
             entries.append(dict(path=name, **entry))
-        header = dict(format=_FORMAT, epoch=epoch, run_config=self._config,
+        header = dict(format=FORMAT, epoch=epoch, run_config=self._config,
                       history=json.loads(json.dumps(history)), leaves=entries)
         arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
         final = _step_path(self._dir, epoch)
         try:
-            # _read_step raises if what reached the disk differs from `state`.
-            atomic_write(final, lambda f: np.savez(f, **arrays), check=_read_step)
-        except (OSError, _DamagedStep) as e:
+            # read_step raises if what reached the disk differs from `state`.
+            atomic_write(final, lambda f: np.savez(f, **arrays), check=read_step)
+        except (OSError, DamagedStep) as e:
             raise CheckpointError(f"saving epoch {epoch} to {final} failed ({e}); older "
                                   "checkpoints are untouched") from e
         older = [e for e in self.epochs() if e < epoch]
@@ -291,18 +350,14 @@ class Checkpoints:
             _step_path(self._dir, old).unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Nothing is pending after `save` returns; kept for symmetry with a context manager."""
+        """Releases the directory's lock (nothing is pending after `save`
+        returns). Also done when the object is collected or the process ends."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> Checkpoints:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _to_target(x: np.ndarray, entry: dict[str, Any], like: Any) -> Any:
-    if entry["key_impl"]:
-        x = jax.random.wrap_key_data(x, impl=entry["key_impl"])
-    if isinstance(like, jax.Array):
-        return jax.device_put(x, like.sharding)
-    return x
