@@ -2,10 +2,11 @@
 
 Two sources of rows: an array operand (`read_array`: device, pinned_host or
 CPU arrays) and a registered host table (`read_registered`: a HostTable's
-handle, optionally with a device cache of some rows). Both check the
+handle, optionally with a `DeviceCache` of some rows). Both check the
 request once, decide the access order and build one jitted-friendly call.
-A registered read can also be started asynchronously (`Pending`,
-`finish_read`: the calls behind jdirect.gather_start / gather_done).
+A registered read can also be started asynchronously (`start_registered`
+returns a `Pending`; `finish_read` ends it: the calls behind
+jdirect.gather_start / gather_done).
 """
 
 from __future__ import annotations
@@ -38,19 +39,11 @@ MANAGED_SORT_FROM_INDICES = 1_000_000
 
 
 class ReadRequest(NamedTuple):
-    """What a gather asks of a table, checked by `make`.
-
-    `start_blocks` is set only by jdirect.gather_start: not None makes
-    `read_registered` start an asynchronous read on a GPU side stream, with
-    at most that many blocks (0: the default cap), and return a `Pending`.
-    Kinds that hand the request to `read_registered` unchanged (HostTable,
-    CachedTable) support it.
-    """
+    """What a gather asks of a table, checked by `make`."""
 
     mode: int  # ffi/index.h's Mode
     fill_value: Any
     locality: bool | None
-    start_blocks: int | None = None
 
     @staticmethod
     def make(mode: str | None, fill_value: Any, locality: Any) -> "ReadRequest":
@@ -88,9 +81,9 @@ class _Prepared(NamedTuple):
 
 
 def _prepare(shape: tuple[int, ...], dtype: np.dtype, memory: str, idx: jax.Array,
-             request: ReadRequest) -> _Prepared | jax.Array:
+             request: ReadRequest, max_blocks: int = 0) -> _Prepared | jax.Array:
     """Checks a read; returns its static parts, or the result itself when
-    no row is read."""
+    no row is read. `max_blocks` caps a started read's grid (0: default)."""
     if len(shape) < 1:
         raise ValueError("gather needs a table of rank >= 1 (rows along axis 0)")
     _dtypes.check_table_dtype(dtype)
@@ -105,7 +98,7 @@ def _prepare(shape: tuple[int, ...], dtype: np.dtype, memory: str, idx: jax.Arra
     static = dict(row_shape=tuple(shape[1:]), dtype=dtype, nrows=shape[0], memory=memory,
                   locality=request.locality,
                   attrs=(("mode", request.mode), ("fill_lo", fill_lo), ("fill_hi", fill_hi),
-                         ("max_blocks", request.start_blocks or 0)))
+                         ("max_blocks", max_blocks)))
     return _Prepared(static, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
 
 
@@ -134,39 +127,68 @@ class Pending(NamedTuple):
     keep_alive: tuple[jax.Array, ...] = ()
 
 
+class DeviceCache(NamedTuple):
+    """Rows of a registered table kept in device memory (a CachedTable's):
+    table row r is at `rows[slots[r]]` where that slot is in [0, len(rows)),
+    else read from the host table. The rows are in the table's stored form
+    (a HostTable's bytes, an Int8Table's packed rows)."""
+
+    slots: jax.Array  # int32 [nrows]
+    rows: jax.Array  # [cached rows, *stored row shape], the table's stored dtype
+
+
 def read_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.dtype,
                     memory: str, idx: jax.Array, request: ReadRequest,
-                    cache: tuple[jax.Array, jax.Array] | None = None) -> jax.Array | Pending:
-    """jnp.take from a registered host table.
+                    cache: DeviceCache | None = None) -> jax.Array:
+    """jnp.take from a registered host table, cached rows from `cache`.
 
     `handle` is the table's handle array (an operand: any table of this
     shape reuses the compiled call) or, for a concrete table inside a
-    trace, its int value (a constant of that program). `cache` is a
-    CachedTable's (slots, rows) in device memory. With
-    `request.start_blocks` set, the read is started asynchronously and its
-    `Pending` returned, except when no row is read (zero-sized rows).
+    trace, its int value (a constant of that program).
     """
     prep = _prepare(shape, dtype, memory, idx, request)
     if not isinstance(prep, _Prepared):
         return prep
+    static, operands = _registered(handle, shape, prep, idx, cache)
+    if isinstance(handle, int):  # not cached: a per-table entry would outlive the table
+        return _make_call(_ffi.GATHER_HOST_STATIC, **static)(*operands)
+    return _cached_call(_ffi.GATHER_HOST, **static)(*operands)
+
+
+def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.dtype,
+                     memory: str, idx: jax.Array, request: ReadRequest,
+                     cache: DeviceCache | None, max_blocks: int) -> Pending:
+    """`read_registered`, started on a GPU side stream with a grid of at
+    most `max_blocks` blocks (0: the default cap); complete at once when
+    no row is read (empty indices, zero-sized rows)."""
+    prep = _prepare(shape, dtype, memory, idx, request, max_blocks)
+    if not isinstance(prep, _Prepared):
+        return Pending(prep)
+    if prep.row_bytes == 0:
+        return Pending(read_registered(handle, shape, dtype, memory, idx, request, cache))
+    static, operands = _registered(handle, shape, prep, idx, cache)
+    if isinstance(handle, int):
+        start = _make_start(_ffi.GATHER_HOST_STATIC_START, **static)
+    else:
+        start = _cached_start(_ffi.GATHER_HOST_START, **static)
+    rows, workspace = start(*operands)
+    # The handle needs no keep-alive: it is read on the host, when the
+    # start is enqueued.
+    return Pending(rows, operands[-3:] + (workspace,))
+
+
+def _registered(handle: jax.Array | int, shape: tuple[int, ...], prep: _Prepared,
+                idx: jax.Array, cache: DeviceCache | None) -> tuple[dict, tuple[jax.Array, ...]]:
+    """A registered read's static configuration and operands ([handle,]
+    slots, cached rows, idx); a handle given as an int is an attribute."""
     static = dict(prep.static)
     static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes))
     if cache is None:  # no cache: empty operands
-        cache = (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), dtype))
-    start = request.start_blocks is not None and prep.row_bytes > 0
+        cache = DeviceCache(jnp.zeros((0,), jnp.int32), jnp.zeros((0,), prep.static["dtype"]))
     if isinstance(handle, int):
-        # Not cached: a per-table entry would outlive the table.
         static["attrs"] += (("handle", handle),)
-        if start:
-            rows, workspace = _make_start(_ffi.GATHER_HOST_STATIC_START, **static)(*cache, idx)
-            return Pending(rows, (idx, *cache, workspace))
-        return _make_call(_ffi.GATHER_HOST_STATIC, **static)(*cache, idx)
-    if start:
-        # The handle needs no keep-alive: it is read on the host, when the
-        # start is enqueued.
-        rows, workspace = _cached_start(_ffi.GATHER_HOST_START, **static)(handle, *cache, idx)
-        return Pending(rows, (idx, *cache, workspace))
-    return _cached_call(_ffi.GATHER_HOST, **static)(handle, *cache, idx)
+        return static, (cache.slots, cache.rows, idx)
+    return static, (handle, cache.slots, cache.rows, idx)
 
 
 def finish_read(pending: Pending) -> jax.Array:

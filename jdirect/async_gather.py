@@ -9,10 +9,8 @@ from typing import Any
 import jax
 
 from ._ops import Pending, ReadRequest, finish_read
-from .cached_table import CachedTable
-from .gather import _as_indices, gather
-from .host_table import HostTable
-from .table import Table
+from .gather import _as_indices
+from .table import Table, as_table, start_read
 
 __all__ = ["Pending", "gather_done", "gather_start"]
 
@@ -32,13 +30,14 @@ def gather_start(
 
     `gather_done(gather_start(table, idx, **kw))` equals `gather(table, idx,
     **kw)` exactly, under `jax.jit` (the intended use) and eagerly. On a GPU,
-    for a `HostTable` or `CachedTable`, the read runs on a jdirect side
+    for a `HostTable` or a `CachedTable` of one, the read runs on a jdirect side
     stream: it waits for what XLA enqueued before the start, and kernels
     enqueued between the start and the done run alongside it; the done makes
     XLA's stream wait for the read. The read's grid is small (`max_blocks`),
     so that the concurrent compute keeps most SMs. On the CPU, and for other
     tables (device arrays, `Int8Table`, ...), the start is the ordinary
-    gather and the done returns its result.
+    gather and the done returns its result. (A kind says it can start a
+    read by defining `start_rows`: see `jdirect.table.Table`.)
 
     XLA orders independent operations as it likes and may move the done
     before the work it should overlap. To pin the order start -> work ->
@@ -85,12 +84,7 @@ def gather_start(
         if not 1 <= max_blocks <= _MAX_BLOCKS:
             raise ValueError(f"max_blocks must be in [1, {_MAX_BLOCKS}], got {max_blocks}")
     request = ReadRequest.make(mode, fill_value, locality)
-    if isinstance(table, (HostTable, CachedTable)):
-        # These kinds hand the request to the registered read unchanged.
-        out = table.read_rows(_as_indices(idx),
-                              request._replace(start_blocks=int(max_blocks or 0)))
-        return out if isinstance(out, Pending) else Pending(out)
-    return Pending(gather(table, idx, mode=mode, fill_value=fill_value, locality=locality))
+    return start_read(as_table(table), _as_indices(idx), request, int(max_blocks or 0))
 
 
 def gather_done(pending: Pending) -> jax.Array:

@@ -1,4 +1,4 @@
-"""CachedTable: a HostTable whose hottest rows are also kept in device memory."""
+"""CachedTable: a registered table whose hottest rows are also kept in device memory."""
 
 from __future__ import annotations
 
@@ -8,42 +8,55 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._ops import ReadRequest
-from .placement import put_rows
-from .host_table import HostTable
-from .table import replicated
+from ._ops import DeviceCache, Pending, ReadRequest
+from ._table_base import RegisteredTable, TableBase
 
 
-class CachedTable:
-    """A `HostTable` plus copies of chosen rows in device memory.
+class CachedTable(TableBase):
+    """A registered table (a `HostTable` or an `Int8Table`) plus copies of
+    chosen rows in device memory.
 
     `jdirect.gather` on a CachedTable serves indices of cached rows from
-    device memory and the others zero-copy from the host table, in one call
-    and with the same result as gathering from the HostTable. Useful when a
-    few rows are read far more often than the rest (power-law graphs,
-    embeddings of frequent ids).
+    device memory and the others from the wrapped table's own read, in one
+    call and with the same result as gathering from the wrapped table
+    (`jnp.take` of its decoded rows). Useful when a few rows are read far
+    more often than the rest (power-law graphs, embeddings of frequent ids).
+    `gather_start` starts it asynchronously where the wrapped table can.
 
-    Device memory used: the cached rows, plus a 4-byte slot per table row.
-    The cache is a snapshot: rows written in the host table afterwards are
-    not seen through cached slots. It does not own the HostTable: close
-    that separately.
+    Device memory used: the cached rows in the wrapped table's stored form
+    (an Int8Table's stay packed), plus a 4-byte slot per table row. The
+    cache is a snapshot: rows written in the host table afterwards are not
+    seen through cached slots. It does not own the wrapped table: close
+    that separately. `close()` (or leaving a `with` block) frees the
+    cache's device memory; gathers from it then raise ValueError.
 
     Args:
-      table: an open HostTable (any memory).
+      table: an open HostTable or Int8Table (any `RegisteredTable` kind, any
+        memory).
       rows: distinct integer row ids to cache (for a boolean mask `m`, pass
         `np.flatnonzero(m)`).
 
+    Attributes:
+      table: the wrapped table; cached_rows: the cached ids (int64); shape,
+        dtype, memory: the wrapped table's (memory: where uncached rows
+        live).
+
     Raises:
-      TypeError: `table` is not a HostTable, or `rows` are not integers.
+      TypeError: `table` is not a registered table kind (a HostTable or
+        Int8Table; a CachedTable is not cached again), or `rows` are not
+        integers.
       ValueError: `table` is closed; ids out of range, repeated, or more
         than 2**31 - 1.
     """
 
-    def __init__(self, table: HostTable, rows: Any):
-        if not isinstance(table, HostTable):
-            raise TypeError(f"CachedTable caches a HostTable, got {type(table).__name__}")
+    _COPY_ADVICE = "make a new one over a new table"
+
+    def __init__(self, table: RegisteredTable, rows: Any):
+        if not isinstance(table, RegisteredTable):
+            raise TypeError(f"CachedTable caches a HostTable or an Int8Table, got "
+                            f"{type(table).__name__}")
         if table.closed:
-            raise ValueError(f"CachedTable needs an open HostTable, got {table!r}")
+            raise ValueError(f"CachedTable needs an open {type(table).__name__}, got {table!r}")
         nrows = table.shape[0]
         rows = np.asarray(rows)
         if rows.size and rows.dtype.kind not in "iu":
@@ -61,21 +74,19 @@ class CachedTable:
         self.table = table
         self.cached_rows = rows
         self._count = int(rows.size)
-        self._slots = jax.device_put(slots)
-        # In pieces: a gathered host copy of the cached rows would be 20 % of
-        # the table (GBs) on top of it.
-        array = table.numpy()
-        self._rows = put_rows(lambda a, b: array[rows[a:b]], (rows.size,) + table.shape[1:],
-                              table.dtype)
+        self._cache: DeviceCache | None = DeviceCache(jax.device_put(slots),
+                                                      table.cache_rows(rows))
 
     @classmethod
-    def from_counts(cls, table: HostTable, counts: Any, budget_bytes: int) -> "CachedTable":
+    def from_counts(cls, table: RegisteredTable, counts: Any,
+                    budget_bytes: int) -> "CachedTable":
         """Caches the rows with the highest `counts` (access frequencies,
-        degrees) that fit in `budget_bytes` of device memory.
+        degrees) that fit in `budget_bytes` of device memory (each row
+        takes `table.row_bytes`, packed for an Int8Table, plus 4 bytes).
 
         Raises:
           TypeError: `counts` are not real numbers, or `budget_bytes` is not
-            an int.
+            an int; as the constructor.
           ValueError: `counts` does not have one entry per row, holds
             NaN, or a negative budget.
         """
@@ -89,8 +100,7 @@ class CachedTable:
         counts = counts.ravel()
         if counts.shape != (table.shape[0],):
             raise ValueError(f"counts needs {table.shape[0]} entries, got {counts.shape}")
-        row_bytes = table.nbytes // max(table.shape[0], 1)
-        per_row = row_bytes + 4  # the row and its share of the slot map
+        per_row = table.row_bytes + 4  # the row and its share of the slot map
         k = min(table.shape[0], budget_bytes // per_row)
         if counts.dtype.kind == "f" and np.isnan(counts).any():
             raise ValueError("counts must not be NaN")
@@ -106,40 +116,49 @@ class CachedTable:
 
     @property
     def memory(self) -> str:
-        """Where the uncached rows live (the HostTable's memory)."""
+        """Where the uncached rows live (the wrapped table's memory)."""
         return self.table.memory
+
+    @property
+    def closed(self) -> bool:
+        """Whether the cache was closed or the wrapped table is closed."""
+        return self._cache is None or self.table.closed
+
+    def close(self) -> None:
+        """Frees the cache's device memory (once no computation uses it);
+        the wrapped table stays open."""
+        self._cache = None
 
     def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
         """The table protocol's read (see `jdirect.table.Table`)."""
-        return self.table.read_rows(idx, request, cache=(self._slots, self._rows))
+        return self.table.read_cached(idx, request, self._open_cache())
 
-    def replicated(self, mesh: jax.sharding.Mesh) -> "CachedTable":
-        """This table and its cache on every device of `mesh`: see
-        `jdirect.replicated`."""
-        return replicated(self, mesh)
+    def start_rows(self, idx: jax.Array, request: ReadRequest, max_blocks: int) -> Pending:
+        """The table protocol's start (see `jdirect.table.Table`)."""
+        return self.table.start_cached(idx, request, self._open_cache(), max_blocks)
+
+    def _open_cache(self) -> DeviceCache:
+        if self._cache is None:
+            raise ValueError("this CachedTable is closed (its cache was freed)")
+        return self._cache
 
     def __repr__(self) -> str:
-        return f"CachedTable({self.table!r}, {self._count:,} rows cached)"
+        state = ", closed" if self._cache is None else ""
+        return f"CachedTable({self.table!r}, {self._count:,} rows cached{state})"
 
-    def __reduce_ex__(self, protocol: int):
-        raise TypeError("a CachedTable cannot be pickled or copied; make a new one over a new "
-                        "HostTable")
-
+    # Pytree: the wrapped table and the cache's arrays are the leaves.
     def _tree_flatten(self):
-        return (self.table, self._slots, self._rows), self._count
+        slots, rows = self._cache if self._cache is not None else (None, None)
+        return (self.table, slots, rows), self._count
 
     @classmethod
     def _tree_unflatten(cls, count, children) -> "CachedTable":
         view = object.__new__(cls)
-        view.table, view._slots, view._rows = children
+        view.table, slots, rows = children
+        view._cache = None if slots is None else DeviceCache(slots, rows)
         view.cached_rows = None
         view._count = count
         return view
-
-
-jax.tree_util.register_pytree_node(
-    CachedTable, CachedTable._tree_flatten, CachedTable._tree_unflatten
-)
 
 
 def _top_rows(counts: np.ndarray, k: int) -> np.ndarray:

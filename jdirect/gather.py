@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._ops import ReadRequest
-from .table import ArrayTable, Table
+from .table import Table, as_table
 
 _INT32 = np.iinfo(np.int32)
 
@@ -116,8 +116,6 @@ def gather(
     """
     request = ReadRequest.make(mode, fill_value, locality)
     idx = _as_indices(idx)
-    if not isinstance(table, Table):
-        table = ArrayTable(table)
-    rows = table.read_rows(idx, request)
+    rows = as_table(table).read_rows(idx, request)
     return rows if out_dtype is None else rows.astype(out_dtype)
 

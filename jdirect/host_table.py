@@ -10,8 +10,9 @@ import jax
 import numpy as np
 
 from . import _dtypes, _ffi, host_memory
-from ._ops import ReadRequest, read_registered
-from .table import replicated
+from ._ops import DeviceCache, Pending, ReadRequest, read_registered, start_registered
+from ._table_base import RegisteredTable
+from .placement import put_rows
 
 
 def _check_array(array: Any) -> None:
@@ -56,7 +57,7 @@ def _release_collected(handle: int, pin: int, array: np.ndarray, what: str) -> N
     release(handle, pin, array)
 
 
-class HostTable:
+class HostTable(RegisteredTable):
     """A table in host memory that `jdirect.gather` reads without copying it.
 
     `HostTable(array)` wraps a C-contiguous NumPy array (an `np.memmap` too)
@@ -79,7 +80,8 @@ class HostTable:
     compiled code. Its only leaf is a one-element handle kept in host memory
     (committed to the first device on a GPU); do not `device_put` it or vmap
     over it. It cannot be pickled or copied (the copy would name the same
-    registration): make a new table from `numpy()` instead.
+    registration): make a new table from `numpy()` instead. A
+    `jdirect.CachedTable` can keep some of its rows in device memory.
 
     Attributes:
       shape: the table's shape.
@@ -97,6 +99,8 @@ class HostTable:
 
     __slots__ = ("shape", "dtype", "memory", "_handle", "_handle_id", "_array", "_finalizer",
                  "__weakref__")
+    _COPY_ADVICE = ("the copy would read whatever table owns its handle; make a new one from "
+                    "table.numpy()")
 
     def __init__(self, array: np.ndarray):
         _check_array(array)
@@ -171,21 +175,31 @@ class HostTable:
     def row_bytes(self) -> int:
         return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
 
-    def read_rows(self, idx: jax.Array, request: ReadRequest,
-                  cache: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
-        """The table protocol's read (see `jdirect.table.Table`); `cache` is
-        a CachedTable's (slots, rows) in device memory."""
+    def cache_rows(self, rows: np.ndarray) -> jax.Array:
+        """The rows at distinct int64 ids `rows` in device memory (a
+        CachedTable's copy), a piece at a time: a gathered host copy of them
+        would be, say, 20 % of the table (GBs) on top of it."""
+        array = self.numpy()
+        return put_rows(lambda a, b: array[rows[a:b]], (rows.size,) + self.shape[1:], self.dtype)
+
+    def read_cached(self, idx: jax.Array, request: ReadRequest,
+                    cache: DeviceCache | None) -> jax.Array:
         _dtypes.check_canonical(self.dtype)
-        handle: jax.Array | int = self._handle
+        return read_registered(self._handle_for(idx), self.shape, self.dtype, self.memory, idx,
+                               request, cache)
+
+    def start_cached(self, idx: jax.Array, request: ReadRequest, cache: DeviceCache | None,
+                     max_blocks: int) -> Pending:
+        _dtypes.check_canonical(self.dtype)
+        return start_registered(self._handle_for(idx), self.shape, self.dtype, self.memory, idx,
+                                request, cache, max_blocks)
+
+    def _handle_for(self, idx: jax.Array) -> jax.Array | int:
         if self._handle_id is not None and isinstance(idx, jax.core.Tracer):
             # A concrete table inside a trace (closed over): its handle is a
             # constant of that program, like the table itself.
-            handle = self._handle_id
-        return read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
-
-    def replicated(self, mesh: jax.sharding.Mesh) -> "HostTable":
-        """This table on every device of `mesh`: see `jdirect.replicated`."""
-        return replicated(self, mesh)
+            return self._handle_id
+        return self._handle
 
     def close(self) -> None:
         """Stops new gathers, waits for the GPU gathers reading this table,
@@ -201,22 +215,12 @@ class HostTable:
             handle, pin, array, _ = state[2]
             release(handle, pin, array)
 
-    def __enter__(self) -> "HostTable":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         if self._finalizer is None:
             state = "view"
         else:
             state = "closed" if self.closed else "open"
         return f"HostTable(shape={self.shape}, dtype={self.dtype.name}, {self.memory}, {state})"
-
-    def __reduce_ex__(self, protocol: int):
-        raise TypeError("a HostTable cannot be pickled or copied (the copy would read whatever "
-                        "table owns its handle); make a new one from table.numpy()")
 
     # Pytree protocol: the handle is the leaf; shape, dtype and memory are
     # static, so tables that differ only in their data share compiled code.
@@ -232,8 +236,3 @@ class HostTable:
         view._array = None
         view._finalizer = None
         return view
-
-
-jax.tree_util.register_pytree_node(
-    HostTable, HostTable._tree_flatten, HostTable._tree_unflatten
-)

@@ -10,9 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _dtypes
-from ._ops import FILL, ReadRequest
+from ._ops import FILL, DeviceCache, ReadRequest
+from ._table_base import RegisteredTable
 from .host_table import HostTable
-from .table import replicated
+
+# A packed row of this byte has a NaN scale (0xFFFFFFFF), which
+# quantize_rows never writes: it marks the rows a fill-mode read left out.
+_FILL_BYTE = 0xFF
 
 
 def quantize_rows(array: Any, out: np.ndarray | None = None) -> np.ndarray:
@@ -56,25 +60,29 @@ def decode_rows(packed: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
     return (values.astype(jnp.float32) * scale[..., None]).astype(dtype)
 
 
-class Int8Table:
+class Int8Table(RegisteredTable):
     """A float table quantized to int8 rows with a per-row scale, in host memory.
 
     `jdirect.gather(t, idx, mode=..., fill_value=...)` is `jnp.take` of the
     decoded float32 table `decode_rows(packed)`, out-of-range rows included
     (NaN by default in "fill" mode); `out_dtype` converts the decoded rows.
+    A `jdirect.CachedTable` of it keeps chosen rows packed in device memory.
 
     Args:
-      array: float [n, d] values, finite; quantized once, here, into
-        jdirect's host memory (`HostTable.copy_of`, `memory` as there).
+      array: float [n, d] values, finite and within float32's range;
+        quantized once, here, into jdirect's host memory
+        (`HostTable.copy_of`, `memory` as there).
 
     Attributes:
       shape: (n, d); dtype: float32, the decoded type; memory: the packed
-        table's memory.
+        table's memory; table: the HostTable of packed rows (uint8
+        [n, d + 4]); row_bytes: d + 4, a packed row.
 
     Raises: as `quantize_rows` and `host_empty`.
     """
 
     dtype = np.dtype(np.float32)
+    _COPY_ADVICE = "make a new one from table.table.numpy() with Int8Table.from_packed"
 
     def __init__(self, array: Any, *, memory: str = "auto"):
         array = np.asarray(array)
@@ -112,41 +120,33 @@ class Int8Table:
         return self.table.memory
 
     @property
+    def row_bytes(self) -> int:
+        return self.table.row_bytes
+
+    @property
     def closed(self) -> bool:
         return self.table.closed
-
-    def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
-        """The table protocol's read (see `jdirect.table.Table`)."""
-        packed = self.table.read_rows(idx, request._replace(fill_value=0))
-        rows = decode_rows(packed, self.dtype)
-        if request.mode != FILL:
-            return rows
-        # Rows out of range hold fill_value, as in jnp.take of the decoded
-        # table; index resolution as in ffi/index.h's fill mode.
-        n = self.shape[0]
-        valid = (idx >= -n) & (idx < n)
-        fill = _dtypes.fill_element(self.dtype, request.fill_value)
-        return jnp.where(valid[..., None], rows, fill)
-
-    def replicated(self, mesh: jax.sharding.Mesh) -> "Int8Table":
-        """This table on every device of `mesh`: see `jdirect.replicated`."""
-        return replicated(self, mesh)
 
     def close(self) -> None:
         self.table.close()
 
-    def __enter__(self) -> "Int8Table":
-        return self
+    def cache_rows(self, rows: np.ndarray) -> jax.Array:
+        return self.table.cache_rows(rows)
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def read_cached(self, idx: jax.Array, request: ReadRequest,
+                    cache: DeviceCache | None) -> jax.Array:
+        if request.mode != FILL:
+            return decode_rows(self.table.read_cached(idx, request, cache), self.dtype)
+        # The packed read fills rows out of range with _FILL_BYTE, whose
+        # scale bytes are a NaN that no packed row holds; their decoded rows
+        # become the fill element, byte for byte as jnp.take converts it.
+        packed = self.table.read_cached(idx, request._replace(fill_value=_FILL_BYTE), cache)
+        scale = jax.lax.bitcast_convert_type(packed[..., -4:], jnp.float32)
+        fill = _dtypes.fill_element(self.dtype, request.fill_value)
+        return jnp.where(jnp.isnan(scale)[..., None], fill, decode_rows(packed, self.dtype))
 
     def __repr__(self) -> str:
         return f"Int8Table(shape={self.shape}, {self.table!r})"
-
-    def __reduce_ex__(self, protocol: int):
-        raise TypeError("an Int8Table cannot be pickled or copied; make a new one from "
-                        "table.table.numpy() with Int8Table.from_packed")
 
     def _tree_flatten(self):
         return (self.table,), self.shape
@@ -157,6 +157,3 @@ class Int8Table:
         (view.table,) = children
         view.shape = shape
         return view
-
-
-jax.tree_util.register_pytree_node(Int8Table, Int8Table._tree_flatten, Int8Table._tree_unflatten)

@@ -2,9 +2,10 @@
 
 Every table kind (HostTable, CachedTable, Int8Table, and arrays through
 `ArrayTable`) implements it; `gather` checks the request and the indices,
-then calls `read_rows`, so a new kind needs no change to `gather`. A kind
-reads its rows through the FFI calls in `jdirect._ops`, or through another
-table (a cache or an encoding wraps a table it reads from).
+then calls `read_rows`, and `gather_start` calls `start_read`, so a new
+kind needs no change to either. A kind reads its rows through the FFI
+calls in `jdirect._ops`, or through another table (a cache or an encoding
+wraps a table it reads from).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._ops import ReadRequest, read_array
+from ._ops import Pending, ReadRequest, read_array
 from .placement import replicate_array
 
 
@@ -28,6 +29,13 @@ class Table(Protocol):
       dtype: the element type of the rows `read_rows` returns.
       memory: where the rows live: "device", "pinned" or "managed" (host
         memory read by the GPU), or "host" (the CPU backend).
+
+    Optional: a kind that can read asynchronously also defines
+    `start_rows(idx, request, max_blocks) -> Pending`, the read started on
+    a side stream with a grid of at most `max_blocks` blocks (0: its
+    default), its rows returned by `finish_read` (jdirect.gather_done)
+    exactly as `read_rows` would give them. Without it, `start_read` reads
+    at the start.
     """
 
     shape: tuple[int, ...]
@@ -38,6 +46,20 @@ class Table(Protocol):
         """`jnp.take(table, idx, axis=0, mode=..., fill_value=...)` for a
         checked request and int32/int64 `idx` of any shape."""
         ...
+
+
+def start_read(table: Table, idx: jax.Array, request: ReadRequest, max_blocks: int) -> Pending:
+    """Starts `table.read_rows(idx, request)`: the kind's `start_rows` where
+    it has one, else the read itself, complete at the start."""
+    start = getattr(table, "start_rows", None)
+    if start is None:
+        return Pending(table.read_rows(idx, request))
+    return start(idx, request, max_blocks)
+
+
+def as_table(table: Any) -> Table:
+    """`table` if it implements the protocol, else an `ArrayTable` of it."""
+    return table if isinstance(table, Table) else ArrayTable(table)
 
 
 class ArrayTable:

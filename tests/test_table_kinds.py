@@ -223,3 +223,104 @@ def test_gpu_jdirect_memory_is_freed_with_its_last_user():
     del t, view
     gc.collect()
     assert len(host_memory._live) == live
+
+
+def test_cached_int8_table_matches_jnp_take_of_the_decoded_table():
+    """A cache wraps any registered kind: hits come packed from device
+    memory, misses from the Int8Table's own read."""
+    rng = np.random.default_rng(8)
+    values = rng.standard_normal((400, 12)).astype(np.float32)
+    decoded = jdirect.decode_rows(jnp.asarray(jdirect.quantize_rows(values)))
+    idx = jnp.asarray(indices(rng, 400, (2000,), np.int32))
+    with jdirect.Int8Table(values) as table:
+        counts = rng.zipf(1.5, 400).astype(np.float64)
+        with jdirect.CachedTable.from_counts(table, counts, budget_bytes=50 * (16 + 4)) as cached:
+            assert cached.cached_rows.size == 50  # packed rows: d + 4 bytes each
+            assert cached.shape == table.shape and cached.dtype == np.float32
+            for mode in MODES:
+                for fill in (None, -3.0):
+                    ref = jnp.take(decoded, idx, axis=0, mode=mode, fill_value=fill)
+                    out = jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode, fill_value=fill))(
+                        cached, idx)
+                    assert_same(out, ref)
+                    pending = jdirect.gather_start(cached, idx, mode=mode, fill_value=fill)
+                    assert_same(jdirect.gather_done(pending), ref)
+
+
+def test_cache_of_an_int8_table_is_read():
+    """Rewriting packed rows after caching changes only uncached rows (so
+    the cached ones really come from the cache, in packed form)."""
+    packed = jdirect.quantize_rows(np.ones((6, 3), np.float32))
+    with jdirect.Int8Table.from_packed(packed) as table:
+        cached = jdirect.CachedTable(table, [1, 4])
+        packed[:] = jdirect.quantize_rows(np.full((6, 3), 2.0, np.float32))
+        out = np.asarray(jdirect.gather(cached, jnp.arange(6)))
+    np.testing.assert_array_equal(out[:, 0], [2, 1, 2, 2, 1, 2])
+
+
+def test_cached_table_closes_its_cache_not_the_wrapped_table():
+    with jdirect.HostTable(np.arange(8.0, dtype=np.float32).reshape(4, 2)) as t:
+        with jdirect.CachedTable(t, [0, 2]) as cached:
+            assert not cached.closed
+        assert cached.closed and not t.closed and "closed" in repr(cached)
+        with pytest.raises(ValueError, match="CachedTable is closed"):
+            jdirect.gather(cached, jnp.array([0]))
+        with pytest.raises(ValueError, match="CachedTable is closed"):
+            jdirect.gather_start(cached, jnp.array([0]))
+        cached.close()  # again: a no-op
+        assert_same(jdirect.gather(t, jnp.array([3])), np.array([[6.0, 7.0]], np.float32))
+
+
+def test_caches_and_non_registered_tables_cannot_be_cached():
+    with jdirect.HostTable(np.zeros((4, 2), np.float32)) as t:
+        cached = jdirect.CachedTable(t, [1])
+        for table in (cached, jnp.zeros((4, 2)), jdirect.table.ArrayTable(np.zeros((4, 2)))):
+            with pytest.raises(TypeError, match="HostTable or an Int8Table"):
+                jdirect.CachedTable(table, [0])
+    with jdirect.Int8Table(np.ones((4, 2), np.float32)) as q:
+        q.close()
+        with pytest.raises(ValueError, match="open Int8Table"):
+            jdirect.CachedTable(q, [0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: jdirect.HostTable(np.zeros((4, 2), np.float32)),
+    lambda: jdirect.Int8Table(np.ones((4, 2), np.float32)),
+])
+def test_every_kind_shares_lifetime_pickling_and_pytree_rules(make):
+    import copy
+    import pickle
+    with make() as table:
+        for kind in (table, jdirect.CachedTable(table, [0, 3])):
+            with pytest.raises(TypeError, match="cannot be pickled or copied"):
+                pickle.dumps(kind)
+            with pytest.raises(TypeError, match="cannot be pickled or copied"):
+                copy.copy(kind)
+            leaves, treedef = jax.tree_util.tree_flatten(kind)
+            assert leaves and all(isinstance(x, jax.Array) for x in leaves)
+            view = jax.tree_util.tree_unflatten(treedef, leaves)
+            assert type(view) is type(kind) and view.shape == kind.shape
+            assert_same(jdirect.gather(view, jnp.array([3, 0])),
+                        jdirect.gather(kind, jnp.array([3, 0])))
+            mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+            assert type(kind.replicated(mesh)) is type(kind)
+    assert table.closed
+
+
+def test_a_kind_that_can_start_a_read_says_so_with_start_rows():
+    """gather_start calls a kind's start_rows where it has one (a new kind
+    needs no change to gather_start), and reads at the start otherwise."""
+    started = []
+
+    class Logged(jdirect.table.ArrayTable):
+        def start_rows(self, idx, request, max_blocks):
+            started.append(max_blocks)
+            return jdirect.Pending(self.read_rows(idx, request))
+
+    t = jnp.arange(12.0).reshape(6, 2)
+    idx = jnp.array([5, 0, 9])
+    assert_same(jdirect.gather_done(jdirect.gather_start(Logged(t), idx, max_blocks=3)),
+                jnp.take(t, idx, axis=0))
+    assert_same(jdirect.gather_done(jdirect.gather_start(Logged(t), idx)),
+                jnp.take(t, idx, axis=0))
+    assert started == [3, 0]
