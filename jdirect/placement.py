@@ -26,7 +26,10 @@ PIECE_BYTES = 64 << 20
 
 @functools.partial(jax.jit, donate_argnums=(0,))
 def _place(out: jax.Array, piece: jax.Array, start: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_update_slice(out, piece, (start,) + (0,) * (out.ndim - 1))
+    # Every start index of one type (start's): Python ints would be int64
+    # under jax_enable_x64, which dynamic_update_slice refuses to mix.
+    zero = jnp.zeros((), start.dtype)
+    return jax.lax.dynamic_update_slice(out, piece, (start,) + (zero,) * (out.ndim - 1))
 
 
 def put_rows(take: Callable[[int, int], np.ndarray], shape: tuple[int, ...], dtype,

@@ -21,6 +21,8 @@ SCRIPT = textwrap.dedent(r"""
     assert len(jax.devices()) == 4
     host = np.arange(40, dtype=np.float32).reshape(10, 4)
     mesh = jax.make_mesh((4,), ("d",))
+    # JAX's default integer type: the type of the indices built below.
+    index_type = "s64" if jax.config.jax_enable_x64 else "s32"
 
     def gather_call_indices(hlo):
         # The index operand (the last one) of each jdirect custom call.
@@ -35,7 +37,7 @@ SCRIPT = textwrap.dedent(r"""
         compiled = fn.lower(*args).compile()
         hlo = compiled.as_text()
         assert not re.search("all-gather|all-to-all|all-reduce|collective-permute", hlo), hlo
-        assert gather_call_indices(hlo) == ["s32[%s]" % ",".join(map(str, local))], hlo
+        assert gather_call_indices(hlo) == [index_type + "[%s]" % ",".join(map(str, local))], hlo
         out = compiled(*args)
         np.testing.assert_array_equal(out, want)
         assert {s.data.shape for s in out.addressable_shards} == {local + host.shape[1:]}
@@ -106,7 +108,8 @@ SCRIPT = textwrap.dedent(r"""
             t, jax.lax.with_sharding_constraint(i, auto), mode="clip"))
         want = np.arange(10)[::-1] * 3 - 5
         np.testing.assert_array_equal(uneven(jnp.asarray(want)), host[np.clip(want, 0, 9)])
-        assert gather_call_indices(uneven.lower(jnp.asarray(want)).compile().as_text()) == ["s32[3]"]
+        hlo = uneven.lower(jnp.asarray(want)).compile().as_text()
+        assert gather_call_indices(hlo) == [index_type + "[3]"]
 
         # XLA's older partitioner (GSPMD) splits it the same way.
         jax.config.update("jax_use_shardy_partitioner", False)
