@@ -59,7 +59,7 @@ def fill_element(dtype: np.dtype, fill_value: Any) -> np.ndarray:
     if isinstance(fill_value, jax.core.Tracer):
         raise TypeError("fill_value must be a concrete scalar, not a traced value")
     if fill_value is None:
-        return _jnp_fill(dtype, type(None), None)
+        return _jnp_fill(dtype, None, b"")
     value = np.asarray(fill_value)
     if value.ndim != 0:
         raise ValueError(f"fill_value must be a scalar, got shape {value.shape}")
@@ -68,19 +68,24 @@ def fill_element(dtype: np.dtype, fill_value: Any) -> np.ndarray:
     if (jnp.issubdtype(value.dtype, jnp.complexfloating)
             and not jnp.issubdtype(dtype, jnp.complexfloating)):
         raise TypeError(f"fill_value {fill_value!r} is complex but the table is {dtype.name}")
-    scalar = value.item()
-    return _jnp_fill(dtype, type(scalar), scalar)
+    # Keyed by the value's bytes and type: 1, 1.0 and True (or 0.0 and
+    # -0.0) are equal but may convert differently, and NaN equals nothing.
+    return _jnp_fill(dtype, value.dtype, value.tobytes())
 
 
-# Keyed by the value's type too: 1, 1.0 and True (or 0.0 and -0.0) are equal
-# keys but may convert differently.
 @functools.lru_cache(maxsize=1024)
-def _jnp_fill(dtype: np.dtype, kind: type, value: Any) -> np.ndarray:
-    # Ask jnp.take itself: its conversion (weak types, NaN bit patterns such
-    # as float8_e5m2's) is the definition jdirect must match.
-    with jax.ensure_compile_time_eval():
-        row = jnp.take(jnp.zeros((1,), dtype), jnp.array([1]), mode="fill", fill_value=value)
-    return np.asarray(row)[0]
+def _jnp_fill(dtype: np.dtype, value_dtype: np.dtype | None, raw: bytes) -> np.ndarray:
+    """Asks jnp.take itself: its conversion is the definition jdirect must
+    match, weak types, NaN bit patterns (float8_e5m2's) and all. jnp.take
+    is jitted with a static fill, so the conversion is folded while it is
+    traced, by NumPy's astype: for integer tables, out-of-range values wrap
+    and NaN or inf give what the platform's conversion gives (INT_MIN for
+    int32 on x86-64), not XLA's saturating convert. So the call is traced
+    and run as a program of its own, also when this runs inside a trace."""
+    value = None if value_dtype is None else np.frombuffer(raw, value_dtype)[0].item()
+    take = jax.jit(lambda table, idx: jnp.take(table, idx, mode="fill", fill_value=value))
+    table, idx = np.zeros((1,), dtype), np.ones((1,), np.int32)
+    return np.asarray(take.lower(table, idx).compile()(table, idx))[0]
 
 
 def fill_pattern(element: np.ndarray) -> tuple[int, int]:

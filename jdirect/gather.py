@@ -78,9 +78,10 @@ def gather(
         "clip": indices are clamped to [0, n - 1], so negative ones give row
         0. "wrap": indices are taken modulo n.
       fill_value: for "fill" mode, a scalar converted to the table's dtype
-        exactly as jnp.take converts it (same bytes); default NaN for
-        inexact types, the minimum for signed and the maximum for unsigned
-        integers, True for bool.
+        exactly as jnp.take converts it (same bytes; for integer tables that
+        is NumPy's astype: out-of-range values wrap, NaN and inf are
+        platform-defined); default NaN for inexact types, the minimum for
+        signed and the maximum for unsigned integers, True for bool.
       locality: on a GPU, whether host rows are read in ascending address
         order (sort the resolved rows, read them in order so that repeats
         hit L2, scatter to the caller's positions). None (default): where

@@ -19,38 +19,62 @@ from .host_table import HostTable
 _FILL_BYTE = 0xFF
 
 
+_F32 = np.finfo(np.float32)
+
+
 def quantize_rows(array: Any, out: np.ndarray | None = None) -> np.ndarray:
     """Packs a float [n, d] array as uint8 [n, d + 4]: per row, d int8 values
     q = round(x / s) and the float32 scale s = max|x| / 127 (little-endian).
     Writes into `out` (uint8 [n, d + 4]) if given, and returns it.
 
+    Every row decodes (`decode_rows`: q * s in float32) to finite values
+    within s / 2 of its own: s is lowered by an ulp where 127 * s would
+    round past float32's largest value, and is at least float32's smallest
+    normal number (XLA flushes subnormal operands to zero, which would
+    decode a row below ~1.5e-36 to zeros), so rows that small are quantized
+    in steps of 1.2e-38. An all-zero row gets s = 1.
+
     Raises:
       TypeError: `array` is not floating point (integers, bool, complex and
         objects would be quantized lossily or not at all: convert first).
-      ValueError: `array` is not 2-D, or holds NaN or infinite values (one
-        would make its whole row NaN); the message gives the count and the
-        first such row.
+      ValueError: `array` is not 2-D, holds NaN or infinite values (one
+        would make its whole row NaN), or values beyond float32's range
+        (float64 input, say 1e300: float32 would make them infinite); the
+        message gives the count and the first such row.
     """
     array = np.asarray(array)
     if not jnp.issubdtype(array.dtype, jnp.floating):
         raise TypeError(f"quantize_rows needs a floating-point array, got {array.dtype.name}")
     if array.ndim != 2:
         raise ValueError(f"quantize_rows needs a 2-D array, got shape {array.shape}")
-    array = array.astype(np.float32)
-    finite = np.isfinite(array)
-    if not finite.all():
-        bad = np.flatnonzero(~finite.all(axis=1))
-        raise ValueError(f"quantize_rows needs finite values: {(~finite).sum()} NaN or infinite "
-                         f"values, in {bad.size} rows (first: row {bad[0]})")
-    scale = np.abs(array).max(axis=1, initial=0.0) / 127.0
-    scale[scale == 0] = 1.0
+    _refuse(~np.isfinite(array), "finite values", "NaN or infinite values")
+    with np.errstate(over="ignore"):
+        values = array.astype(np.float32)
+    _refuse(np.isinf(values), f"values within float32's range (|x| <= {float(_F32.max):.7g})",
+            "values beyond it")
+    peak = np.abs(values).max(axis=1, initial=0.0)
+    scale = np.maximum(peak / np.float32(127), _F32.tiny)
+    with np.errstate(over="ignore"):
+        overflows = np.isinf(np.float32(127) * scale)
+    scale[overflows] = np.nextafter(scale[overflows], np.float32(0))
+    scale[peak == 0] = 1.0
     shape = (array.shape[0], array.shape[1] + 4)
     packed = np.empty(shape, np.uint8) if out is None else out
     if packed.shape != shape or packed.dtype != np.uint8:
         raise ValueError(f"out must be uint8 of shape {shape}, got {packed.dtype.name} {packed.shape}")
-    packed[:, :-4] = np.clip(np.rint(array / scale[:, None]), -127, 127).astype(np.int8).view(np.uint8)
+    q = np.clip(np.rint(values / scale[:, None]), -127, 127)
+    packed[:, :-4] = q.astype(np.int8).view(np.uint8)
     packed[:, -4:] = scale.astype("<f4")[:, None].view(np.uint8)
     return packed
+
+
+def _refuse(bad: np.ndarray, needs: str, found: str) -> None:
+    """Raises ValueError naming how many elements of `bad` (a [n, d] mask)
+    are set, in how many rows, and the first row."""
+    if bad.any():
+        rows = np.flatnonzero(bad.any(axis=1))
+        raise ValueError(f"quantize_rows needs {needs}: {bad.sum()} {found}, in {rows.size} rows "
+                         f"(first: row {rows[0]})")
 
 
 def decode_rows(packed: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
