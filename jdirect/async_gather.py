@@ -84,7 +84,8 @@ def gather_start(
         if not 1 <= max_blocks <= _MAX_BLOCKS:
             raise ValueError(f"max_blocks must be in [1, {_MAX_BLOCKS}], got {max_blocks}")
     request = ReadRequest.make(mode, fill_value, locality)
-    return start_read(as_table(table), _as_indices(idx), request, int(max_blocks or 0))
+    idx = _as_indices(idx)
+    return start_read(as_table(table), idx, request, int(max_blocks or 0))
 
 
 def gather_done(pending: Pending) -> jax.Array:

@@ -184,22 +184,26 @@ class HostTable(RegisteredTable):
 
     def read_cached(self, idx: jax.Array, request: ReadRequest,
                     cache: DeviceCache | None) -> jax.Array:
-        _dtypes.check_canonical(self.dtype)
-        return read_registered(self._handle_for(idx), self.shape, self.dtype, self.memory, idx,
-                               request, cache)
+        return self._read(idx, request, cache, None)
 
     def start_cached(self, idx: jax.Array, request: ReadRequest, cache: DeviceCache | None,
                      max_blocks: int) -> Pending:
-        _dtypes.check_canonical(self.dtype)
-        return start_registered(self._handle_for(idx), self.shape, self.dtype, self.memory, idx,
-                                request, cache, max_blocks)
+        return self._read(idx, request, cache, max_blocks)
 
-    def _handle_for(self, idx: jax.Array) -> jax.Array | int:
+    def _read(self, idx: jax.Array, request: ReadRequest, cache: DeviceCache | None,
+              max_blocks: int | None) -> jax.Array | Pending:
+        """The registered read, started (a Pending) unless `max_blocks` is None."""
+        _dtypes.check_canonical(self.dtype)
+        handle: jax.Array | int = self._handle
         if self._handle_id is not None and isinstance(idx, jax.core.Tracer):
             # A concrete table inside a trace (closed over): its handle is a
             # constant of that program, like the table itself.
-            return self._handle_id
-        return self._handle
+            handle = self._handle_id
+        if max_blocks is None:
+            return read_registered(handle, self.shape, self.dtype, self.memory, idx, request,
+                                   cache)
+        return start_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache,
+                                max_blocks)
 
     def close(self) -> None:
         """Stops new gathers, waits for the GPU gathers reading this table,

@@ -17,8 +17,6 @@ from .host_table import HostTable
 # A packed row of this byte has a NaN scale (0xFFFFFFFF), which
 # quantize_rows never writes: it marks the rows a fill-mode read left out.
 _FILL_BYTE = 0xFF
-
-
 _F32 = np.finfo(np.float32)
 
 
