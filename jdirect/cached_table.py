@@ -52,11 +52,7 @@ class CachedTable(TableBase):
     _COPY_ADVICE = "make a new one over a new table"
 
     def __init__(self, table: RegisteredTable, rows: Any):
-        if not isinstance(table, RegisteredTable):
-            raise TypeError(f"CachedTable caches a HostTable or an Int8Table, got "
-                            f"{type(table).__name__}")
-        if table.closed:
-            raise ValueError(f"CachedTable needs an open {type(table).__name__}, got {table!r}")
+        _check_table(table)
         nrows = table.shape[0]
         rows = np.asarray(rows)
         if rows.size and rows.dtype.kind not in "iu":
@@ -90,6 +86,7 @@ class CachedTable(TableBase):
           ValueError: `counts` does not have one entry per row, holds
             NaN, or a negative budget.
         """
+        _check_table(table)
         if not isinstance(budget_bytes, numbers.Integral) or isinstance(budget_bytes, bool):
             raise TypeError(f"budget_bytes must be an int, got {budget_bytes!r}")
         if budget_bytes < 0:
@@ -159,6 +156,15 @@ class CachedTable(TableBase):
         view.cached_rows = None
         view._count = count
         return view
+
+
+def _check_table(table: Any) -> None:
+    """Raises TypeError or ValueError unless `table` is an open registered table."""
+    if not isinstance(table, RegisteredTable):
+        raise TypeError(f"CachedTable caches a HostTable or an Int8Table, got "
+                        f"{type(table).__name__}")
+    if table.closed:
+        raise ValueError(f"CachedTable needs an open {type(table).__name__}, got {table!r}")
 
 
 def _top_rows(counts: np.ndarray, k: int) -> np.ndarray:

@@ -3,7 +3,9 @@ CachedTable and Int8Table input checks; the managed-memory safety rule."""
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import warnings
 
 import jax
@@ -277,6 +279,8 @@ def test_caches_and_non_registered_tables_cannot_be_cached():
         for table in (cached, jnp.zeros((4, 2)), jdirect.table.ArrayTable(np.zeros((4, 2)))):
             with pytest.raises(TypeError, match="HostTable or an Int8Table"):
                 jdirect.CachedTable(table, [0])
+            with pytest.raises(TypeError, match="HostTable or an Int8Table"):
+                jdirect.CachedTable.from_counts(table, np.ones(4), 100)
     with jdirect.Int8Table(np.ones((4, 2), np.float32)) as q:
         q.close()
         with pytest.raises(ValueError, match="open Int8Table"):
@@ -288,8 +292,6 @@ def test_caches_and_non_registered_tables_cannot_be_cached():
     lambda: jdirect.Int8Table(np.ones((4, 2), np.float32)),
 ])
 def test_every_kind_shares_lifetime_pickling_and_pytree_rules(make):
-    import copy
-    import pickle
     with make() as table:
         for kind in (table, jdirect.CachedTable(table, [0, 3])):
             with pytest.raises(TypeError, match="cannot be pickled or copied"):

@@ -6,6 +6,7 @@ off; gather_start/gather_done gives the same."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import jax
@@ -66,7 +67,6 @@ def table_and_reference(case, rng, stack):
 
 
 def check(case) -> None:
-    import contextlib
     rng = np.random.default_rng(case["seed"])
     mode, fill = case["mode"], case["fill"]
     with contextlib.ExitStack() as stack, warnings.catch_warnings():
