@@ -14,10 +14,11 @@ from .host_memory import host_empty
 from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
+from .write import write_rows
 
 __all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
            "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
-           "replicated"]
+           "replicated", "write_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"
