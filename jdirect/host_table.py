@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from . import _dtypes, _ffi, host_memory, write
-from ._ops import ReadRequest, read_registered
+from ._ops import Pending, ReadRequest, read_registered
 from .table import replicated
 
 
@@ -100,7 +100,7 @@ class HostTable:
     """
 
     __slots__ = ("shape", "dtype", "memory", "writable", "_handle", "_handle_id", "_after",
-                 "_written", "_array", "_finalizer", "__weakref__")
+                 "_written", "_reads", "_array", "_finalizer", "__weakref__")
 
     def __init__(self, array: np.ndarray):
         _check_array(array)
@@ -136,6 +136,9 @@ class HostTable:
             self._after = jax.numpy.asarray(np.int32(0))
         # Whether a write may be in flight: then reads wait for `_after`.
         self._written = False
+        # Rows read from a traced view, which its next write must follow
+        # (None: not tracked, for a concrete table).
+        self._reads: list[jax.Array] | None = None
 
     @classmethod
     def empty(cls, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
@@ -195,7 +198,10 @@ class HostTable:
             # A concrete table inside a trace (closed over): its handle is a
             # constant of that program, like the table itself.
             handle = self._handle_id
-        return read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
+        rows = read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
+        if self._reads is not None:
+            self._reads.append(rows.rows if isinstance(rows, Pending) else rows)
+        return rows
 
     def after_writes(self, idx: jax.Array) -> jax.Array:
         """Integer `idx` made to depend on this version's latest write, so
@@ -211,6 +217,14 @@ class HostTable:
             return idx
         return idx ^ self._after.astype(idx.dtype)
 
+    def reads_to_follow(self) -> tuple[jax.Array, ...]:
+        """Rows read from this version inside the current trace: a write of
+        it takes them as operands, so that it cannot run before those reads
+        (jnp's semantics: a read of a version never sees later writes).
+        Only views are tracked; reads of a concrete table closed over in a
+        trace are not."""
+        return tuple(self._reads or ())
+
     def next_version(self, token: jax.Array) -> "HostTable":
         """The table after a write whose token is `token`: the same memory,
         whose reads and writes follow that write. Concrete (not traced), the
@@ -222,7 +236,7 @@ class HostTable:
         view.shape, view.dtype, view.memory, view.writable = (self.shape, self.dtype,
                                                               self.memory, self.writable)
         view._handle, view._handle_id = self._handle, self._handle_id
-        view._after, view._written = token, True
+        view._after, view._written, view._reads = token, True, []
         view._array = view._finalizer = None
         return view
 
@@ -283,6 +297,7 @@ class HostTable:
         view.shape, view.dtype, view.memory, view.writable = aux
         view._handle, view._after = children
         view._written = True  # a write may precede it
+        view._reads = []
         view._handle_id = None
         view._array = None
         view._finalizer = None

@@ -7,6 +7,8 @@ pinned, and a NumPy array pinned in place).
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import jax
 import jax.numpy as jnp
@@ -235,6 +237,26 @@ def test_read_after_write_in_one_program():
             np.testing.assert_array_equal(after, np.full((2, 4), 6.0))
         np.testing.assert_array_equal(before, np.full((2, 4), 6.0))  # the last run's start
         assert isinstance(t2, jdirect.HostTable) and t2.shape == t.shape
+
+
+def test_write_after_read_in_one_program():
+    """A read of the version passed in never sees the write, even when the
+    rows written do not depend on what it read."""
+    @jax.jit
+    def step(t, i):
+        before = jdirect.gather(t, i)
+        t = t.at[i].add(jnp.ones((i.size, 256), jnp.float32))
+        return t, before
+
+    with make_table(np.zeros((4096, 256), np.float32), KINDS[0]) as t:
+        i = jnp.arange(4096)
+        for k in range(5):
+            t, before = step(t, i)
+            np.testing.assert_array_equal(before, np.full((4096, 256), k, np.float32))
+        # The write takes the rows read as an operand (handle, token, keys,
+        # rows, read), the dependency that orders it after the read.
+        call = re.search(r"custom_call @jdirect_write_host\(([^)]*)\)", step.lower(t, i).as_text())
+        assert len(call.group(1).split(",")) == 5
 
 
 def test_write_after_write_in_one_program_keeps_order():
