@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.core import get_opaque_trace_state as trace_state
 
 from . import _dtypes, _ffi, host_memory, write
 from ._ops import Pending, ReadRequest, read_registered
@@ -136,9 +137,9 @@ class HostTable:
             self._after = jax.numpy.asarray(np.int32(0))
         # Whether a write may be in flight: then reads wait for `_after`.
         self._written = False
-        # Rows read from a traced view, which its next write must follow
-        # (None: not tracked, for a concrete table).
-        self._reads: list[jax.Array] | None = None
+        # (trace, rows) of reads inside traces: a write of this version in
+        # the same trace must follow them (`reads_to_follow`).
+        self._reads: list[tuple[Any, jax.Array]] = []
 
     @classmethod
     def empty(cls, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
@@ -199,8 +200,12 @@ class HostTable:
             # constant of that program, like the table itself.
             handle = self._handle_id
         rows = read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
-        if self._reads is not None:
-            self._reads.append(rows.rows if isinstance(rows, Pending) else rows)
+        read = rows.rows if isinstance(rows, Pending) else rows
+        if isinstance(read, jax.core.Tracer):
+            # Reads of other traces are dropped: they are finished, or
+            # belong to an enclosing trace whose writes cannot take them.
+            trace = trace_state()
+            self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
         return rows
 
     def after_writes(self, idx: jax.Array) -> jax.Array:
@@ -218,12 +223,13 @@ class HostTable:
         return idx ^ self._after.astype(idx.dtype)
 
     def reads_to_follow(self) -> tuple[jax.Array, ...]:
-        """Rows read from this version inside the current trace: a write of
-        it takes them as operands, so that it cannot run before those reads
+        """Rows read from this version in the current trace: a write of it
+        takes them as operands, so that it cannot run before those reads
         (jnp's semantics: a read of a version never sees later writes).
-        Only views are tracked; reads of a concrete table closed over in a
-        trace are not."""
-        return tuple(self._reads or ())
+        Reads in a nested trace (a scan body, an inner jit) that closes
+        over this version are not among them."""
+        trace = trace_state()
+        return tuple(r for t, r in self._reads if t == trace)
 
     def next_version(self, token: jax.Array) -> "HostTable":
         """The table after a write whose token is `token`: the same memory,

@@ -43,10 +43,10 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
     before the write or drop the write; the write itself is never dropped,
     even if its result is unused. Inside one program, a read of the
     returned version sees the write, and a read of the version passed in
-    does not (the write takes the rows read from that version as inputs;
-    for a concrete table closed over by the traced function rather than
-    passed in, only if the written rows depend on them). Outside jit,
-    `table` itself is returned, updated,
+    does not: the write takes the rows read from that version in the same
+    trace as inputs (a read inside a nested trace, e.g. a scan body closing
+    over the table, is ordered before the write only if the written rows
+    depend on it). Outside jit, `table` itself is returned, updated,
     and later calls on it follow the write. Programs dispatched to one
     device run in dispatch order; the host sees the rows once the write's
     program has finished (e.g. `jax.block_until_ready(table)`), and

@@ -259,6 +259,25 @@ def test_write_after_read_in_one_program():
         assert len(call.group(1).split(",")) == 5
 
 
+def test_reads_of_nested_traces_and_eager_reads_are_not_kept():
+    """A read in a scan body closing over the table is not an operand of a
+    later write outside it (it would be a leaked tracer), and eager reads
+    are never kept alive by the table."""
+    with make_table(np.zeros((6, 2), np.float32), KINDS[0]) as t:
+        @jax.jit
+        def step(t, ids):
+            total, _ = jax.lax.scan(
+                lambda c, i: (c + jdirect.gather(t, i[None]).sum(), None), 0.0, ids)
+            # Rows that depend on the scan's reads: ordered after them.
+            return t.at[ids].add(jnp.ones((ids.size, 2), jnp.float32) + 0 * total), total
+
+        for k in range(3):
+            t2, total = step(t, jnp.array([0, 5]))
+            assert float(total) == 4 * k
+        jdirect.gather(t, jnp.array([1]))
+        assert t.reads_to_follow() == ()
+
+
 def test_write_after_write_in_one_program_keeps_order():
     @jax.jit
     def step(t):
