@@ -114,7 +114,7 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
 def _as_rows(rows: Any, table: "host_table.HostTable", idx_shape: tuple[int, ...]) -> jax.Array:
     """`rows` as an array of the table's dtype and shape idx_shape + row shape."""
     target = tuple(idx_shape) + tuple(table.shape[1:])
-    if isinstance(rows, (bool, int, float, complex)):
+    if type(rows) in (bool, int, float, complex):  # not NumPy scalars (np.float64 is a float)
         rows = jnp.asarray(rows, dtype=table.dtype)
     else:
         if not hasattr(rows, "dtype"):

@@ -389,6 +389,8 @@ def test_refusals_name_the_argument():
             jdirect.write_rows(t, [0], jnp.ones((1, 2), jnp.bfloat16))
         with pytest.raises(TypeError, match="dtype float32"):
             jdirect.write_rows(t, [0], [[1.0, 2.0]])  # a list is float64
+        with pytest.raises(TypeError, match="dtype float32"):
+            jdirect.write_rows(t, [0], np.float64(1.0))  # a NumPy scalar is an array
         with pytest.raises(ValueError, match="do not broadcast"):
             jdirect.write_rows(t, [0, 1], jnp.ones((3, 2), jnp.float32))
         with pytest.raises(ValueError, match="op must be"):
