@@ -62,12 +62,12 @@ class HostTable:
 
     `HostTable(array)` wraps a C-contiguous NumPy array (an `np.memmap` too)
     of rank >= 1 whose rows run along axis 0, in place: nothing is copied
-    and the array is never written. On a GPU backend, memory from
-    `jdirect.host_empty` (or a view into it) is used as it is; any other
-    array is pinned in place (cudaHostRegister, mapped). On the CPU backend
-    the array is used as it is. `HostTable.empty` and `HostTable.copy_of`
-    allocate the table in jdirect's memory, where random GPU reads are
-    fastest (see `host_empty`).
+    and only `jdirect.write_rows` writes the array. On a GPU backend,
+    memory from `jdirect.host_empty` (or a view into it) is used as it is;
+    any other array is pinned in place (cudaHostRegister, mapped). On the
+    CPU backend the array is used as it is. `HostTable.empty` and
+    `HostTable.copy_of` allocate the table in jdirect's memory, where random
+    GPU reads are fastest (see `host_empty`).
 
     The table keeps the array alive. `close()` (or leaving a `with` block)
     stops new gathers, waits for the GPU gathers already reading it and

@@ -47,11 +47,19 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
     trace as inputs (a read inside a nested trace, e.g. a scan body closing
     over the table, is ordered before the write only if the written rows
     depend on it). Outside jit, `table` itself is returned, updated,
-    and later calls on it follow the write. Programs dispatched to one
-    device run in dispatch order; the host sees the rows once the write's
-    program has finished (e.g. `jax.block_until_ready(table)`), and
-    `table.close()` waits for dispatched writes. Writes from different
-    devices to one table are not ordered with each other.
+    and later calls on it follow the write.
+
+    Across calls, pass the table you made (or its `replicated` view) to
+    each jitted call and use a version returned by a jitted function only
+    inside it: returned from jit, a table's handle leaf is a copy XLA
+    makes in the program, and on a GPU jdirect reads handles on the host
+    when it enqueues a call, before that copy has run. Programs dispatched
+    to one device run in dispatch order, so each call sees the writes of
+    the calls dispatched before it. The host sees the rows once the
+    write's program has finished (`table.numpy()` waits for the writes
+    dispatched so far), and `table.close()` lets dispatched writes land
+    first. Writes from different devices to one table are not ordered
+    with each other.
 
     Args:
       table: an open, writable `HostTable` (or its view inside a traced

@@ -251,7 +251,7 @@ def test_write_after_read_in_one_program():
     with make_table(np.zeros((4096, 256), np.float32), KINDS[0]) as t:
         i = jnp.arange(4096)
         for k in range(5):
-            t, before = step(t, i)
+            _, before = step(t, i)
             np.testing.assert_array_equal(before, np.full((4096, 256), k, np.float32))
         # The write takes the rows read as an operand (handle, token, keys,
         # rows, read), the dependency that orders it after the read.
@@ -302,13 +302,16 @@ def test_unused_write_is_not_dropped():
 
 
 def test_read_after_write_across_calls():
-    with make_table(np.zeros((6, 3), np.float32), KINDS[0]) as t:
+    """Each call is passed the table made outside jit; dispatch order orders
+    the calls (the versions the write returns are dropped)."""
+    with make_table(np.zeros((20_000, 64), np.float32), KINDS[0]) as t:
         read = jax.jit(jdirect.gather)
-        add = jax.jit(lambda t, i: t.at[i].add(jnp.ones((i.size, 3), jnp.float32)))
+        add = jax.jit(lambda t, i: t.at[i].add(jnp.ones((i.size, 64), jnp.float32)))
+        every = jnp.arange(20_000)
         for k in range(1, 20):
-            t = add(t, jnp.array([4]))  # returns the next version of the same memory
-            np.testing.assert_array_equal(read(t, jnp.array([4])), np.full((1, 3), k))
-            np.testing.assert_array_equal(jdirect.gather(t, jnp.array([4])), np.full((1, 3), k))
+            add(t, every)
+            np.testing.assert_array_equal(read(t, jnp.array([19_999])), np.full((1, 64), k))
+            np.testing.assert_array_equal(jdirect.gather(t, jnp.array([7])), np.full((1, 64), k))
 
 
 def test_eager_writes_return_the_table_and_order_reads():
