@@ -80,8 +80,11 @@ class HostTable:
     compiled code. Its leaves are a one-element handle kept in host memory
     (committed to the first device on a GPU) and the token of its latest
     `jdirect.write_rows` (later reads take it as an input, so they follow
-    the write); do not `device_put` or vmap over them. It cannot be pickled or copied (the copy would name the same
-    registration): make a new table from `numpy()` instead.
+    the write); do not `device_put` or vmap over them, and pass the table
+    itself to each jitted call rather than a version a jitted function
+    returned (see `write_rows`). It cannot be pickled or copied (the copy
+    would name the same registration): make a new table from `numpy()`
+    instead.
 
     Attributes:
       shape: the table's shape.
