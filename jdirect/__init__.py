@@ -3,7 +3,8 @@
 `gather(table, idx)` is `jnp.take(table, idx, axis=0)` whose rows are read
 where the table lives: GPU threads read a `HostTable` (or a `pinned_host`
 jax.Array) directly over PCIe, with no staging copy. `host_empty` allocates
-host memory where those reads are fastest.
+host memory where those reads are fastest. `write_rows(table, idx, rows)`
+(`table.at[idx].set/add`) writes rows back into a HostTable in place.
 """
 
 from . import _ffi  # registers the FFI targets
