@@ -60,12 +60,13 @@ def _run_sums(rows: jax.Array, starts: jax.Array) -> jax.Array:
 
 
 def _make_write(*, shape: tuple[int, ...], dtype: np.dtype, memory: str, op: str,
-                handle_id: int | None = None) -> Callable[..., jax.Array]:
+                unique: bool = False, handle_id: int | None = None) -> Callable[..., jax.Array]:
     """The write for one configuration: operands ([handle,] token, idx,
     rows, *reads), rows already of shape idx.shape + row shape, `reads` the
     arrays read from this version that the write must follow (passed to
     the handler, which ignores them); returns the new token. With
-    `handle_id`, the handle is an attribute of the program."""
+    `handle_id`, the handle is an attribute of the program. `unique`: the
+    caller promises distinct ids, so they are neither sorted nor reduced."""
     nrows, row_shape = shape[0], tuple(shape[1:])
     row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
     target = _ffi.WRITE_HOST if handle_id is None else _ffi.WRITE_HOST_STATIC
@@ -78,19 +79,20 @@ def _make_write(*, shape: tuple[int, ...], dtype: np.dtype, memory: str, op: str
         token, idx, rows, *reads = operands[len(handle):]
         keys = _resolve(idx.reshape(-1), nrows)
         rows = rows.reshape((keys.size,) + row_shape)
-        keys, positions, starts, ends = _sort_runs(keys)
-        rows = rows[positions]
-        if op == "add":
-            rows = _run_sums(rows, starts)
-        keys = jnp.where(ends, keys, nrows)  # one key per touched row
+        if not unique:
+            keys, positions, starts, ends = _sort_runs(keys)
+            rows = rows[positions]
+            if op == "add":
+                rows = _run_sums(rows, starts)
+            keys = jnp.where(ends, keys, nrows)  # one key per touched row
         if op == "add":
             # The rows as the previous write left them: the read's keys are
             # computed from its token (always 0; see HostTable.after_writes),
-            # so it cannot run before that write. The keys are sorted
-            # already: no address-order pass (locality=False).
+            # so it cannot run before that write. Sorted keys need no
+            # address-order pass; keys in the caller's order get the policy.
+            request = ReadRequest.make("fill", None, None if unique else False)
             current = read_registered(handle[0] if handle else handle_id, shape, dtype,
-                                      memory, keys ^ token.astype(keys.dtype),
-                                      ReadRequest.make("fill", None, False))
+                                      memory, keys ^ token.astype(keys.dtype), request)
             rows = current + rows
         write = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((), jnp.int32),
                                  has_side_effect=True)

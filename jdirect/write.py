@@ -16,7 +16,7 @@ OPS = ("set", "add")
 
 
 def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
-               op: str = "set") -> "host_table.HostTable":
+               op: str = "set", unique_indices: bool = False) -> "host_table.HostTable":
     """Writes `rows` into `table` at `idx`, in place, and returns the table's
     next version: `table.at[idx].set(rows, mode="drop")` (op="set") or
     `table.at[idx].add(rows, mode="drop")` (op="add") on the table's rows.
@@ -70,6 +70,12 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         `idx.shape + table.shape[1:]` (as jnp's `.at[idx]` takes them);
         Python scalars are converted to the table's dtype.
       op: "set" or "add".
+      unique_indices: as in jnp's `.at[]`: the caller promises that the
+        ids name distinct rows (e.g. from `jnp.unique`; out-of-range ids
+        and `jnp.unique`'s padding may repeat), so the sort and the
+        duplicate reduction are skipped and rows are stored in `idx`'s
+        order. Rows named twice are then written in an unspecified order
+        ("add" may lose one of the additions); never outside the table.
 
     Returns:
       The table's next version: `table` itself when called outside a
@@ -107,7 +113,10 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         _ffi.require_cuda("jdirect.write_rows on a GPU")
     traced = any(isinstance(x, jax.core.Tracer)
                  for x in (idx, rows, *jax.tree_util.tree_leaves(table)))
-    config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op)
+    if not isinstance(unique_indices, (bool, np.bool_)):
+        raise TypeError(f"unique_indices must be True or False, got {unique_indices!r}")
+    config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op,
+                  unique=bool(unique_indices))
     if table._handle_id is not None and traced:
         # A concrete table inside a trace: its handle is a constant of the
         # program, as for its reads (HostTable.read_rows).
@@ -140,8 +149,9 @@ def _as_rows(rows: Any, table: "host_table.HostTable", idx_shape: tuple[int, ...
 
 class RowUpdates:
     """`table.at`: `table.at[idx].set(rows)` is `write_rows(table, idx, rows)`
-    and `.add(rows)` is `write_rows(..., op="add")`; `mode` may only be None
-    or "drop" (ids out of range write nothing)."""
+    and `.add(rows)` is `write_rows(..., op="add")` (both take
+    `unique_indices`); `mode` may only be None or "drop" (ids out of range
+    write nothing)."""
 
     def __init__(self, table: "host_table.HostTable"):
         self._table = table
@@ -157,11 +167,15 @@ class _IndexedRows:
     def __init__(self, table: "host_table.HostTable", idx: Any):
         self._table, self._idx = table, idx
 
-    def set(self, rows: Any, *, mode: str | None = None) -> "host_table.HostTable":
-        return write_rows(self._table, self._idx, rows, op=_checked("set", mode))
+    def set(self, rows: Any, *, mode: str | None = None,
+            unique_indices: bool = False) -> "host_table.HostTable":
+        return write_rows(self._table, self._idx, rows, op=_checked("set", mode),
+                          unique_indices=unique_indices)
 
-    def add(self, rows: Any, *, mode: str | None = None) -> "host_table.HostTable":
-        return write_rows(self._table, self._idx, rows, op=_checked("add", mode))
+    def add(self, rows: Any, *, mode: str | None = None,
+            unique_indices: bool = False) -> "host_table.HostTable":
+        return write_rows(self._table, self._idx, rows, op=_checked("add", mode),
+                          unique_indices=unique_indices)
 
 
 def _checked(op: str, mode: str | None) -> str:

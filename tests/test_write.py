@@ -168,6 +168,21 @@ def test_hot_row_sums_exactly():
         np.testing.assert_array_equal(t.numpy(), np.repeat(counts[:, None], 8, 1))
 
 
+@pytest.mark.parametrize("op", ["set", "add"])
+def test_unique_indices_skips_the_reduction(op):
+    """Distinct ids (out-of-range ones may repeat) give the same table."""
+    rng = np.random.default_rng(4)
+    host = random_values(rng, (50, 8), np.float32)
+    idx = np.concatenate([rng.permutation(50)[:20], [50, 50, -51, 99]]).astype(np.int32)
+    rows = random_values(rng, (24, 8), np.float32)
+    with make_table(host, KINDS[0]) as t:
+        at = jax.jit(lambda t, i, r: getattr(t.at[i], op)(r, unique_indices=True))
+        jax.block_until_ready(at(t, jnp.asarray(idx), jnp.asarray(rows)))
+        assert_same(t.numpy(), reference(host, idx, rows, op))
+        with pytest.raises(TypeError, match="unique_indices"):
+            jdirect.write_rows(t, idx, rows, unique_indices="yes")
+
+
 @pytest.mark.parametrize("idx", [[], np.zeros((0, 3), np.int32), [5, -6, 100, -100]])
 def test_empty_and_all_dropped(idx):
     host = np.arange(10, dtype=np.float32).reshape(5, 2)
