@@ -167,8 +167,9 @@ class HostTable:
 
     def numpy(self) -> np.ndarray:
         """The table's memory as a NumPy array (the wrapped array itself, not
-        a copy); it stays valid after close(). Waits for the writes
-        dispatched so far (`jdirect.write_rows`), so it holds their rows."""
+        a copy); it stays valid after close(). Waits for the writes of this
+        table called outside jit (`jdirect.write_rows`); block on a jitted
+        call's results to see the writes it makes."""
         if self._finalizer is None:
             raise ValueError("this HostTable is a view inside a traced function; it has no array")
         if self._written:
@@ -272,7 +273,7 @@ class HostTable:
         if state is not None:
             handle, pin, array, _ = state[2]
             try:
-                if self._written:  # let dispatched writes land rather than fail
+                if self._written:  # let eager writes land rather than fail
                     jax.block_until_ready(self._after)
             finally:
                 release(handle, pin, array)

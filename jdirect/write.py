@@ -53,13 +53,14 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
     each jitted call and use a version returned by a jitted function only
     inside it: returned from jit, a table's handle leaf is a copy XLA
     makes in the program, and on a GPU jdirect reads handles on the host
-    when it enqueues a call, before that copy has run. Programs dispatched
-    to one device run in dispatch order, so each call sees the writes of
-    the calls dispatched before it. The host sees the rows once the
-    write's program has finished (`table.numpy()` waits for the writes
-    dispatched so far), and `table.close()` lets dispatched writes land
-    first. Writes from different devices to one table are not ordered
-    with each other.
+    when it enqueues a call, possibly before that copy has run (a stale
+    handle may even name another table of the same shape). Programs
+    dispatched to one device run in dispatch order, so each call sees the
+    writes of the calls dispatched before it. The host sees the rows once
+    the write's program has finished: block on a jitted call's results
+    before reading `table.numpy()` (which itself waits only for the writes
+    called outside jit); `table.close()` lets those land first too. Writes
+    from different devices to one table are not ordered with each other.
 
     Args:
       table: an open, writable `HostTable` (or its view inside a traced
@@ -84,7 +85,7 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
     Raises:
       TypeError: `table` is not a HostTable; ids are not int32/int64;
         `rows` have another dtype; op="add" on a bool table (as jnp); a
-        64-bit table with jax_enable_x64 off.
+        64-bit table with jax_enable_x64 off; `unique_indices` not a bool.
       ValueError: unknown `op`; the table is closed or read-only; `rows`
         do not broadcast; called under `jax.vmap`.
       OverflowError: ids given as Python ints or NumPy int64 that do not
@@ -97,6 +98,8 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         raise TypeError(f"write_rows writes a HostTable, got {type(table).__name__}")
     if op not in OPS:
         raise ValueError(f"op must be 'set' or 'add', got {op!r}")
+    if not isinstance(unique_indices, (bool, np.bool_)):
+        raise TypeError(f"unique_indices must be True or False, got {unique_indices!r}")
     if table._finalizer is not None and table.closed:
         raise ValueError(f"write_rows: {table!r} is closed")
     if not table.writable:
@@ -113,8 +116,6 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         _ffi.require_cuda("jdirect.write_rows on a GPU")
     traced = any(isinstance(x, jax.core.Tracer)
                  for x in (idx, rows, *jax.tree_util.tree_leaves(table)))
-    if not isinstance(unique_indices, (bool, np.bool_)):
-        raise TypeError(f"unique_indices must be True or False, got {unique_indices!r}")
     config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op,
                   unique=bool(unique_indices))
     if table._handle_id is not None and traced:
