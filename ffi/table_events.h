@@ -1,6 +1,6 @@
-// Per-table CUDA events: each gather from a registered table records one on
-// the stream it ran on, so closing the table waits for exactly the gathers
-// that read it rather than for every device.
+// Per-table CUDA events: each gather from (or row write to) a registered
+// table records one on the stream it ran on, so closing the table waits for
+// exactly the calls that used it rather than for every device.
 #ifndef JDIRECT_FFI_TABLE_EVENTS_H_
 #define JDIRECT_FFI_TABLE_EVENTS_H_
 

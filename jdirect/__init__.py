@@ -3,7 +3,8 @@
 `gather(table, idx)` is `jnp.take(table, idx, axis=0)` whose rows are read
 where the table lives: GPU threads read a `HostTable` (or a `pinned_host`
 jax.Array) directly over PCIe, with no staging copy. `host_empty` allocates
-host memory where those reads are fastest.
+host memory where those reads are fastest. `write_rows(table, idx, rows)`
+(`table.at[idx].set/add`) writes rows back into a HostTable in place.
 """
 
 from . import _ffi  # registers the FFI targets
@@ -14,10 +15,11 @@ from .host_memory import host_empty
 from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
+from .write import write_rows
 
 __all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
            "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
-           "replicated"]
+           "replicated", "write_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

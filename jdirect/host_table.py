@@ -8,8 +8,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.core import get_opaque_trace_state as trace_state
 
-from . import _dtypes, _ffi, host_memory
+from . import _dtypes, _ffi, host_memory, write
 from ._ops import DeviceCache, Pending, ReadRequest, read_registered, start_registered
 from ._table_base import RegisteredTable
 from .placement import put_rows
@@ -50,6 +51,11 @@ def release(handle: int, pin: int, array: np.ndarray) -> None:
     del array
 
 
+# Open tables by handle, so that a version rebuilt from a jitted call's
+# outputs holds the table it is of (and its memory) alive.
+_OPEN: "weakref.WeakValueDictionary[int, HostTable]" = weakref.WeakValueDictionary()
+
+
 def _release_collected(handle: int, pin: int, array: np.ndarray, what: str) -> None:
     warnings.warn(f"{what} was garbage-collected while open; close() it or use a `with` "
                   "block, so that its memory is released when you choose", ResourceWarning,
@@ -62,7 +68,7 @@ class HostTable(RegisteredTable):
 
     `HostTable(array)` wraps a C-contiguous NumPy array (an `np.memmap` too)
     of rank >= 1 whose rows run along axis 0, in place: nothing is copied
-    and the array is never written. On a GPU backend, memory from
+    and only `jdirect.write_rows` writes the array. On a GPU backend, memory from
     `jdirect.host_empty` (or a view into it) is used as it is; any other
     array is pinned in place (cudaHostRegister, mapped). On the CPU backend
     the array is used as it is. `HostTable.empty` and `HostTable.copy_of`
@@ -75,18 +81,27 @@ class HostTable(RegisteredTable):
     `jax.errors.JaxRuntimeError` instead of reading it. A table collected
     while open is released too, with a ResourceWarning.
 
-    A HostTable is a JAX pytree: pass it to a jitted function as an argument
-    and another table of the same shape, dtype and memory reuses the
-    compiled code. Its only leaf is a one-element handle kept in host memory
-    (committed to the first device on a GPU); do not `device_put` it or vmap
-    over it. It cannot be pickled or copied (the copy would name the same
-    registration): make a new table from `numpy()` instead. A
+    A HostTable is a JAX pytree: pass it to jitted functions as an argument.
+    Which table it is belongs to the compiled program (its handle is an
+    attribute of the program's reads and writes, checked against the open
+    tables when the program runs), so a function compiles once per table,
+    and a table a jitted function returns (say, the next version from
+    `write_rows`) is that same table: pass it to the next call, it keeps the
+    table's memory alive. Its leaves are a one-element handle kept in host
+    memory (committed to the first device on a GPU; it places the table on
+    devices) and the token of its latest `jdirect.write_rows` (later reads
+    take it as an input, so they follow the write); do not `device_put` or
+    vmap over them. It cannot be pickled or copied (the copy would name the
+    same registration): make a new table from `numpy()` instead. A
     `jdirect.CachedTable` can keep some of its rows in device memory.
 
     Attributes:
       shape: the table's shape.
       dtype: the table's element type.
       memory: "managed" or "pinned" (a GPU backend), "host" (the CPU backend).
+      writable: whether `jdirect.write_rows` may write it: the array's
+        `flags.writeable` when the table was made (False for a read-only
+        array or an `np.memmap` opened with mode="r").
 
     Raises (constructor):
       TypeError: `array` is not a NumPy array, or its dtype cannot be
@@ -97,8 +112,8 @@ class HostTable(RegisteredTable):
         memory could not be pinned.
     """
 
-    __slots__ = ("shape", "dtype", "memory", "_handle", "_handle_id", "_array", "_finalizer",
-                 "__weakref__")
+    __slots__ = ("shape", "dtype", "memory", "writable", "_handle", "_handle_id", "_after",
+                 "_written", "_reads", "_owner", "_array", "_finalizer", "__weakref__")
     _COPY_ADVICE = ("the copy would read whatever table owns its handle; make a new one from "
                     "table.numpy()")
 
@@ -114,22 +129,32 @@ class HostTable(RegisteredTable):
         self.shape: tuple[int, ...] = tuple(int(d) for d in array.shape)
         self.dtype: np.dtype = np.dtype(array.dtype)
         self.memory: str = memory
+        self.writable: bool = bool(array.flags.writeable)
         self._array = array
-        handle = _ffi.table_open(array.ctypes.data, self.shape[0], self.row_bytes)
+        handle = _ffi.table_open(array.ctypes.data, self.shape[0], self.row_bytes,
+                                 writable=self.writable)
         self._handle_id: int | None = handle
+        self._owner = None  # a view's strong reference to the table it is of
+        _OPEN[handle] = self
         what = f"HostTable(shape={self.shape}, dtype={self.dtype.name}, {memory})"
         self._finalizer = weakref.finalize(self, _release_collected, handle, pin, array, what)
         self._finalizer.atexit = False  # the CUDA runtime may be gone by then
         if on_gpu:
-            # The GPU handler reads the handle on the host when it enqueues
-            # the kernel, so it lives in host memory (pinned_host is what jit
-            # keeps).
+            # Programs take the handle as an attribute; the leaf places the
+            # table (its device), in host memory as the handle it names.
             placement = jax.sharding.SingleDeviceSharding(jax.local_devices()[0],
                                                           memory_kind="pinned_host")
             self._handle = jax.device_put(np.int32(handle), placement)
+            self._after = jax.device_put(np.int32(0), jax.local_devices()[0])
         else:
             # Uncommitted: follows indices committed to any CPU device.
             self._handle = jax.numpy.asarray(np.int32(handle))
+            self._after = jax.numpy.asarray(np.int32(0))
+        # Whether a write may be in flight: then reads wait for `_after`.
+        self._written = False
+        # (trace, rows) of reads inside traces: a write of this version in
+        # the same trace must follow them (`reads_to_follow`).
+        self._reads: list[tuple[Any, jax.Array]] = []
 
     @classmethod
     def empty(cls, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
@@ -154,14 +179,22 @@ class HostTable(RegisteredTable):
 
     def numpy(self) -> np.ndarray:
         """The table's memory as a NumPy array (the wrapped array itself, not
-        a copy); it stays valid after close()."""
-        if self._finalizer is None:
+        a copy); it stays valid after close(). Waits for the writes that
+        made this version: those called outside jit, or, for a version a
+        jitted call returned, that call's."""
+        table = self if self._finalizer is not None else self._owner
+        if table is None or isinstance(self._after, jax.core.Tracer):
             raise ValueError("this HostTable is a view inside a traced function; it has no array")
-        return self._array
+        if self._written:
+            jax.block_until_ready(self._after)
+        return table._array
 
     @property
     def closed(self) -> bool:
-        return self._finalizer is None or not self._finalizer.alive
+        """Whether the table is closed (a version of it: whether the table is)."""
+        if self._finalizer is None:
+            return self._owner is None or self._owner.closed
+        return not self._finalizer.alive
 
     @property
     def ndim(self) -> int:
@@ -194,16 +227,73 @@ class HostTable(RegisteredTable):
               max_blocks: int | None) -> jax.Array | Pending:
         """The registered read, started (a Pending) unless `max_blocks` is None."""
         _dtypes.check_canonical(self.dtype)
-        handle: jax.Array | int = self._handle
-        if self._handle_id is not None and isinstance(idx, jax.core.Tracer):
-            # A concrete table inside a trace (closed over): its handle is a
-            # constant of that program, like the table itself.
-            handle = self._handle_id
+        idx = self.after_writes(idx)
+        # The handle is an attribute of the program (see the class doc).
         if max_blocks is None:
-            return read_registered(handle, self.shape, self.dtype, self.memory, idx, request,
-                                   cache)
-        return start_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache,
-                                max_blocks)
+            rows = read_registered(self._handle_id, self.shape, self.dtype, self.memory, idx,
+                                   request, cache)
+        else:
+            rows = start_registered(self._handle_id, self.shape, self.dtype, self.memory, idx,
+                                    request, cache, max_blocks)
+        read = rows.rows if isinstance(rows, Pending) else rows
+        if isinstance(read, jax.core.Tracer):
+            # Reads of other traces are dropped: they are finished, or
+            # belong to an enclosing trace whose writes cannot take them.
+            trace = trace_state()
+            self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
+        return rows
+
+
+    def after_writes(self, idx: jax.Array) -> jax.Array:
+        """Integer `idx` made to depend on this version's latest write, so
+        that a call taking it cannot run before that write.
+
+        The token is always 0 but the compiler cannot know: `idx ^ token`
+        is a new buffer computed from the write's result, which orders the
+        calls on runtimes that order them by the buffers they touch (XLA's
+        CPU thunk executor, CUDA graphs). An optimization_barrier would not:
+        it forwards the same buffers.
+        """
+        if not self._written:
+            return idx
+        return idx ^ self._after.astype(idx.dtype)
+
+    def reads_to_follow(self) -> tuple[jax.Array, ...]:
+        """Rows read from this version in the current trace: a write of it
+        takes them as operands, so that it cannot run before those reads
+        (jnp's semantics: a read of a version never sees later writes).
+        Reads in a nested trace (a scan body, an inner jit) that closes
+        over this version are not among them."""
+        trace = trace_state()
+        return tuple(r for t, r in self._reads if t == trace)
+
+    def next_version(self, token: jax.Array) -> "HostTable":
+        """The table after a write whose token is `token`: the same memory,
+        whose reads and writes follow that write. Concrete (not traced), the
+        table itself, updated; else a view."""
+        if self._finalizer is not None and not isinstance(token, jax.core.Tracer):
+            self._after, self._written = token, True
+            return self
+        view = object.__new__(HostTable)
+        view.shape, view.dtype, view.memory, view.writable = (self.shape, self.dtype,
+                                                              self.memory, self.writable)
+        view._handle, view._handle_id = self._handle, self._handle_id
+        view._after, view._written, view._reads = token, True, []
+        view._owner = self if self._finalizer is not None else self._owner
+        view._array = view._finalizer = None
+        return view
+
+    @property
+    def at(self) -> "write.RowUpdates":
+        """jnp-style sugar for `jdirect.write_rows`: `table.at[idx].set(rows)`
+        and `table.at[idx].add(rows)` return the table's next version."""
+        return write.RowUpdates(self)
+
+    @property
+    def at(self) -> "write.RowUpdates":
+        """jnp-style sugar for `jdirect.write_rows`: `table.at[idx].set(rows)`
+        and `table.at[idx].add(rows)` return the table's next version."""
+        return write.RowUpdates(self)
 
     def close(self) -> None:
         """Stops new gathers, waits for the GPU gathers reading this table,
@@ -213,11 +303,17 @@ class HostTable(RegisteredTable):
         so block on results before closing.
         """
         if self._finalizer is None:
-            raise ValueError("this HostTable is a view inside a traced function; close the original")
+            raise ValueError("this HostTable is a version of a table (a view); close the table "
+                             "it is of")
         state = self._finalizer.detach()
         if state is not None:
             handle, pin, array, _ = state[2]
-            release(handle, pin, array)
+            _OPEN.pop(handle, None)
+            try:
+                if self._written:  # let eager writes land rather than fail
+                    jax.block_until_ready(self._after)
+            finally:
+                release(handle, pin, array)
 
     def __repr__(self) -> str:
         if self._finalizer is None:
@@ -226,17 +322,22 @@ class HostTable(RegisteredTable):
             state = "closed" if self.closed else "open"
         return f"HostTable(shape={self.shape}, dtype={self.dtype.name}, {self.memory}, {state})"
 
-    # Pytree protocol: the handle is the leaf; shape, dtype and memory are
-    # static, so tables that differ only in their data share compiled code.
+    # Pytree protocol: the handle and the write token are the leaves; shape,
+    # dtype, memory, writability and which table it is are static (see the
+    # class doc): a version rebuilt from a jitted call's outputs knows its
+    # table, and holds it.
     def _tree_flatten(self):
-        return (self._handle,), (self.shape, self.dtype, self.memory)
+        return ((self._handle, self._after),
+                (self.shape, self.dtype, self.memory, self.writable, self._handle_id))
 
     @classmethod
     def _tree_unflatten(cls, aux, children) -> "HostTable":
         view = object.__new__(cls)
-        view.shape, view.dtype, view.memory = aux
-        (view._handle,) = children
-        view._handle_id = None
+        view.shape, view.dtype, view.memory, view.writable, view._handle_id = aux
+        view._handle, view._after = children
+        view._owner = _OPEN.get(view._handle_id)  # None once it is closed
+        view._written = True  # a write may precede it
+        view._reads = []
         view._array = None
         view._finalizer = None
         return view
