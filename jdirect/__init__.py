@@ -3,7 +3,9 @@
 `gather(table, idx)` is `jnp.take(table, idx, axis=0)` whose rows are read
 where the table lives: GPU threads read a `HostTable` (or a `pinned_host`
 jax.Array) directly over PCIe, with no staging copy. `host_empty` allocates
-host memory where those reads are fastest.
+host memory where those reads are fastest. `jdirect.embeddings` trains
+embedding tables whose rows live in host memory; `save_tables` and
+`restore_tables` checkpoint host tables in pieces.
 """
 
 from . import _ffi  # registers the FFI targets
@@ -14,10 +16,12 @@ from .host_memory import host_empty
 from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
+from .table_checkpoint import TableCheckpointError, restore_tables, save_tables
+from . import embeddings  # after the table kinds it builds on
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
-           "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
-           "replicated"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "TableCheckpointError",
+           "decode_rows", "embeddings", "gather", "gather_done", "gather_start", "has_cuda",
+           "host_empty", "quantize_rows", "replicated", "restore_tables", "save_tables"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"
