@@ -92,7 +92,7 @@ class SparseOptimizer(NamedTuple):
     apply(table, state, ids, row_grads, *, rows=None) -> (table, state)
       One step. `ids`: int, any shape; padding ids (outside [0,
       num_embeddings)) contribute nothing, and duplicates add their
-      gradients. `row_grads`: shape ids.shape + (dim,), the gradient of the
+      gradients (the table's true gradient; DGL's optimizers average them). `row_grads`: shape ids.shape + (dim,), the gradient of the
       loss with respect to `lookup(table, ids)`. `rows`: that lookup's
       result, if the caller has it, so the touched rows are not read from
       the table a second time. Jittable; writes the touched rows of the
@@ -152,6 +152,7 @@ def _optimizer(rule: Rule, learning_rate: float | Schedule,
 
     def apply(table: Any, state: SparseState, ids: Any, row_grads: Any, *,
               rows: jax.Array | None = None) -> tuple[Any, SparseState]:
+        _check_table(table)
         num, dim = table.shape
         dtype = _slot_dtype(table.dtype)
         grads = dedup(ids, row_grads, num)
