@@ -57,11 +57,11 @@ TableLease::~TableLease() {
 }  // namespace jdirect
 
 extern "C" int32_t jdirect_table_open(const void* data, int64_t nrows,
-                                      int64_t row_bytes) {
+                                      int64_t row_bytes, int32_t writable) {
   jdirect::Registry& r = jdirect::Get();
   std::lock_guard<std::mutex> lock(r.mu);
   int32_t h = r.next++;
-  r.open[h].view = {static_cast<const char*>(data), nrows, row_bytes};
+  r.open[h].view = {static_cast<const char*>(data), nrows, row_bytes, writable != 0};
   return h;
 }
 

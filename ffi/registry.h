@@ -14,10 +14,11 @@
 #endif
 
 extern "C" {
-// Records a table of `nrows` rows of `row_bytes` bytes at `data`. Returns a
+// Records a table of `nrows` rows of `row_bytes` bytes at `data`, which
+// jdirect.write_rows may write only if `writable` is nonzero. Returns a
 // handle > 0; handles are never reused within a process.
 JDIRECT_EXPORT int32_t jdirect_table_open(const void* data, int64_t nrows,
-                                          int64_t row_bytes);
+                                          int64_t row_bytes, int32_t writable);
 // Marks the table closed, then waits until no handler holds it. Returns 0,
 // or 1 when the handle is unknown or already closed.
 JDIRECT_EXPORT int32_t jdirect_table_close(int32_t handle);
@@ -29,6 +30,7 @@ struct TableView {
   const char* data = nullptr;
   int64_t nrows = 0;
   int64_t row_bytes = 0;
+  bool writable = false;  // the owner's memory may be written (write_rows)
 };
 
 // Holds a registered table open for the duration of a handler call: close()

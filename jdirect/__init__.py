@@ -17,11 +17,13 @@ from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
 from .table_checkpoint import TableCheckpointError, restore_tables, save_tables
-from . import embeddings  # after the table kinds it builds on
+from .write import write_rows
+from . import embeddings  # after the table kinds and writes it builds on
 
 __all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "TableCheckpointError",
            "decode_rows", "embeddings", "gather", "gather_done", "gather_start", "has_cuda",
-           "host_empty", "quantize_rows", "replicated", "restore_tables", "save_tables"]
+           "host_empty", "quantize_rows", "replicated", "restore_tables", "save_tables",
+           "write_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

@@ -21,6 +21,9 @@ GATHER_HOST_STATIC = "jdirect_gather_host_static"
 GATHER_HOST_START = "jdirect_gather_host_start"
 GATHER_HOST_STATIC_START = "jdirect_gather_host_static_start"
 GATHER_DONE = "jdirect_gather_done"
+# Row writes (jdirect.write_rows): a handle operand, or the handle as an attribute.
+WRITE_HOST = "jdirect_write_host"
+WRITE_HOST_STATIC = "jdirect_write_host_static"
 
 # Target name -> handler symbol stem; the symbol is stem + "Cpu" or "Cuda".
 _TARGETS = {
@@ -30,6 +33,8 @@ _TARGETS = {
     GATHER_HOST_START: "JdirectGatherHostStart",
     GATHER_HOST_STATIC_START: "JdirectGatherHostStaticStart",
     GATHER_DONE: "JdirectGatherDone",
+    WRITE_HOST: "JdirectWriteHost",
+    WRITE_HOST_STATIC: "JdirectWriteHostStatic",
 }
 
 _ERRLEN = 512
@@ -70,7 +75,8 @@ if _cpu is None:
         "reinstall with `pip install .` so that it is built"
     )
 _declare(_cpu, {
-    "jdirect_table_open": ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64], ctypes.c_int32),
+    "jdirect_table_open": ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32],
+                           ctypes.c_int32),
     "jdirect_table_close": ([ctypes.c_int32], ctypes.c_int32),
 })
 _register(_cpu, "Cpu", "cpu")
@@ -109,8 +115,9 @@ def require_cuda(what: str) -> None:
         )
 
 
-def table_open(address: int, nrows: int, row_bytes: int) -> int:
-    return int(_cpu.jdirect_table_open(address, nrows, row_bytes))
+def table_open(address: int, nrows: int, row_bytes: int, writable: bool = False) -> int:
+    """Registers a table; `jdirect.write_rows` may write it only if `writable`."""
+    return int(_cpu.jdirect_table_open(address, nrows, row_bytes, int(writable)))
 
 
 def table_close(handle: int) -> bool:

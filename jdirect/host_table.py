@@ -9,7 +9,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import _dtypes, _ffi, host_memory
+from . import _dtypes, _ffi, host_memory, write
 from ._ops import ReadRequest, read_registered
 from .table import replicated
 
@@ -76,15 +76,19 @@ class HostTable:
 
     A HostTable is a JAX pytree: pass it to a jitted function as an argument
     and another table of the same shape, dtype and memory reuses the
-    compiled code. Its only leaf is a one-element handle kept in host memory
-    (committed to the first device on a GPU); do not `device_put` it or vmap
-    over it. It cannot be pickled or copied (the copy would name the same
+    compiled code. Its leaves are a one-element handle kept in host memory
+    (committed to the first device on a GPU) and the token of its latest
+    `jdirect.write_rows` (later reads take it as an input, so they follow
+    the write); do not `device_put` or vmap over them. It cannot be pickled or copied (the copy would name the same
     registration): make a new table from `numpy()` instead.
 
     Attributes:
       shape: the table's shape.
       dtype: the table's element type.
       memory: "managed" or "pinned" (a GPU backend), "host" (the CPU backend).
+      writable: whether `jdirect.write_rows` may write it: the array's
+        `flags.writeable` when the table was made (False for a read-only
+        array or an `np.memmap` opened with mode="r").
 
     Raises (constructor):
       TypeError: `array` is not a NumPy array, or its dtype cannot be
@@ -95,8 +99,8 @@ class HostTable:
         memory could not be pinned.
     """
 
-    __slots__ = ("shape", "dtype", "memory", "_handle", "_handle_id", "_array", "_finalizer",
-                 "__weakref__")
+    __slots__ = ("shape", "dtype", "memory", "writable", "_handle", "_handle_id", "_after",
+                 "_written", "_array", "_finalizer", "__weakref__")
 
     def __init__(self, array: np.ndarray):
         _check_array(array)
@@ -110,8 +114,10 @@ class HostTable:
         self.shape: tuple[int, ...] = tuple(int(d) for d in array.shape)
         self.dtype: np.dtype = np.dtype(array.dtype)
         self.memory: str = memory
+        self.writable: bool = bool(array.flags.writeable)
         self._array = array
-        handle = _ffi.table_open(array.ctypes.data, self.shape[0], self.row_bytes)
+        handle = _ffi.table_open(array.ctypes.data, self.shape[0], self.row_bytes,
+                                 writable=self.writable)
         self._handle_id: int | None = handle
         what = f"HostTable(shape={self.shape}, dtype={self.dtype.name}, {memory})"
         self._finalizer = weakref.finalize(self, _release_collected, handle, pin, array, what)
@@ -123,9 +129,13 @@ class HostTable:
             placement = jax.sharding.SingleDeviceSharding(jax.local_devices()[0],
                                                           memory_kind="pinned_host")
             self._handle = jax.device_put(np.int32(handle), placement)
+            self._after = jax.device_put(np.int32(0), jax.local_devices()[0])
         else:
             # Uncommitted: follows indices committed to any CPU device.
             self._handle = jax.numpy.asarray(np.int32(handle))
+            self._after = jax.numpy.asarray(np.int32(0))
+        # Whether a write may be in flight: then reads wait for `_after`.
+        self._written = False
 
     @classmethod
     def empty(cls, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
@@ -150,9 +160,12 @@ class HostTable:
 
     def numpy(self) -> np.ndarray:
         """The table's memory as a NumPy array (the wrapped array itself, not
-        a copy); it stays valid after close()."""
+        a copy); it stays valid after close(). Waits for the writes
+        dispatched so far (`jdirect.write_rows`), so it holds their rows."""
         if self._finalizer is None:
             raise ValueError("this HostTable is a view inside a traced function; it has no array")
+        if self._written:
+            jax.block_until_ready(self._after)
         return self._array
 
     @property
@@ -176,12 +189,48 @@ class HostTable:
         """The table protocol's read (see `jdirect.table.Table`); `cache` is
         a CachedTable's (slots, rows) in device memory."""
         _dtypes.check_canonical(self.dtype)
+        idx = self.after_writes(idx)
         handle: jax.Array | int = self._handle
         if self._handle_id is not None and isinstance(idx, jax.core.Tracer):
             # A concrete table inside a trace (closed over): its handle is a
             # constant of that program, like the table itself.
             handle = self._handle_id
         return read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
+
+    def after_writes(self, idx: jax.Array) -> jax.Array:
+        """Integer `idx` made to depend on this version's latest write, so
+        that a call taking it cannot run before that write.
+
+        The token is always 0 but the compiler cannot know: `idx ^ token`
+        is a new buffer computed from the write's result, which orders the
+        calls on runtimes that order them by the buffers they touch (XLA's
+        CPU thunk executor, CUDA graphs). An optimization_barrier would not:
+        it forwards the same buffers.
+        """
+        if not self._written:
+            return idx
+        return idx ^ self._after.astype(idx.dtype)
+
+    def next_version(self, token: jax.Array) -> "HostTable":
+        """The table after a write whose token is `token`: the same memory,
+        whose reads and writes follow that write. Concrete (not traced), the
+        table itself, updated; else a view."""
+        if self._finalizer is not None and not isinstance(token, jax.core.Tracer):
+            self._after, self._written = token, True
+            return self
+        view = object.__new__(HostTable)
+        view.shape, view.dtype, view.memory, view.writable = (self.shape, self.dtype,
+                                                              self.memory, self.writable)
+        view._handle, view._handle_id = self._handle, self._handle_id
+        view._after, view._written = token, True
+        view._array = view._finalizer = None
+        return view
+
+    @property
+    def at(self) -> "write.RowUpdates":
+        """jnp-style sugar for `jdirect.write_rows`: `table.at[idx].set(rows)`
+        and `table.at[idx].add(rows)` return the table's next version."""
+        return write.RowUpdates(self)
 
     def replicated(self, mesh: jax.sharding.Mesh) -> "HostTable":
         """This table on every device of `mesh`: see `jdirect.replicated`."""
@@ -199,7 +248,11 @@ class HostTable:
         state = self._finalizer.detach()
         if state is not None:
             handle, pin, array, _ = state[2]
-            release(handle, pin, array)
+            try:
+                if self._written:  # let dispatched writes land rather than fail
+                    jax.block_until_ready(self._after)
+            finally:
+                release(handle, pin, array)
 
     def __enter__(self) -> "HostTable":
         return self
@@ -218,16 +271,18 @@ class HostTable:
         raise TypeError("a HostTable cannot be pickled or copied (the copy would read whatever "
                         "table owns its handle); make a new one from table.numpy()")
 
-    # Pytree protocol: the handle is the leaf; shape, dtype and memory are
-    # static, so tables that differ only in their data share compiled code.
+    # Pytree protocol: the handle and the write token are the leaves; shape,
+    # dtype, memory and writability are static, so tables that differ only in
+    # their data share compiled code.
     def _tree_flatten(self):
-        return (self._handle,), (self.shape, self.dtype, self.memory)
+        return (self._handle, self._after), (self.shape, self.dtype, self.memory, self.writable)
 
     @classmethod
     def _tree_unflatten(cls, aux, children) -> "HostTable":
         view = object.__new__(cls)
-        view.shape, view.dtype, view.memory = aux
-        (view._handle,) = children
+        view.shape, view.dtype, view.memory, view.writable = aux
+        view._handle, view._after = children
+        view._written = True  # a write may precede it
         view._handle_id = None
         view._array = None
         view._finalizer = None

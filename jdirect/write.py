@@ -1,0 +1,160 @@
+"""`write_rows`: `table.at[idx].set/add(rows, mode="drop")`, done in place in
+a HostTable's host memory by the device that runs the program."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _dtypes, _ffi, _write_ops, host_table
+from .gather import _as_indices
+
+OPS = ("set", "add")
+
+
+def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
+               op: str = "set") -> "host_table.HostTable":
+    """Writes `rows` into `table` at `idx`, in place, and returns the table's
+    next version: `table.at[idx].set(rows, mode="drop")` (op="set") or
+    `table.at[idx].add(rows, mode="drop")` (op="add") on the table's rows.
+
+    On a GPU, GPU threads store the rows straight into the table's host
+    memory (pinned or managed; zero-copy over PCIe); on the CPU backend the
+    CPU does. Duplicate ids are reduced on the device first, so each touched
+    row is stored exactly once and no host atomics are used:
+    - "set": the last of the duplicates in `idx`'s row-major order wins, on
+      every backend.
+    - "add": every duplicate is added (exactly for integers, which wrap like
+      jnp's; floats are summed in a fixed tree order, then added to the
+      row, so results are deterministic and may differ from jnp's
+      sequential sum by rounding). The touched rows are read, updated on
+      the device and stored once.
+    Ids in [-n, 0) count from the end (n = table.shape[0]); any other id out
+    of [0, n) writes nothing. Usable under `jax.jit` (and `lax.scan`,
+    `lax.cond`); not under `jax.vmap` (ValueError) nor `jax.grad` (rows are
+    written, not differentiated).
+
+    Ordering. The returned table is the next version of the same memory:
+    reads (`jdirect.gather`) and writes of it take the write's token (a
+    leaf of the table) as an input, so the compiler cannot reorder them
+    before the write or drop the write; the write itself is never dropped,
+    even if its result is unused. Inside one program, read the returned
+    version to see the write (a read of the version passed in may run
+    before or after it, unless the rows written depend on that read, as in
+    read-update-write). Outside jit, `table` itself is returned, updated,
+    and later calls on it follow the write. Programs dispatched to one
+    device run in dispatch order; the host sees the rows once the write's
+    program has finished (e.g. `jax.block_until_ready(table)`), and
+    `table.close()` waits for dispatched writes. Writes from different
+    devices to one table are not ordered with each other.
+
+    Args:
+      table: an open, writable `HostTable` (or its view inside a traced
+        function).
+      idx: int32 or int64 ids of any shape (Python ints and NumPy arrays
+        must fit int32 unless jax_enable_x64 is on).
+      rows: values of the table's dtype, broadcastable to
+        `idx.shape + table.shape[1:]` (as jnp's `.at[idx]` takes them);
+        Python scalars are converted to the table's dtype.
+      op: "set" or "add".
+
+    Returns:
+      The table's next version: `table` itself when called outside a
+      traced function, else a view of it.
+
+    Raises:
+      TypeError: `table` is not a HostTable; ids are not int32/int64;
+        `rows` have another dtype; op="add" on a bool table (as jnp); a
+        64-bit table with jax_enable_x64 off.
+      ValueError: unknown `op`; the table is closed or read-only; `rows`
+        do not broadcast; called under `jax.vmap`.
+      OverflowError: ids given as Python ints or NumPy int64 that do not
+        fit int32 while jax_enable_x64 is off.
+      RuntimeError: a GPU backend and jdirect built without CUDA.
+      jax.errors.JaxRuntimeError (when the program runs): the table was
+        closed after the program was traced.
+    """
+    if not isinstance(table, host_table.HostTable):
+        raise TypeError(f"write_rows writes a HostTable, got {type(table).__name__}")
+    if op not in OPS:
+        raise ValueError(f"op must be 'set' or 'add', got {op!r}")
+    if table._finalizer is not None and table.closed:
+        raise ValueError(f"write_rows: {table!r} is closed")
+    if not table.writable:
+        raise ValueError(f"write_rows: {table!r} wraps a read-only array (flags.writeable was "
+                         "False when it was made); wrap a writable array to write it")
+    _dtypes.check_canonical(table.dtype)
+    if op == "add" and table.dtype == np.bool_:
+        raise TypeError("write_rows: op='add' does not accept a bool table (as jnp's .at[].add)")
+    idx = _as_indices(idx)
+    rows = _as_rows(rows, table, idx.shape)
+    if idx.size == 0 or table.shape[0] == 0 or table.row_bytes == 0:
+        return table  # nothing to write
+    if jax.default_backend() == "gpu":
+        _ffi.require_cuda("jdirect.write_rows on a GPU")
+    traced = any(isinstance(x, jax.core.Tracer)
+                 for x in (idx, rows, *jax.tree_util.tree_leaves(table)))
+    config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op)
+    if table._handle_id is not None and traced:
+        # A concrete table inside a trace: its handle is a constant of the
+        # program, as for its reads (HostTable.read_rows).
+        write = _write_ops.cached_write(handle_id=table._handle_id, **config)
+        token = write(table._after, idx, rows)
+    else:
+        token = _write_ops.cached_write(**config)(table._handle, table._after, idx, rows)
+    return table.next_version(token)
+
+
+def _as_rows(rows: Any, table: "host_table.HostTable", idx_shape: tuple[int, ...]) -> jax.Array:
+    """`rows` as an array of the table's dtype and shape idx_shape + row shape."""
+    target = tuple(idx_shape) + tuple(table.shape[1:])
+    if isinstance(rows, (bool, int, float, complex)):
+        rows = jnp.asarray(rows, dtype=table.dtype)
+    else:
+        if not hasattr(rows, "dtype"):
+            rows = np.asarray(rows)
+        if np.dtype(rows.dtype) != table.dtype:
+            raise TypeError(f"rows must have the table's dtype {table.dtype.name}, got "
+                            f"{np.dtype(rows.dtype).name}; convert them with .astype()")
+        rows = jnp.asarray(rows)
+    try:
+        return jnp.broadcast_to(rows, target)
+    except ValueError:
+        raise ValueError(f"rows of shape {tuple(rows.shape)} do not broadcast to idx.shape + "
+                         f"table row shape = {target}") from None
+
+
+class RowUpdates:
+    """`table.at`: `table.at[idx].set(rows)` is `write_rows(table, idx, rows)`
+    and `.add(rows)` is `write_rows(..., op="add")`; `mode` may only be None
+    or "drop" (ids out of range write nothing)."""
+
+    def __init__(self, table: "host_table.HostTable"):
+        self._table = table
+
+    def __getitem__(self, idx: Any) -> "_IndexedRows":
+        if isinstance(idx, (tuple, slice)) or idx is None or idx is Ellipsis:
+            raise TypeError("table.at[...] takes an array of row ids (int32/int64), not "
+                            f"{type(idx).__name__}")
+        return _IndexedRows(self._table, idx)
+
+
+class _IndexedRows:
+    def __init__(self, table: "host_table.HostTable", idx: Any):
+        self._table, self._idx = table, idx
+
+    def set(self, rows: Any, *, mode: str | None = None) -> "host_table.HostTable":
+        return write_rows(self._table, self._idx, rows, op=_checked("set", mode))
+
+    def add(self, rows: Any, *, mode: str | None = None) -> "host_table.HostTable":
+        return write_rows(self._table, self._idx, rows, op=_checked("add", mode))
+
+
+def _checked(op: str, mode: str | None) -> str:
+    if mode not in (None, "drop"):
+        raise NotImplementedError(f"table.at[...].{op} supports mode='drop' only (ids out of "
+                                  f"range write nothing), got mode={mode!r}")
+    return op
