@@ -116,7 +116,9 @@ def save_tables(path: str | Path, tree: Any, *, metadata: Mapping[str, Any] | No
         directory a trainer's `Checkpoints` holds: use a subdirectory.
       tree: a pytree whose leaves are HostTables (the objects that own
         their memory, not views returned by a jitted function), jax.Arrays
-        or NumPy arrays, e.g. `(table, sparse_state)`.
+        or NumPy arrays. For training state carried through jitted steps,
+        the owners with the latest small leaves, e.g.
+        `(table, owned._replace(count=emb_state.count))`.
       metadata: JSON-serialisable, returned by `restore_tables`.
 
     Raises:

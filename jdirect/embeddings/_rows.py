@@ -15,6 +15,7 @@ import jax
 
 from ..gather import gather
 from ..host_table import HostTable
+from ..write import write_rows
 
 
 def read(table: Any, ids: jax.Array) -> jax.Array:
@@ -27,6 +28,5 @@ def write(table: Any, ids: jax.Array, rows: jax.Array) -> Any:
     table's next version (a HostTable is written in place)."""
     rows = rows.astype(table.dtype)
     if isinstance(table, HostTable):
-        from .. import write_rows  # TODO(writes branch): top-level import once merged
         return write_rows(table, ids, rows, op="set")
     return table.at[ids].set(rows, mode="drop")

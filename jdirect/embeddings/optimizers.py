@@ -27,24 +27,32 @@ moments and the step count carried between steps.
 
 Usage, with optax for the dense parameters::
 
-    table = embeddings.create_table(num_nodes, 128, seed=0)
+    table = embeddings.create_table(num_nodes, 128, seed=0)  # owns the rows
     sparse = embeddings.sparse_adam(1e-2)
-    sparse_state = sparse.init(table)
+    owned = sparse.init(table)                                # owns the moments
 
     @jax.jit
-    def train_step(params, opt_state, table, sparse_state, ids, labels):
-        rows = embeddings.lookup(table, ids)
+    def train_step(params, opt_state, emb, emb_state, ids, labels):
+        rows = embeddings.lookup(emb, ids)
         loss, (g_params, g_rows) = jax.value_and_grad(loss_fn, argnums=(0, 1))(
             params, rows, labels)
         updates, opt_state = tx.update(g_params, opt_state, params)
         params = optax.apply_updates(params, updates)
-        table, sparse_state = sparse.apply(table, sparse_state, ids, g_rows, rows=rows)
-        return params, opt_state, table, sparse_state, loss
+        emb, emb_state = sparse.apply(emb, emb_state, ids, g_rows, rows=rows)
+        return params, opt_state, emb, emb_state, loss
 
-The HostTables returned by a jitted `apply` are the next versions of the
-ones passed in (the same host memory): pass them on, or pass the originals
-again, to the next step. The caller owns the slot tables `init` allocates:
-`close(sparse_state)` releases them.
+    emb, emb_state = table, owned
+    for ids, labels in batches:
+        params, opt_state, emb, emb_state, loss = train_step(
+            params, opt_state, emb, emb_state, ids, labels)
+    embeddings.close((table, owned))
+
+A HostTable that a jitted `apply` returns is the next version of the one
+passed in (the same host memory, see `jdirect.write_rows`): a view that
+does not keep the memory alive. Keep the HostTables you made (`table` and
+`init`'s state above) referenced and open while their versions are used,
+and carry the versions (and the state's count) from step to step like
+any state.
 """
 
 from __future__ import annotations
