@@ -24,8 +24,10 @@ and apply lazy Adam to the touched rows and their two moments. Methods:
 Each step counts `batch` lookups and `unique` row updates. GB/s counts the
 useful bytes of a step over its wall time: rows and both moments of the
 distinct ids, read (H2D) and written (D2H), i.e. 3 * unique * row bytes each
-way (jdirect's forward read of duplicate ids is not counted). Ids are
-uniform, or Zipf (a=1.1) ranks scattered over the table.
+way (jdirect's forward read of duplicate ids is not counted). Reads and
+writes of one step run one after the other, so each direction's GB/s is
+at most half its link rate; "both ways" adds them. Ids are uniform, or
+Zipf (a=1.1) ranks scattered over the table.
 
 Prints tables, writes embeddings.json and embeddings.png under --out.
 GPU (H200, the issue's sizes, ~4 minutes):
@@ -52,7 +54,6 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-import jdirect  # noqa: E402
 from _common import print_table, run_meta, timed, write_json  # noqa: E402
 from gather import make_indices  # noqa: E402
 from jdirect import embeddings  # noqa: E402
@@ -264,7 +265,8 @@ def main() -> None:
                            mlookups_per_s=n / seconds / 1e6,
                            mupdates_per_s=unique / seconds / 1e6,
                            h2d_gbps=None if name == "all-in-gpu" else useful,
-                           d2h_gbps=None if name == "all-in-gpu" else useful)
+                           d2h_gbps=None if name == "all-in-gpu" else useful,
+                           both_ways_gbps=None if name == "all-in-gpu" else 2 * useful)
                 if name in ("jdirect", "conventional-numpy"):
                     rec["memory"] = table.memory
                 records.append(rec)
@@ -282,6 +284,7 @@ def main() -> None:
           + (f"; link limit H2D {link[0]:.1f}, D2H {link[1]:.1f} GB/s" if link else ""))
     print_table([r for r in records if r["h2d_gbps"] is not None], ("dist", "batch"),
                 [m for m in methods if m != "all-in-gpu"], "method", "h2d_gbps")
+    summarise(records, link)
     meta = run_meta(rows=args.rows, dim=args.dim, table_memory=table.memory,
                     torch_rows=torch_rows if torch_step else None, device_rows=device_rows,
                     link_h2d_gbps=link and link[0], link_d2h_gbps=link and link[1],
@@ -290,6 +293,26 @@ def main() -> None:
     write_json(args.out / "embeddings.json", meta, records)
     plot(records, methods, link, args.out / "embeddings.png")
     embeddings.close((table, state))
+
+
+def summarise(records: list[dict], link: tuple[float, float] | None) -> None:
+    """The issue's targets at the largest batch: jdirect's rows/s over the
+    conventional path's, and its GB/s as a share of the link each way."""
+    largest = max(r["batch"] for r in records)
+    for dist in dict.fromkeys(r["dist"] for r in records):
+        got = {r["method"]: r for r in records if r["dist"] == dist and r["batch"] == largest}
+        if "jdirect" not in got:
+            continue
+        line = f"{dist} {largest:,} ids: jdirect {got['jdirect']['mupdates_per_s']:.2f} M rows/s"
+        for peer in ("conventional-torch", "conventional-numpy"):
+            if peer in got:
+                line += (f", {got['jdirect']['mlookups_per_s'] / got[peer]['mlookups_per_s']:.1f}x"
+                         f" {peer}")
+        if link:
+            gbps = got["jdirect"]["h2d_gbps"]
+            line += (f"; {gbps / link[0]:.2f} of the H2D link, {gbps / link[1]:.2f} of D2H, "
+                     f"{2 * gbps / (link[0] + link[1]):.2f} of both")
+        print(line)
 
 
 def plot(records: list[dict], methods: list[str], link: tuple[float, float] | None,

@@ -180,7 +180,8 @@ def test_a_damaged_file_is_refused(tmp_path, damage):
 
 
 @pytest.mark.parametrize("target, match", [
-    (lambda: _fresh(shape=(301, 16)), r"\[0\]: saved \(\(300, 16\), 'float32'\), now \(\(301, 16\)"),
+    (lambda: _fresh(shape=(301, 16)),
+     r"\[0\]: saved \(\(300, 16\), 'float32'\), now \(\(301, 16\)"),
     (lambda: _fresh(dtype=jnp.bfloat16), r"\[0\]: saved .*'float32'\), now .*'bfloat16'"),
     (lambda: (embeddings.create_table(300, 16),) * 1, "5 saved leaves, 1 in the target"),
 ])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -77,18 +77,28 @@ def create_table(num_embeddings: int, dim: int, *, seed: int = 0, init: str = "u
     return table
 
 
-def _fill(rows: np.ndarray, seed: int, init: str, scale: float) -> None:
+def each_block(rows: np.ndarray, fill: Callable[[int, np.ndarray], None]) -> None:
+    """Calls `fill(i, block)` for the i-th block of 2**18 rows of `rows`, on
+    several threads (NumPy releases the GIL while it fills an array; a
+    table of tens of GB is not filled by one core)."""
     starts = range(0, rows.shape[0], _INIT_BLOCK_ROWS)
-    streams = np.random.SeedSequence(seed).spawn(len(starts))
+    with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        for done in [pool.submit(fill, i, rows[start:start + _INIT_BLOCK_ROWS])
+                     for i, start in enumerate(starts)]:
+            done.result()
 
-    def fill_block(start: int, stream: np.random.SeedSequence) -> None:
-        block = rows[start:start + _INIT_BLOCK_ROWS]
+
+def _fill(rows: np.ndarray, seed: int, init: str, scale: float) -> None:
+    blocks = -(-rows.shape[0] // _INIT_BLOCK_ROWS)
+    streams = np.random.SeedSequence(seed).spawn(blocks)
+
+    def fill_block(i: int, block: np.ndarray) -> None:
         if init == "zeros":
             block.fill(0)
             return
-        rng = np.random.default_rng(stream)
+        rng = np.random.default_rng(streams[i])
         # Drawn in float32 (NumPy's fast path), then stored in the table's dtype.
-        draw = np.empty(block.shape, np.float32)
+        draw = block if block.dtype == np.float32 else np.empty(block.shape, np.float32)
         if init == "uniform":
             rng.random(out=draw, dtype=np.float32)
             draw *= 2 * scale
@@ -96,12 +106,10 @@ def _fill(rows: np.ndarray, seed: int, init: str, scale: float) -> None:
         else:
             rng.standard_normal(out=draw, dtype=np.float32)
             draw *= scale
-        block[...] = draw
+        if draw is not block:
+            block[...] = draw
 
-    # NumPy's generators release the GIL while they fill an array.
-    with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
-        for done in [pool.submit(fill_block, s, st) for s, st in zip(starts, streams)]:
-            done.result()
+    each_block(rows, fill_block)
 
 
 def valid_ids(ids: jax.Array, num_embeddings: int) -> jax.Array:

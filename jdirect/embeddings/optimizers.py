@@ -65,7 +65,7 @@ import numpy as np
 
 from ..host_table import HostTable
 from . import _rows
-from .embedding import dedup
+from .embedding import dedup, each_block
 
 Schedule = Callable[[jax.Array], jax.Array]
 
@@ -100,7 +100,8 @@ class SparseOptimizer(NamedTuple):
     apply(table, state, ids, row_grads, *, rows=None) -> (table, state)
       One step. `ids`: int, any shape; padding ids (outside [0,
       num_embeddings)) contribute nothing, and duplicates add their
-      gradients (the table's true gradient; DGL's optimizers average them). `row_grads`: shape ids.shape + (dim,), the gradient of the
+      gradients (the table's true gradient; DGL's optimizers average
+      them). `row_grads`: shape ids.shape + (dim,), the gradient of the
       loss with respect to `lookup(table, ids)`. `rows`: that lookup's
       result, if the caller has it, so the touched rows are not read from
       the table a second time. Jittable; writes the touched rows of the
@@ -128,7 +129,7 @@ def _new_slot(table: Any, shape: tuple[int, ...], dtype: np.dtype, value: float,
         if memory is None:
             memory = table.memory if table.memory in ("managed", "pinned") else "auto"
         slot = HostTable.empty(shape, dtype, memory=memory)
-        slot.numpy().fill(value)
+        each_block(slot.numpy(), lambda i, block: block.fill(value))
         return slot
     return jnp.full(shape, value, dtype)
 
