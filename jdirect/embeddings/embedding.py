@@ -112,7 +112,7 @@ def _fill(rows: np.ndarray, seed: int, init: str, scale: float) -> None:
     each_block(rows, fill_block)
 
 
-def valid_ids(ids: jax.Array, num_embeddings: int) -> jax.Array:
+def _valid_ids(ids: jax.Array, num_embeddings: int) -> jax.Array:
     """`ids` with every id outside [0, num_embeddings) replaced by
     num_embeddings, the one padding id that reads zeros and writes nothing."""
     ids = jnp.asarray(ids)
@@ -135,8 +135,11 @@ def lookup(table: Any, ids: Any) -> jax.Array:
       float array of shape ids.shape + (dim,), differentiable with respect to
       itself: take `jax.grad` with respect to these rows (not the table) and
       hand that to a sparse optimizer's `apply`.
+
+    Raises:
+      TypeError: ids are not integers; and as `jdirect.gather`.
     """
-    ids = valid_ids(ids, table.shape[0])
+    ids = _valid_ids(ids, table.shape[0])
     return gather(table, ids, mode="fill", fill_value=0)
 
 
@@ -176,7 +179,7 @@ def dedup(ids: Any, row_grads: Any, num_embeddings: int) -> SparseRows:
     Raises:
       ValueError: row_grads' shape is not ids.shape + (dim,).
     """
-    ids = valid_ids(ids, num_embeddings)
+    ids = _valid_ids(ids, num_embeddings)
     row_grads = jnp.asarray(row_grads)
     if row_grads.ndim != ids.ndim + 1 or row_grads.shape[:-1] != ids.shape:
         raise ValueError(f"row_grads must have shape ids.shape + (dim,) = {ids.shape} + (dim,), "
