@@ -82,6 +82,7 @@ def _run_sparse(opt, kind: str, init: np.ndarray, *, use_rows: bool = False,
             current = new
         else:  # the HostTables themselves: programs run in dispatch order
             current = (table, state._replace(count=new[1].count))
+    jax.block_until_ready(current)  # the writes are done before the host reads
     if kind == "array":
         return current
     return table, state._replace(count=current[1].count)
@@ -207,6 +208,7 @@ def test_empty_and_all_padding_batches_change_nothing(kind, init_values):
     for ids in (np.zeros((0,), np.int32), np.array([-1, N, N + 5, -N], np.int32)):
         grads = np.ones(ids.shape + (D,), np.float32)
         current = step(*current, ids, grads)
+    jax.block_until_ready(current)
     if kind == "array":
         table, state = current
     np.testing.assert_array_equal(_host(table), init_values)
