@@ -69,13 +69,15 @@ ffi::Error WriteToHandle(const Runner& run, int32_t handle, ffi::AnyBuffer keys,
 
 // The token operand and result order writes of one table and the reads
 // after them (jdirect/write.py): the handlers never read the operand and
-// set the result to zero.
+// set the result to zero. The remaining operands are rows read from the
+// table before the write, passed only so that the write follows them.
 #define JDIRECT_BIND_WRITE_HOST(CTX)                          \
   xla::ffi::Ffi::Bind() CTX                                   \
       .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* handle */    \
       .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* token in */  \
       .Arg<xla::ffi::AnyBuffer>() /* keys */                  \
       .Arg<xla::ffi::AnyBuffer>() /* rows */                  \
+      .RemainingArgs() /* reads to follow */                  \
       .Ret<xla::ffi::Buffer<xla::ffi::S32>>() /* token out */ \
       .Attr<int64_t>("nrows")                                 \
       .Attr<int64_t>("row_bytes")
@@ -85,6 +87,7 @@ ffi::Error WriteToHandle(const Runner& run, int32_t handle, ffi::AnyBuffer keys,
       .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* token in */  \
       .Arg<xla::ffi::AnyBuffer>() /* keys */                  \
       .Arg<xla::ffi::AnyBuffer>() /* rows */                  \
+      .RemainingArgs() /* reads to follow */                  \
       .Ret<xla::ffi::Buffer<xla::ffi::S32>>() /* token out */ \
       .Attr<int64_t>("handle")                                \
       .Attr<int64_t>("nrows")                                 \

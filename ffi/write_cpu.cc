@@ -32,8 +32,8 @@ struct CpuWriter {
 
 ffi::Error WriteHost(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::S32> /*token_in*/,
                      ffi::AnyBuffer keys, ffi::AnyBuffer rows,
-                     ffi::Result<ffi::Buffer<ffi::S32>> token, int64_t nrows,
-                     int64_t row_bytes) {
+                     ffi::RemainingArgs /*reads*/, ffi::Result<ffi::Buffer<ffi::S32>> token,
+                     int64_t nrows, int64_t row_bytes) {
   if (handle.element_count() != 1 || token->element_count() != 1) {
     return ffi::Error::InvalidArgument(
         "jdirect write_rows: a HostTable handle and a token have exactly one element");
@@ -43,7 +43,8 @@ ffi::Error WriteHost(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::S32> /*token
 }
 
 ffi::Error WriteHostStatic(ffi::Buffer<ffi::S32> /*token_in*/, ffi::AnyBuffer keys,
-                           ffi::AnyBuffer rows, ffi::Result<ffi::Buffer<ffi::S32>> token,
+                           ffi::AnyBuffer rows, ffi::RemainingArgs /*reads*/,
+                           ffi::Result<ffi::Buffer<ffi::S32>> token,
                            int64_t handle, int64_t nrows, int64_t row_bytes) {
   if (token->element_count() != 1) {
     return ffi::Error::InvalidArgument("jdirect write_rows: a token has exactly one element");

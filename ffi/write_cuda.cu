@@ -118,7 +118,8 @@ ffi::Error ZeroToken(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>>& to
 
 ffi::Error WriteHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
                      ffi::Buffer<ffi::S32> /*token_in*/, ffi::AnyBuffer keys,
-                     ffi::AnyBuffer rows, ffi::Result<ffi::Buffer<ffi::S32>> token,
+                     ffi::AnyBuffer rows, ffi::RemainingArgs /*reads*/,
+                           ffi::Result<ffi::Buffer<ffi::S32>> token,
                      int64_t nrows, int64_t row_bytes) {
   int32_t h;
   if (auto e = HostHandle(handle, &h); e.failure()) return e;
@@ -128,6 +129,7 @@ ffi::Error WriteHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
 
 ffi::Error WriteHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> /*token_in*/,
                            ffi::AnyBuffer keys, ffi::AnyBuffer rows,
+                           ffi::RemainingArgs /*reads*/,
                            ffi::Result<ffi::Buffer<ffi::S32>> token, int64_t handle,
                            int64_t nrows, int64_t row_bytes) {
   if (auto e = ZeroToken(stream, token); e.failure()) return e;

@@ -62,8 +62,10 @@ def _run_sums(rows: jax.Array, starts: jax.Array) -> jax.Array:
 def _make_write(*, shape: tuple[int, ...], dtype: np.dtype, memory: str, op: str,
                 handle_id: int | None = None) -> Callable[..., jax.Array]:
     """The write for one configuration: operands ([handle,] token, idx,
-    rows), rows already of shape idx.shape + row shape; returns the new
-    token. With `handle_id`, the handle is an attribute of the program."""
+    rows, *reads), rows already of shape idx.shape + row shape, `reads` the
+    arrays read from this version that the write must follow (passed to
+    the handler, which ignores them); returns the new token. With
+    `handle_id`, the handle is an attribute of the program."""
     nrows, row_shape = shape[0], tuple(shape[1:])
     row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
     target = _ffi.WRITE_HOST if handle_id is None else _ffi.WRITE_HOST_STATIC
@@ -72,7 +74,8 @@ def _make_write(*, shape: tuple[int, ...], dtype: np.dtype, memory: str, op: str
         attrs["handle"] = handle_id
 
     def call(*operands: jax.Array) -> jax.Array:
-        *handle, token, idx, rows = operands
+        handle = operands[:1] if handle_id is None else ()
+        token, idx, rows, *reads = operands[len(handle):]
         keys = _resolve(idx.reshape(-1), nrows)
         rows = rows.reshape((keys.size,) + row_shape)
         keys, positions, starts, ends = _sort_runs(keys)
@@ -83,14 +86,15 @@ def _make_write(*, shape: tuple[int, ...], dtype: np.dtype, memory: str, op: str
         if op == "add":
             # The rows as the previous write left them: the read's keys are
             # computed from its token (always 0; see HostTable.after_writes),
-            # so it cannot run before that write.
+            # so it cannot run before that write. The keys are sorted
+            # already: no address-order pass (locality=False).
             current = read_registered(handle[0] if handle else handle_id, shape, dtype,
                                       memory, keys ^ token.astype(keys.dtype),
-                                      ReadRequest.make("fill", None, None))
+                                      ReadRequest.make("fill", None, False))
             rows = current + rows
         write = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((), jnp.int32),
                                  has_side_effect=True)
-        return write(*handle, token, keys, rows, **attrs)
+        return write(*handle, token, keys, rows, *reads, **attrs)
 
     batched = jax.custom_batching.custom_vmap(call)
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.core import get_opaque_trace_state as trace_state
 
 from . import _dtypes, _ffi, host_memory, write
-from ._ops import ReadRequest, read_registered
+from ._ops import Pending, ReadRequest, read_registered
 from .table import replicated
 
 
@@ -100,7 +101,7 @@ class HostTable:
     """
 
     __slots__ = ("shape", "dtype", "memory", "writable", "_handle", "_handle_id", "_after",
-                 "_written", "_array", "_finalizer", "__weakref__")
+                 "_written", "_reads", "_array", "_finalizer", "__weakref__")
 
     def __init__(self, array: np.ndarray):
         _check_array(array)
@@ -136,6 +137,9 @@ class HostTable:
             self._after = jax.numpy.asarray(np.int32(0))
         # Whether a write may be in flight: then reads wait for `_after`.
         self._written = False
+        # (trace, rows) of reads inside traces: a write of this version in
+        # the same trace must follow them (`reads_to_follow`).
+        self._reads: list[tuple[Any, jax.Array]] = []
 
     @classmethod
     def empty(cls, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
@@ -195,7 +199,14 @@ class HostTable:
             # A concrete table inside a trace (closed over): its handle is a
             # constant of that program, like the table itself.
             handle = self._handle_id
-        return read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
+        rows = read_registered(handle, self.shape, self.dtype, self.memory, idx, request, cache)
+        read = rows.rows if isinstance(rows, Pending) else rows
+        if isinstance(read, jax.core.Tracer):
+            # Reads of other traces are dropped: they are finished, or
+            # belong to an enclosing trace whose writes cannot take them.
+            trace = trace_state()
+            self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
+        return rows
 
     def after_writes(self, idx: jax.Array) -> jax.Array:
         """Integer `idx` made to depend on this version's latest write, so
@@ -211,6 +222,15 @@ class HostTable:
             return idx
         return idx ^ self._after.astype(idx.dtype)
 
+    def reads_to_follow(self) -> tuple[jax.Array, ...]:
+        """Rows read from this version in the current trace: a write of it
+        takes them as operands, so that it cannot run before those reads
+        (jnp's semantics: a read of a version never sees later writes).
+        Reads in a nested trace (a scan body, an inner jit) that closes
+        over this version are not among them."""
+        trace = trace_state()
+        return tuple(r for t, r in self._reads if t == trace)
+
     def next_version(self, token: jax.Array) -> "HostTable":
         """The table after a write whose token is `token`: the same memory,
         whose reads and writes follow that write. Concrete (not traced), the
@@ -222,7 +242,7 @@ class HostTable:
         view.shape, view.dtype, view.memory, view.writable = (self.shape, self.dtype,
                                                               self.memory, self.writable)
         view._handle, view._handle_id = self._handle, self._handle_id
-        view._after, view._written = token, True
+        view._after, view._written, view._reads = token, True, []
         view._array = view._finalizer = None
         return view
 
@@ -283,6 +303,7 @@ class HostTable:
         view.shape, view.dtype, view.memory, view.writable = aux
         view._handle, view._after = children
         view._written = True  # a write may precede it
+        view._reads = []
         view._handle_id = None
         view._array = None
         view._finalizer = None

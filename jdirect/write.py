@@ -41,10 +41,12 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
     reads (`jdirect.gather`) and writes of it take the write's token (a
     leaf of the table) as an input, so the compiler cannot reorder them
     before the write or drop the write; the write itself is never dropped,
-    even if its result is unused. Inside one program, read the returned
-    version to see the write (a read of the version passed in may run
-    before or after it, unless the rows written depend on that read, as in
-    read-update-write). Outside jit, `table` itself is returned, updated,
+    even if its result is unused. Inside one program, a read of the
+    returned version sees the write, and a read of the version passed in
+    does not: the write takes the rows read from that version in the same
+    trace as inputs (a read inside a nested trace, e.g. a scan body closing
+    over the table, is ordered before the write only if the written rows
+    depend on it). Outside jit, `table` itself is returned, updated,
     and later calls on it follow the write. Programs dispatched to one
     device run in dispatch order; the host sees the rows once the write's
     program has finished (e.g. `jax.block_until_ready(table)`), and
@@ -102,9 +104,10 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         # A concrete table inside a trace: its handle is a constant of the
         # program, as for its reads (HostTable.read_rows).
         write = _write_ops.cached_write(handle_id=table._handle_id, **config)
-        token = write(table._after, idx, rows)
+        token = write(table._after, idx, rows, *table.reads_to_follow())
     else:
-        token = _write_ops.cached_write(**config)(table._handle, table._after, idx, rows)
+        write = _write_ops.cached_write(**config)
+        token = write(table._handle, table._after, idx, rows, *table.reads_to_follow())
     return table.next_version(token)
 
 

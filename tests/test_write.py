@@ -7,6 +7,8 @@ pinned, and a NumPy array pinned in place).
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import jax
 import jax.numpy as jnp
@@ -235,6 +237,45 @@ def test_read_after_write_in_one_program():
             np.testing.assert_array_equal(after, np.full((2, 4), 6.0))
         np.testing.assert_array_equal(before, np.full((2, 4), 6.0))  # the last run's start
         assert isinstance(t2, jdirect.HostTable) and t2.shape == t.shape
+
+
+def test_write_after_read_in_one_program():
+    """A read of the version passed in never sees the write, even when the
+    rows written do not depend on what it read."""
+    @jax.jit
+    def step(t, i):
+        before = jdirect.gather(t, i)
+        t = t.at[i].add(jnp.ones((i.size, 256), jnp.float32))
+        return t, before
+
+    with make_table(np.zeros((4096, 256), np.float32), KINDS[0]) as t:
+        i = jnp.arange(4096)
+        for k in range(5):
+            t, before = step(t, i)
+            np.testing.assert_array_equal(before, np.full((4096, 256), k, np.float32))
+        # The write takes the rows read as an operand (handle, token, keys,
+        # rows, read), the dependency that orders it after the read.
+        call = re.search(r"custom_call @jdirect_write_host\(([^)]*)\)", step.lower(t, i).as_text())
+        assert len(call.group(1).split(",")) == 5
+
+
+def test_reads_of_nested_traces_and_eager_reads_are_not_kept():
+    """A read in a scan body closing over the table is not an operand of a
+    later write outside it (it would be a leaked tracer), and eager reads
+    are never kept alive by the table."""
+    with make_table(np.zeros((6, 2), np.float32), KINDS[0]) as t:
+        @jax.jit
+        def step(t, ids):
+            total, _ = jax.lax.scan(
+                lambda c, i: (c + jdirect.gather(t, i[None]).sum(), None), 0.0, ids)
+            # Rows that depend on the scan's reads: ordered after them.
+            return t.at[ids].add(jnp.ones((ids.size, 2), jnp.float32) + 0 * total), total
+
+        for k in range(3):
+            t2, total = step(t, jnp.array([0, 5]))
+            assert float(total) == 4 * k
+        jdirect.gather(t, jnp.array([1]))
+        assert t.reads_to_follow() == ()
 
 
 def test_write_after_write_in_one_program_keeps_order():
