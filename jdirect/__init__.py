@@ -4,7 +4,9 @@
 where the table lives: GPU threads read a `HostTable` (or a `pinned_host`
 jax.Array) directly over PCIe, with no staging copy. `host_empty` allocates
 host memory where those reads are fastest. `write_rows(table, idx, rows)`
-(`table.at[idx].set/add`) writes rows back into a HostTable in place.
+(`table.at[idx].set/add`) writes rows back into a HostTable in place;
+`jdirect.embeddings` trains embedding tables whose rows live in host
+memory; `save_tables` and `restore_tables` checkpoint host tables in pieces.
 """
 
 from . import _ffi  # registers the FFI targets
@@ -15,11 +17,14 @@ from .host_memory import host_empty
 from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
+from .table_checkpoint import TableCheckpointError, restore_tables, save_tables
 from .write import write_rows
+from . import embeddings  # after the table kinds and writes it builds on
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
-           "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
-           "replicated", "write_rows"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "TableCheckpointError",
+           "decode_rows", "embeddings", "gather", "gather_done", "gather_start", "has_cuda",
+           "host_empty", "quantize_rows", "replicated", "restore_tables", "save_tables",
+           "write_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

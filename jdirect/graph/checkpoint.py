@@ -39,8 +39,8 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from ._atomic import atomic_write, probe_writable, remove_stale_temporaries
-from ._dirlock import DirectoryInUse, DirectoryLock, LockUnsupported
+from .._atomic import atomic_write, probe_writable, remove_stale_temporaries
+from .._dirlock import DirectoryInUse, DirectoryLock, LockUnsupported
 from ._step_file import (FORMAT, DamagedStep, flatten, leaf_bytes, nonfinite, read_settings,
                          read_step, spec, to_target)
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..host_memory import host_empty
 
-from ._atomic import TMP_PREFIX, atomic_write
+from .._atomic import TMP_PREFIX, atomic_write
 from .csr import Graph, csr_from_edge_chunks
 
 # Edges handled per step while building a CSR from an edge file; the

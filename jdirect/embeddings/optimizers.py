@@ -1,0 +1,254 @@
+"""Row-wise sparse optimizers for embedding tables: SGD, Adagrad and lazy Adam.
+
+Each step touches only the rows a batch looked up. Their gradient rows are
+summed per distinct id (`dedup`); the touched rows of the table and of the
+optimizer's per-row slots (moments, which are tables of the same shape,
+also in host memory for a HostTable) are gathered, updated on the device,
+and written back in place, in the same compiled program as the forward and
+backward passes. Rows no batch touched are never read or written, and
+neither are their slots ("lazy" moments).
+
+The optimizers mirror optax's element-wise rules, applied to the touched
+rows only:
+
+  sparse_sgd      optax.sgd(lr)
+  sparse_adagrad  optax.adagrad(lr, initial_accumulator_value, eps)
+  sparse_adam     optax.adam(lr, b1, b2, eps) on the touched rows, with the
+                  moments of untouched rows frozen (dense Adam would decay
+                  them and move their rows). The bias correction uses the
+                  global step count, as torch.optim.SparseAdam and
+                  TensorFlow's LazyAdam do, or with `per_row_steps=True` the
+                  number of steps that touched the row, as DGL's SparseAdam.
+
+For SGD and Adagrad a zero gradient leaves a row and its slot unchanged, so
+they equal optax on the dense table exactly; lazy Adam equals optax.adam
+applied at each step to the sub-table of the touched rows, with their
+moments and the step count carried between steps.
+
+Usage, with optax for the dense parameters::
+
+    table = embeddings.create_table(num_nodes, 128, seed=0)  # owns the rows
+    sparse = embeddings.sparse_adam(1e-2)
+    owned = sparse.init(table)                                # owns the moments
+
+    @jax.jit
+    def train_step(params, opt_state, emb, emb_state, ids, labels):
+        rows = embeddings.lookup(emb, ids)
+        loss, (g_params, g_rows) = jax.value_and_grad(loss_fn, argnums=(0, 1))(
+            params, rows, labels)
+        updates, opt_state = tx.update(g_params, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        emb, emb_state = sparse.apply(emb, emb_state, ids, g_rows, rows=rows)
+        return params, opt_state, emb, emb_state, loss
+
+    emb, emb_state = table, owned
+    for ids, labels in batches:
+        params, opt_state, emb, emb_state, loss = train_step(
+            params, opt_state, emb, emb_state, ids, labels)
+    embeddings.close((table, owned))
+
+A HostTable that a jitted `apply` returns is the next version of the one
+passed in (the same host memory, see `jdirect.write_rows`): a view that
+does not keep the memory alive. Keep the HostTables you made (`table` and
+`init`'s state above) referenced and open while their versions are used,
+and carry the versions (and the state's count) from step to step like
+any state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..host_table import HostTable
+from . import _rows
+from .embedding import dedup, each_block
+
+Schedule = Callable[[jax.Array], jax.Array]
+
+
+class SparseState(NamedTuple):
+    """A sparse optimizer's state (a pytree).
+
+    Attributes:
+      count: int32 scalar, the number of `apply` calls so far (the step a
+        learning-rate schedule is evaluated at, and Adam's global step).
+      slots: name -> table: per-row state of the same kind as the table
+        (a HostTable for a HostTable): Adagrad's "sum_of_squares" and
+        Adam's "mu" and "nu" of shape (num_embeddings, dim); with
+        per_row_steps, Adam's int32 "steps" of shape (num_embeddings,).
+    """
+
+    count: jax.Array
+    slots: dict[str, Any]
+
+
+class SparseOptimizer(NamedTuple):
+    """A row-wise sparse optimizer: a pair of pure functions, like optax's
+    GradientTransformation.
+
+    init(table, *, memory=None) -> SparseState
+      Allocates the slots next to `table` (a HostTable or a jax.Array of
+      shape (num_embeddings, dim), floating): HostTables in host memory
+      (`memory` as in `HostTable.empty`; default: the table's own kind) or
+      device arrays. Slots are float32 (float64 for a float64 table),
+      whatever the table's dtype. Not jittable (it allocates host memory).
+
+    apply(table, state, ids, row_grads, *, rows=None) -> (table, state)
+      One step. `ids`: int, any shape; padding ids (outside [0,
+      num_embeddings)) contribute nothing, and duplicates add their
+      gradients (the table's true gradient; DGL's optimizers average
+      them). `row_grads`: shape ids.shape + (dim,), the gradient of the
+      loss with respect to `lookup(table, ids)`. `rows`: that lookup's
+      result, if the caller has it, so the touched rows are not read from
+      the table a second time. Jittable; writes the touched rows of the
+      table and of the slots in place and returns their next versions.
+      Raises ValueError for a row_grads shape other than ids.shape + (dim,).
+    """
+
+    init: Callable[..., SparseState]
+    apply: Callable[..., tuple[Any, SparseState]]
+
+
+# A rule maps (rows, summed gradient rows, slot rows, step, lr) to
+# (new rows, new slot rows), computed in the slots' precision.
+Rule = Callable[[jax.Array, jax.Array, dict[str, jax.Array], jax.Array, jax.Array],
+                tuple[jax.Array, dict[str, jax.Array]]]
+
+
+def _slot_dtype(dtype: Any) -> np.dtype:
+    return np.dtype(jnp.promote_types(dtype, jnp.float32))
+
+
+def _new_slot(table: Any, shape: tuple[int, ...], dtype: np.dtype, value: float,
+              memory: str | None) -> Any:
+    if isinstance(table, HostTable):
+        if memory is None:
+            memory = table.memory if table.memory in ("managed", "pinned") else "auto"
+        slot = HostTable.empty(shape, dtype, memory=memory)
+        each_block(slot.numpy(), lambda i, block: block.fill(value))
+        return slot
+    return jnp.full(shape, value, dtype)
+
+
+def _check_table(table: Any) -> None:
+    if not isinstance(table, (HostTable, jax.Array)):
+        raise TypeError(f"table must be a HostTable or a jax.Array, got {type(table).__name__}")
+    if len(table.shape) != 2 or not jnp.issubdtype(table.dtype, jnp.floating):
+        raise ValueError(f"an embedding table is (num_embeddings, dim) floating, got shape "
+                         f"{tuple(table.shape)} and dtype {np.dtype(table.dtype).name}")
+
+
+def _optimizer(rule: Rule, learning_rate: float | Schedule,
+               slots: dict[str, float], per_row_steps: bool = False) -> SparseOptimizer:
+    def init(table: Any, *, memory: str | None = None) -> SparseState:
+        _check_table(table)
+        dtype = _slot_dtype(table.dtype)
+        made: dict[str, Any] = {}
+        try:
+            for name, value in slots.items():
+                made[name] = _new_slot(table, tuple(table.shape), dtype, value, memory)
+            if per_row_steps:
+                made["steps"] = _new_slot(table, tuple(table.shape[:1]), np.dtype(np.int32), 0,
+                                          memory)
+        except BaseException:
+            close(made)
+            raise
+        return SparseState(jnp.zeros((), jnp.int32), made)
+
+    def apply(table: Any, state: SparseState, ids: Any, row_grads: Any, *,
+              rows: jax.Array | None = None) -> tuple[Any, SparseState]:
+        _check_table(table)
+        num, dim = table.shape
+        dtype = _slot_dtype(table.dtype)
+        grads = dedup(ids, row_grads, num)
+        if rows is None:
+            old = _rows.read(table, grads.ids)
+        else:
+            old = jnp.reshape(rows, (-1, dim))[grads.first]
+        slot_rows = {name: _rows.read(t, grads.ids) for name, t in state.slots.items()}
+        step = state.count + 1
+        lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        new, new_slots = rule(old.astype(dtype), grads.rows.astype(dtype), slot_rows, step,
+                              jnp.asarray(lr, dtype))
+        table = _rows.write(table, grads.ids, new)
+        written = {name: _rows.write(state.slots[name], grads.ids, new_slots[name])
+                   for name in state.slots}
+        return table, SparseState(step, written)
+
+    return SparseOptimizer(init, apply)
+
+
+def sparse_sgd(learning_rate: float | Schedule) -> SparseOptimizer:
+    """Row-wise SGD: `row -= lr * grad` for each touched row (optax.sgd).
+
+    `learning_rate` is a float or an optax schedule of the step count."""
+
+    def rule(w, g, slots, step, lr):
+        return w - lr * g, {}
+
+    return _optimizer(rule, learning_rate, {})
+
+
+def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: float = 0.1,
+                   eps: float = 1e-7) -> SparseOptimizer:
+    """Row-wise Adagrad with an element-wise accumulator per touched row, as
+    optax.adagrad: `acc += g**2; row -= lr * g / sqrt(acc + eps)`.
+
+    Slot "sum_of_squares" starts at `initial_accumulator_value` (>= 0).
+
+    Raises:
+      ValueError: initial_accumulator_value < 0.
+    """
+    if not initial_accumulator_value >= 0:
+        raise ValueError(f"initial_accumulator_value must be >= 0, got "
+                         f"{initial_accumulator_value!r}")
+
+    def rule(w, g, slots, step, lr):
+        acc = g * g + slots["sum_of_squares"]
+        scale = jnp.where(acc > 0, jax.lax.rsqrt(acc + eps), 0.0)
+        return w - lr * (scale * g), {"sum_of_squares": acc}
+
+    return _optimizer(rule, learning_rate, {"sum_of_squares": initial_accumulator_value})
+
+
+def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.999,
+                eps: float = 1e-8, *, per_row_steps: bool = False) -> SparseOptimizer:
+    """Lazy Adam: optax.adam's rule on the touched rows; untouched rows and
+    their moments "mu" and "nu" stay as they are.
+
+    Args:
+      per_row_steps: False (default): the bias correction uses the global
+        step t (the number of `apply` calls), as torch.optim.SparseAdam and
+        TensorFlow's LazyAdam. True: it uses t_r, the number of steps that
+        touched row r, kept in an int32 slot "steps" (one more table of
+        num_embeddings int32), as DGL's SparseAdam: a row seen rarely then
+        gets full-sized first updates.
+    """
+
+    def rule(w, g, slots, step, lr):
+        mu = (1 - b1) * g + b1 * slots["mu"]
+        nu = (1 - b2) * (g * g) + b2 * slots["nu"]
+        new = {"mu": mu, "nu": nu}
+        if per_row_steps:
+            t = slots["steps"] + 1
+            new["steps"] = t
+            t = t[:, None]
+        else:
+            t = step
+        mu_hat = mu / (1 - b1 ** t.astype(w.dtype))
+        nu_hat = nu / (1 - b2 ** t.astype(w.dtype))
+        return w - lr * (mu_hat / (jnp.sqrt(nu_hat) + eps)), new
+
+    return _optimizer(rule, learning_rate, {"mu": 0.0, "nu": 0.0}, per_row_steps)
+
+
+def close(tree: Any) -> None:
+    """Closes every HostTable in `tree` (e.g. a SparseState); other leaves
+    are left alone."""
+    for leaf in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, HostTable)):
+        if isinstance(leaf, HostTable):
+            leaf.close()
