@@ -228,13 +228,13 @@ class HostTable(RegisteredTable):
         """The registered read, started (a Pending) unless `max_blocks` is None."""
         _dtypes.check_canonical(self.dtype)
         idx = self.after_writes(idx)
-        # The handle is an attribute of the program (see the class doc).
+        handle = self._call_handle(idx)
         if max_blocks is None:
-            rows = read_registered(self._handle_id, self.shape, self.dtype, self.memory, idx,
-                                   request, cache)
+            rows = read_registered(handle, self.shape, self.dtype, self.memory, idx, request,
+                                   cache)
         else:
-            rows = start_registered(self._handle_id, self.shape, self.dtype, self.memory, idx,
-                                    request, cache, max_blocks)
+            rows = start_registered(handle, self.shape, self.dtype, self.memory, idx, request,
+                                    cache, max_blocks)
         read = rows.rows if isinstance(rows, Pending) else rows
         if isinstance(read, jax.core.Tracer):
             # Reads of other traces are dropped: they are finished, or
@@ -243,6 +243,22 @@ class HostTable(RegisteredTable):
             self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
         return rows
 
+
+    def _call_handle(self, *operands: Any) -> jax.Array | int:
+        """The handle a read or write of this table passes to its FFI call.
+
+        Inside a trace, its int value: an attribute of the program (see the
+        class doc). Eager, the table's own handle array: an operand, so one
+        compiled call serves every table of the shape (a version a jitted
+        call returned passes its table's array, never the copy of it that
+        the call produced, which may not be written yet when the next call
+        is enqueued).
+        """
+        leaves = (self._handle, self._after, *operands)
+        table = self if self._finalizer is not None else self._owner
+        if table is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return self._handle_id
+        return table._handle
 
     def after_writes(self, idx: jax.Array) -> jax.Array:
         """Integer `idx` made to depend on this version's latest write, so

@@ -114,10 +114,15 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         return table  # nothing to write
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("jdirect.write_rows on a GPU")
-    # The handle is an attribute of the program, as for the table's reads.
-    write = _write_ops.cached_write(shape=table.shape, dtype=table.dtype, memory=table.memory,
-                                    op=op, unique=bool(unique_indices), handle_id=table._handle_id)
-    token = write(table._after, idx, rows, *table.reads_to_follow())
+    config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op,
+                  unique=bool(unique_indices))
+    handle = table._call_handle(idx, rows)  # as for the table's reads
+    if isinstance(handle, int):
+        write = _write_ops.cached_write(handle_id=handle, **config)
+        token = write(table._after, idx, rows, *table.reads_to_follow())
+    else:
+        write = _write_ops.cached_write(**config)
+        token = write(handle, table._after, idx, rows, *table.reads_to_follow())
     return table.next_version(token)
 
 

@@ -212,7 +212,10 @@ def test_scan_and_grad():
     np.testing.assert_array_equal(g, jnp.zeros_like(t))
 
 
-def test_second_host_table_reuses_compiled_code():
+def test_each_host_table_is_part_of_its_compiled_program():
+    # Which table a program reads is an attribute of the program (so a table
+    # a jitted call returns is that table): one compilation per table, each
+    # reading its own rows.
     traces = []
 
     @jax.jit
@@ -223,9 +226,32 @@ def test_second_host_table_reuses_compiled_code():
     idx = jnp.array([0, 3])
     a = np.arange(8.0, dtype=np.float32).reshape(4, 2)
     with jdirect.HostTable(a) as t1, jdirect.HostTable(a * 10) as t2:
-        assert_same(f(t1, idx), a[[0, 3]])
-        assert_same(f(t2, idx), (a * 10)[[0, 3]])
-        assert len(traces) == 1 and f._cache_size() == 1
+        for _ in range(2):
+            assert_same(f(t1, idx), a[[0, 3]])
+            assert_same(f(t2, idx), (a * 10)[[0, 3]])
+        assert len(traces) == 2 and f._cache_size() == 2
+
+
+def test_a_table_returned_by_a_jitted_call_is_the_table_and_keeps_it_open():
+    import gc
+
+    @jax.jit
+    def step(table, i):
+        rows = jdirect.gather(table, i)
+        return table.at[i].add(jnp.ones_like(rows)), rows
+
+    a = np.zeros((4, 2), np.float32)
+    table = jdirect.HostTable(a)
+    i = jnp.array([1, 2])
+    version = table
+    for k in range(3):
+        version, rows = step(version, i)
+        assert_same(rows, np.full((2, 2), k, np.float32))
+        if k == 0:
+            del table  # only the returned version refers to the table now
+            gc.collect()
+    assert not version.closed
+    np.testing.assert_array_equal(version.numpy()[1:3], np.full((2, 2), 3, np.float32))
 
 
 @pytest.mark.parametrize(
