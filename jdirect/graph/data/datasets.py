@@ -66,5 +66,9 @@ def load_dataset(name: str, data_dir: str | Path | None = None, *, seed: int = 0
         from . import loaders
 
         load = loaders.load_ogb_node if name == "ogb" else loaders.load_reddit
-        return load(Path(data_dir))
+        unknown = set(overrides) - {"feature_dtype"}
+        if unknown:
+            raise ValueError(f"dataset {name!r} takes no {', '.join(sorted(unknown))} "
+                             "(its sizes come from its files)")
+        return load(Path(data_dir), **overrides)
     raise ValueError(f"unknown dataset {name!r}; choose from {sorted(PRESETS) + ['ogb', 'reddit']}")

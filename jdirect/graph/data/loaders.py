@@ -45,12 +45,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+import jax.numpy as jnp
 import numpy as np
 
 from ...host_memory import host_empty
 
 from ..io._atomic import TMP_PREFIX, atomic_write
-from .csr import Graph, csr_from_edge_chunks
+from .csr import FEATURE_DTYPES, Graph, csr_from_edge_chunks
 
 # Edges handled per step while building a CSR from an edge file; the
 # scratch memory is about 100 bytes per edge of one step.
@@ -142,7 +143,18 @@ class _Npz:
                 raise self._unreadable(key, e) from e
 
     def _map_stored(self, key: str, info: zipfile.ZipInfo) -> np.ndarray:
+        """A stored member memory-mapped in place, once its CRC-32 checks out.
+
+        The map itself bypasses zipfile, and with it the CRC that a read
+        through zipfile verifies: so the member is read through once first
+        (streamed, 16 MiB at a time; zipfile raises at the end on a
+        mismatch). That costs one sequential read of the member, which also
+        warms the page cache for the passes that follow.
+        """
         try:
+            with self._zip.open(info) as f:
+                while f.read(1 << 24):
+                    pass
             with open(self.path, "rb") as f:
                 f.seek(info.header_offset)
                 local = f.read(30)  # the local file header; its name and extra lengths
@@ -162,11 +174,14 @@ class _Npz:
 
 
 def _nonfinite(features: np.ndarray) -> tuple[int, int]:
-    """(count of NaN/inf values, first row holding one or -1), scanned in chunks."""
+    """(count of values that are NaN or infinite once converted to float32,
+    first row holding one or -1), scanned in chunks. Converted first: a
+    float64 1e39 is finite in the file but inf in the table."""
     count, first = 0, -1
     step = max(1, (1 << 26) // max(1, features[:1].nbytes))
     for start in range(0, features.shape[0], step):
-        bad = ~np.isfinite(features[start:start + step])
+        with np.errstate(over="ignore"):
+            bad = ~np.isfinite(features[start:start + step].astype(np.float32))
         n = int(bad.sum())
         if n and first < 0:
             first = start + int(np.flatnonzero(bad.any(axis=1))[0])
@@ -175,13 +190,15 @@ def _nonfinite(features: np.ndarray) -> tuple[int, int]:
 
 
 def _cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None], *,
-                     allow_nonfinite: bool) -> np.ndarray:
-    """The feature table memory-mapped from `root/jdirect-cache/features.npy`,
-    (re)built by `write(file)` unless the cache records `source` as it is now.
+                     allow_nonfinite: bool, dtype: str | None) -> np.ndarray:
+    """The feature table from `root/jdirect-cache/features.npy`, (re)built by
+    `write(file)` unless the cache records `source` as it is now, converted
+    once to `dtype` (None: kept if it is a table dtype, else float32).
 
     Raises:
       ValueError: the cache is unreadable (delete it to rebuild), the table
-        is not 2-D numeric, or it holds NaN/inf and not `allow_nonfinite`.
+        is not 2-D numeric, or it holds NaN/inf (as float32, or in `dtype`)
+        and not `allow_nonfinite`.
       OSError: the cache cannot be written (e.g. disk full); nothing is left.
     """
     cache_dir = root / "jdirect-cache"
@@ -221,17 +238,34 @@ def _cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None]
         if not allow_nonfinite:
             raise ValueError(msg + "; fix the file, or pass allow_nonfinite=True to load anyway")
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
-    return _into_table_memory(features)
+    return _into_table_memory(features, dtype, source, check=not record["nonfinite"])
 
 
-def _into_table_memory(features: np.ndarray) -> np.ndarray:
+def _into_table_memory(features: np.ndarray, dtype: str | None, source: Path, *,
+                       check: bool) -> np.ndarray:
     """The memory-mapped cache read once into `jdirect.host_empty` memory
     (host-resident managed memory on a GPU, where zero-copy gathers run at
-    the link's rate), in chunks: the table is never held twice."""
-    out = host_empty(features.shape, features.dtype)
+    the link's rate), in chunks (the table is never held twice), converted
+    to `dtype`: None keeps a table dtype (FEATURE_DTYPES) and converts any
+    other (float64, integers) to float32, the dtype every mode reads.
+
+    Raises:
+      ValueError: with `check`, a value that is finite as float32 overflows
+        `dtype` (float16 tops out at 65504).
+    """
+    if dtype is None:
+        dtype = features.dtype.name if features.dtype.name in FEATURE_DTYPES else "float32"
+    out = host_empty(features.shape, jnp.dtype(dtype))
+    top = float(jnp.finfo(out.dtype).max)
+    narrower = top < float(np.finfo(np.float32).max)
     step = max(1, (1 << 28) // max(1, features[:1].nbytes))
     for start in range(0, features.shape[0], step):
-        out[start:start + step] = features[start:start + step]
+        with np.errstate(over="ignore"):
+            out[start:start + step] = features[start:start + step]
+        if check and narrower and not np.isfinite(out[start:start + step]).all():
+            row = start + int(np.flatnonzero(~np.isfinite(out[start:start + step]).all(1))[0])
+            raise ValueError(f"{source}: row {row} holds values beyond {dtype}'s range "
+                             f"({top:g}); choose a wider feature dtype")
     return out
 
 
@@ -301,7 +335,7 @@ def _graph(path: Path, **fields) -> Graph:
 
 
 def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
-                  allow_nonfinite: bool = False) -> Graph:
+                  allow_nonfinite: bool = False, feature_dtype: str | None = None) -> Graph:
     """Loads an OGB node-property dataset from its raw directory.
 
     Args:
@@ -311,6 +345,9 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
       split: the directory under split/ to use; needed when there are several.
       allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
         instead of refusing them.
+      feature_dtype: the feature table's dtype (one of FEATURE_DTYPES); None
+        keeps the file's if it is one of them, else float32 (float64 and
+        integer features are converted once, then checked).
 
     Raises:
       FileNotFoundError: a required file is missing (named in the message).
@@ -323,7 +360,7 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         with _Npz(raw / "data.npz") as data:
             num_nodes = int(data.array("num_nodes_list").sum())
             features = _cached_features(root, data.path, lambda f: data.copy("node_feat", f),
-                                        allow_nonfinite=allow_nonfinite)
+                                        allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
             with data.mapped("edge_index", root / "jdirect-cache") as edges:
                 indptr, indices = _csr(_edge_chunks(edges, data.path), num_nodes, data.path,
                                        symmetrize=undirected)
@@ -338,7 +375,7 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         feat_path = _need(raw / "node-feat.csv.gz")
         features = _cached_features(
             root, feat_path, lambda f: np.save(f, _read_csv(feat_path, np.float32)),
-            allow_nonfinite=allow_nonfinite)
+            allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
         indptr, indices = _csr(_edge_chunks(edges.T, edge_path), num_nodes, edge_path,
                                symmetrize=undirected)
         del edges
@@ -371,19 +408,25 @@ def _scipy_npz_chunks(npz: _Npz) -> tuple[Callable[[], Iterator[tuple]], int]:
         indptr = npz.array("indptr")
         if indptr.shape != (shape[0] + 1,) or np.any(np.diff(indptr) < 0):
             raise ValueError(f"{npz.path}: indptr must be non-decreasing of length {shape[0] + 1}")
-        edges = np.stack([np.repeat(np.arange(shape[0]), np.diff(indptr)), npz.array("indices")])
+        indices = npz.array("indices")
+        if indices.shape != (int(indptr[-1]),):
+            raise ValueError(f"{npz.path}: indptr ends at {int(indptr[-1])} but there are "
+                             f"{indices.shape} indices (expected ({int(indptr[-1])},))")
+        edges = np.stack([np.repeat(np.arange(shape[0]), np.diff(indptr)), indices])
     else:
         raise ValueError(f"{npz.path}: sparse format {fmt!r} not supported (expected coo or csr)")
     return _edge_chunks(edges, npz.path), shape[0]
 
 
-def load_reddit(root: Path, *, allow_nonfinite: bool = False) -> Graph:
+def load_reddit(root: Path, *, allow_nonfinite: bool = False,
+                feature_dtype: str | None = None) -> Graph:
     """Loads Reddit from reddit_data.npz and reddit_graph.npz in `root`.
 
     Args:
       root: the directory holding both files.
       allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
         instead of refusing them.
+      feature_dtype: as for `load_ogb_node`.
 
     Raises:
       FileNotFoundError: a required file is missing (named in the message).
@@ -393,7 +436,7 @@ def load_reddit(root: Path, *, allow_nonfinite: bool = False) -> Graph:
     root = Path(root)
     with _Npz(root / "reddit_data.npz") as data:
         features = _cached_features(root, data.path, lambda f: data.copy("feature", f),
-                                    allow_nonfinite=allow_nonfinite)
+                                    allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
         num_nodes = features.shape[0]
         labels, known = _labels(data.array("label"), data.path, num_nodes)
         types = data.array("node_types").reshape(-1)

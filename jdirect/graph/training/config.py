@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
 from ..models import MODELS
 
 FEATURE_MODES = ("device", "host", "jdirect", "jdirect-cache")
 SAMPLERS = ("auto", "device", "cpu")
-FEATURE_DTYPES = (None, "float32", "bfloat16", "float16")
+FEATURE_DTYPES = (None,) + TABLE_DTYPES
 
 # A fanout beyond this is a typo, not a sampling plan; shapes are sized by
 # min(fanout, max degree) anyway.
