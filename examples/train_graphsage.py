@@ -39,10 +39,10 @@ import jax  # noqa: E402
 from jdirect.graph import PRESETS, load_dataset
 from jdirect.graph.training import parallel
 from jdirect.graph.io.checkpoint import CheckpointError
-from jdirect.graph.training.config import (FEATURE_DTYPES, FEATURE_MODES, SAMPLERS, TrainConfig, as_dict,
-                                  parse_fanouts)
+from jdirect.graph.training.config import (FEATURE_DTYPES, FEATURE_MODES, MAX_SEED, SAMPLERS,
+                                           TrainConfig, as_dict, parse_fanouts)
 from jdirect.graph.io.metrics_file import MetricsFile
-from jdirect.graph.training.trainer import Trainer, make_mesh, sampler_kind
+from jdirect.graph.training.trainer import Trainer, TrainingDiverged, make_mesh, sampler_kind
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -117,7 +117,7 @@ def parser() -> argparse.ArgumentParser:
     add("--cache-fraction", type=_number(float, 0, 1),
         help="jdirect-cache: share of the feature table kept on the device")
     add("--feature-dtype", choices=[d for d in FEATURE_DTYPES if d],
-        help="synthetic presets: feature table dtype")
+        help="feature table dtype (default: float32, or the files' own if a table dtype)")
     add("--fanouts", type=_fanouts, help="neighbours per layer, input layer first (DGL order)")
     add("--batch-size", type=_number(int, 1), help="seeds per optimizer step")
     add("--hidden", type=_number(int, 1), help="hidden width")
@@ -127,7 +127,8 @@ def parser() -> argparse.ArgumentParser:
     add("--epochs", type=_number(int, 1), help="passes over the training nodes")
     add("--min-steps", type=_number(int, 0),
         help="train at least this many optimizer steps (adds epochs on small graphs)")
-    add("--seed", type=int, help="fixes the synthetic graph, weights, samples and dropout")
+    add("--seed", type=_number(int, 0, MAX_SEED),
+        help="fixes the synthetic graph, weights, samples and dropout")
     add("--devices", type=_number(int, 1),
         help="data-parallel devices over all processes (default: all; the CPU sampler uses "
              "one); the batch is split evenly over them")
@@ -165,7 +166,14 @@ def load_config(name: str) -> TrainConfig:
     spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config()
+    try:
+        cfg = module.get_config()
+    except TypeError as e:  # TrainConfig(hiden=...): a misspelled setting
+        raise ValueError(f"{path}: {e}") from None
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"{path}: get_config() must return a TrainConfig, got "
+                         f"{type(cfg).__name__}")
+    return cfg
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -199,7 +207,7 @@ def main(argv=None) -> dict:
         overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
         graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
                              **overrides)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, MemoryError) as e:
         p.exit(1, f"{p.prog}: error: {e}\n")
     say(f"{graph}  [{time.perf_counter() - t0:.1f}s]")
     say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
@@ -222,10 +230,15 @@ def main(argv=None) -> dict:
             except CheckpointError as e:
                 hint = " (flag: --checkpoint-read-only)" if "read_only" in str(e) else ""
                 p.exit(1, f"{p.prog}: error: {e}{hint}\n")
+            except TrainingDiverged as e:
+                if lead:
+                    metrics.update(error=f"{name}: {e}")
+                p.exit(1, f"{p.prog}: error: {name}: {e}\n")
         results[name] = out
         if lead:
             metrics.update(**{name: out})
-        best = f"epoch {out['best_epoch']}, best validation" if out["best_epoch"] >= 0 else "last"
+        best = (f"epoch {out['best_epoch']}, best validation" if len(graph.val)
+                else f"the last epoch, {out['best_epoch']}: no validation nodes")
         test = "no test nodes" if out["test_acc"] is None else f"{out['test_acc']:.4f}"
         say(f"{name}: test accuracy {test} (model of {best})")
     if "mlp" in results and None not in (results["sage"]["test_acc"], results["mlp"]["test_acc"]):

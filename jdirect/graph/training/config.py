@@ -8,6 +8,9 @@ ValueError naming the setting, before any data is loaded.
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 from typing import Any, Sequence
 
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
@@ -20,6 +23,7 @@ FEATURE_DTYPES = (None,) + TABLE_DTYPES
 # A fanout beyond this is a typo, not a sampling plan; shapes are sized by
 # min(fanout, max degree) anyway.
 MAX_FANOUT = 10_000
+MAX_SEED = 2**32 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +91,27 @@ class TrainConfig:
     checkpoint_read_only: bool = False
     progress: bool = True
 
+    def __post_init__(self):
+        # Configuration files write lists (fanouts=[15, 10, 5]); a frozen
+        # config keeps a tuple, hashable and equal to the CLI's.
+        if isinstance(self.fanouts, list):
+            object.__setattr__(self, "fanouts", tuple(self.fanouts))
+
     def replace(self, **changes: Any) -> "TrainConfig":
+        """A copy with `changes`; ValueError naming any unknown setting."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(unknown_settings(unknown))
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> "TrainConfig":
-        """Returns self, or raises ValueError naming the first bad setting."""
+        """Returns self, or raises ValueError naming the first bad setting.
+
+        Types are strict (a configuration file's overlap="false" or
+        lr="0.01" is refused, never read as True or compared as text);
+        integers are accepted where a number is expected.
+        """
+        _check_types(self)
         _check(isinstance(self.fanouts, tuple) and len(self.fanouts) > 0,
                "fanouts", "must be a non-empty list of positive integers, e.g. 15,10,5")
         for f in self.fanouts:
@@ -111,8 +131,14 @@ class TrainConfig:
                "eval_max", f"must be None or an integer >= 1, got {self.eval_max!r}")
         _check(0.0 <= self.dropout < 1.0, "dropout",
                f"must lie in [0, 1) (1 drops every activation), got {self.dropout!r}")
-        _check(self.lr > 0, "lr", f"must be > 0, got {self.lr!r}")
-        _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay!r}")
+        _check(math.isfinite(self.lr) and self.lr > 0, "lr",
+               f"must be a finite number > 0, got {self.lr!r}")
+        _check(math.isfinite(self.weight_decay) and self.weight_decay >= 0, "weight_decay",
+               f"must be a finite number >= 0, got {self.weight_decay!r}")
+        # jax.random.key keeps 32 bits of a seed while x64 is off: seeds 5
+        # and 2**32 + 5 would draw the same numbers.
+        _check(0 <= self.seed <= MAX_SEED, "seed",
+               f"must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
         _check(0.0 <= self.cache_fraction <= 1.0, "cache_fraction",
                f"must lie in [0, 1], got {self.cache_fraction!r}")
         _check(self.model in MODELS, "model",
@@ -131,6 +157,44 @@ class TrainConfig:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def unknown_settings(names: Sequence[str]) -> str:
+    known = ", ".join(f.name for f in dataclasses.fields(TrainConfig))
+    return f"unknown setting{'s' if len(names) > 1 else ''} {', '.join(names)} (known: {known})"
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the annotated type `hint` (bool is no number)."""
+    if isinstance(hint, types.UnionType):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return _is_int(value)
+    if hint is float:
+        return _is_int(value) or isinstance(value, float)
+    if typing.get_origin(hint) is tuple:
+        return isinstance(value, tuple) and all(_is_int(v) for v in value)
+    return isinstance(value, hint)
+
+
+def _describe(hint: Any) -> str:
+    if isinstance(hint, types.UnionType):
+        return " or ".join(_describe(h) for h in typing.get_args(hint))
+    names = {type(None): "None", bool: "True or False", int: "an integer", float: "a number",
+             str: "a string"}
+    return names.get(hint, "a list of integers")
+
+
+def _check_types(cfg: TrainConfig) -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        _check(_fits(value, hints[field.name]), field.name,
+               f"must be {_describe(hints[field.name])}, got {value!r} ({type(value).__name__})")
 
 
 def _check(ok: bool, name: str, message: str) -> None:

@@ -88,6 +88,23 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, ba
     return HostFeed(sampler, source, seed=cfg.seed, prefetch=cfg.prefetch, workers=cfg.workers)
 
 
+class TrainingDiverged(ArithmeticError):
+    """The training loss became NaN or infinite. Raised at the first read of
+    the running metrics that shows it (every `log_every` steps with progress
+    bars, else at the epoch's end): the epoch is neither recorded nor saved,
+    so a checkpoint directory keeps the last good epoch."""
+
+
+def _check_finite(loss_sum: float, epoch: int, steps: int) -> None:
+    # The steps accumulate the loss on the device, so a NaN or inf in any
+    # step stays in the sum: one read tells, and no step waits for it.
+    if not math.isfinite(loss_sum):
+        raise TrainingDiverged(
+            f"training diverged: the loss became {loss_sum} in epoch {epoch} (within its first "
+            f"{steps} steps); lower the learning rate or check the features for huge values. "
+            "Nothing of this epoch was saved")
+
+
 class Trainer:
     """One run of `cfg.model` on `graph`: model and optimizer state, history.
 
@@ -147,9 +164,11 @@ class Trainer:
             # After the call that passes each multiple of log_every.
             if self._progress and done // self.cfg.log_every > (done - n) // self.cfg.log_every:
                 loss_sum, _, seen = parallel.host_value(metrics)  # the only wait in an epoch
+                _check_finite(loss_sum, epoch, done)
                 bar.update(done - bar.n)
                 bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
         loss_sum, correct, seen = (float(v) for v in parallel.host_value(metrics))
+        _check_finite(loss_sum, epoch, done)
         epoch_s = time.perf_counter() - start
         bar.close()
         return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
