@@ -86,3 +86,8 @@ def test_features_with_no_columns_are_refused(tiny):
 def test_float64_features_in_a_graph_are_refused_with_the_fix(tiny):
     with pytest.raises(TypeError, match=r"features must be one of float32.*astype\(np.float32\)"):
         dataclasses.replace(tiny, features=tiny.features.astype(np.float64))
+
+
+def test_data_dir_with_a_synthetic_dataset_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"'small' is synthetic .*--dataset ogb or reddit"):
+        load_dataset("small", tmp_path)

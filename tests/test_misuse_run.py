@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -16,10 +14,10 @@ import pytest
 
 from jdirect.graph import synthetic
 from jdirect.graph.training.config import TrainConfig
+from jdirect.graph.training import trainer as trainer_module
 from jdirect.graph.training.trainer import Trainer, TrainingDiverged
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import train_graphsage  # noqa: E402
+from test_cli import train_graphsage  # the CLI script, loaded from its path
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -132,14 +130,12 @@ def test_the_cli_reports_divergence_in_one_line_and_exits_1(tmp_path, capsys):
 
 
 def test_no_validation_nodes_says_so_instead_of_best_validation(tmp_path, capsys, monkeypatch):
-    from jdirect.graph.data import datasets
-    real = datasets.load_dataset
+    real = trainer_module.load_graph
 
-    def without_val(*args, **kwargs):
-        g = real(*args, **kwargs)
-        return dataclasses.replace(g, val=np.zeros(0, np.int64))
+    def without_val(cfg):
+        return dataclasses.replace(real(cfg), val=np.zeros(0, np.int64))
 
-    monkeypatch.setattr(train_graphsage, "load_dataset", without_val)
+    monkeypatch.setattr(trainer_module, "load_graph", without_val)
     train_graphsage.main(["--dataset", "tiny", "--quiet", "--no-baseline", "--epochs", "1",
                           "--metrics", str(tmp_path / "m.json")])
     out = capsys.readouterr().out
@@ -147,16 +143,13 @@ def test_no_validation_nodes_says_so_instead_of_best_validation(tmp_path, capsys
 
 
 def test_a_preset_too_large_for_the_machine_is_one_line(tmp_path, capsys, monkeypatch):
-    from jdirect.graph.data import datasets
-
-    def too_big(*args, **kwargs):
+    def too_big(cfg):
         raise MemoryError("papers100m needs 60.1 GB of host memory; 20.0 GB available")
 
-    monkeypatch.setattr(train_graphsage, "load_dataset", too_big)
+    monkeypatch.setattr(trainer_module, "load_graph", too_big)
     with pytest.raises(SystemExit) as exit_info:
         train_graphsage.main(["--dataset", "tiny", "--quiet",
                               "--metrics", str(tmp_path / "m.json")])
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     assert "needs 60.1 GB" in err and "Traceback" not in err
-    assert datasets  # the loader module the CLI would have called
