@@ -21,6 +21,7 @@ Only process 0 prints and writes the metrics file and checkpoints.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -31,13 +32,19 @@ from pathlib import Path
 # pinned memory. Half the GPU holds every preset's device arrays (31 GB
 # peak for papers100m); the variable still overrides it.
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+# Compiled programs are kept here between runs (JAX's persistent cache).
+COMPILATION_CACHE = Path.home() / ".cache" / "jdirect" / "jax-compilation"
+
+import jax  # noqa: E402
 
 from jdirect.graph.data import DATASETS  # noqa: E402
 from jdirect.graph.features import SOURCES  # noqa: E402
-from jdirect.graph.io import CheckpointError, check_metrics_path  # noqa: E402
+from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E402
+                              check_metrics_path)
 from jdirect.graph.training import parallel  # noqa: E402
-from jdirect.graph.training.config import (FEATURE_DTYPES, MAX_SEED, SAMPLERS,  # noqa: E402
-                                           apply_flags, load_config, parse_fanouts)
+from jdirect.graph.training.config import (CONFIGS, FEATURE_DTYPES, MAX_SEED,  # noqa: E402
+                                           SAMPLERS, apply_flags, load_config,
+                                           parse_fanouts)
 from jdirect.graph.training.trainer import (TrainingDiverged, make_mesh,  # noqa: E402
                                             train_and_evaluate)
 
@@ -97,10 +104,15 @@ def start_processes(args: argparse.Namespace, p: argparse.ArgumentParser) -> Non
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="GraphSAGE with host-resident features (jdirect)")
+    p = argparse.ArgumentParser(
+        description="GraphSAGE with host-resident features (jdirect). Flags override the "
+                    "configuration's settings; '(default: X)' is the 'default' configuration's.",
+        formatter_class=_Defaults)
     add = p.add_argument
-    add("--config", help="a configuration in configs/ (default: the dataset's own if there is "
-                         "one, else 'default') or a path to a .py file with get_config()")
+    add("--config", help="a configuration: one of "
+                         f"{', '.join(sorted(q.stem for q in CONFIGS.glob('*.py')))} (default: "
+                         "the dataset's own if there is one, else 'default'), or a path to a .py "
+                         "file with get_config()")
     add("--dataset", choices=sorted(DATASETS),
         help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
     add("--data-dir", help="directory of an OGB or Reddit dataset")
@@ -149,7 +161,26 @@ def parser() -> argparse.ArgumentParser:
         help="JSON file of the run's settings, per-epoch metrics and results "
              "(rewritten after every epoch)")
     add("--quiet", action="store_true", help="no progress bars")
+    add("--compilation-cache", metavar="DIR",
+        default=os.environ.get("JAX_COMPILATION_CACHE_DIR", str(COMPILATION_CACHE)),
+        help="JAX's persistent compilation cache, so that a rerun skips compiling ('none': "
+             "off; default: $JAX_COMPILATION_CACHE_DIR, else %(default)s)")
     return p
+
+
+class _Defaults(argparse.HelpFormatter):
+    """Help that shows each setting's value in the 'default' configuration
+    (the flags' own defaults are None: 'not given, keep the configuration's')."""
+
+    _DEFAULTS = dataclasses.asdict(load_config("default"))
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        value = self._DEFAULTS.get(action.dest)
+        # On/off flags (--no-overlap) say in their help what they change.
+        if value is None or action.nargs == 0 or "%(default)" in (action.help or ""):
+            return action.help or ""
+        shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        return f"{action.help} (default: {shown})"
 
 
 def main(argv=None) -> dict:
@@ -157,10 +188,15 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     start_processes(args, p)
     flags = dict(vars(args), progress=False if args.quiet else None)
+    if args.compilation_cache != "none":
+        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     try:  # every check that needs no data, before loading any
         cfg = apply_flags(load_config(args.config, dataset=args.dataset), flags)
         make_mesh(cfg)
         check_metrics_path(args.metrics)
+        if cfg.checkpoint_dir:
+            check_checkpoint_dir(cfg.checkpoint_dir, read_only=cfg.checkpoint_read_only,
+                                 read_only_option="--checkpoint-read-only")
     except ValueError as e:
         p.error(str(e))
     try:

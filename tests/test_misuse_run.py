@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -153,3 +155,72 @@ def test_a_preset_too_large_for_the_machine_is_one_line(tmp_path, capsys, monkey
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     assert "needs 60.1 GB" in err and "Traceback" not in err
+
+
+def test_the_cli_prints_where_the_time_goes(tmp_path, capsys):
+    metrics = tmp_path / "m.json"
+    train_graphsage.main(["--dataset", "tiny", "--quiet", "--no-baseline", "--epochs", "1",
+                          "--min-steps", "0", "--metrics", str(metrics)])
+    out = capsys.readouterr().out
+    assert re.search(r"time: load [\d.]+s, place [\d.]+s, train [\d.]+s, evaluate [\d.]+s "
+                     r"\(compiling [\d.]+s of these\)", out)
+    timings = json.loads(metrics.read_text())["timings"]
+    assert set(timings) == {"load_s", "place_s", "train_s", "evaluate_s", "compile_s"}
+    assert timings["compile_s"] > 0 and timings["train_s"] > 0
+
+
+def test_min_steps_raising_the_epochs_is_said_and_recorded(tmp_path, capsys):
+    metrics = tmp_path / "m.json"
+    train_graphsage.main(["--dataset", "tiny", "--quiet", "--no-baseline", "--epochs", "1",
+                          "--min-steps", "30", "--batch-size", "128",
+                          "--metrics", str(metrics)])
+    out = capsys.readouterr().out
+    saved = json.loads(metrics.read_text())["sage"]
+    assert saved["epochs"] == len(saved["history"]) > 1
+    assert f"{saved['epochs']} epochs, not 1: min_steps 30" in out
+
+
+def test_more_devices_than_there_are_is_one_line_without_bad_advice(capsys):
+    n = jax.device_count()
+    with pytest.raises(SystemExit) as exit_info:
+        train_graphsage.main(["--devices", str(n + 1), "--quiet"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"devices {n + 1}: this run has {n}" in err and "--sampler" not in err
+
+
+def test_an_unwritable_checkpoint_dir_fails_before_the_graph_and_names_the_flag(tmp_path,
+                                                                                 capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(SystemExit) as exit_info:
+        train_graphsage.main(["--checkpoint-dir", str(blocker / "ckpt"), "--quiet",
+                              "--metrics", str(tmp_path / "m.json")])
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert "Graph(" not in out  # refused before any data was made
+    assert "--checkpoint-read-only" in err.splitlines()[-1] or "ckpt" in err.splitlines()[-1]
+    assert "read_only=True" not in err
+
+
+def test_help_shows_the_configurations_and_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        train_graphsage.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "one of default, papers100m, products, tiny" in out
+    assert "(default: 15,10,5)" in out and "(default: jdirect)" in out
+
+
+def test_progress_bars_are_not_drawn_into_a_log_file(tmp_path):
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f:
+        subprocess.run([sys.executable, str(root / "examples" / "train_graphsage.py"),
+                        "--dataset", "tiny", "--epochs", "1", "--min-steps", "0",
+                        "--no-baseline", "--metrics", str(tmp_path / "m.json")],
+                       stdout=f, stderr=subprocess.STDOUT, check=True, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+    text = log.read_text()
+    assert "epoch 0: loss" in text and "%|" not in text and "\r" not in text

@@ -36,6 +36,7 @@ from . import parallel, steps
 from .config import TrainConfig, as_dict, fanouts_for
 from .device_feed import DeviceFeed, default_steps_per_call
 from .feeds import EVAL_EPOCH, Feed, HostFeed
+from .timing import Timings
 
 # Settings that change what a run computes: resuming a checkpoint under
 # other values would silently train a different model.
@@ -69,6 +70,10 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
         (parallel.make_mesh); a batch size that the devices cannot share
         evenly.
     """
+    if cfg.devices is not None and cfg.devices > jax.device_count():
+        # Before any advice about samplers, which could not help.
+        raise ValueError(f"devices {cfg.devices}: this run has {jax.device_count()} "
+                         f"{jax.default_backend()} device(s)")
     if sampler_kind(cfg) == "cpu":
         if cfg.devices not in (None, 1) or jax.process_count() > 1:
             raise ValueError(
@@ -128,8 +133,10 @@ class Trainer:
         training split.
     """
 
-    def __init__(self, graph: Graph, cfg: TrainConfig):
+    def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None):
         cfg.validate()
+        # Where the run's time goes (train_and_evaluate shares one across runs).
+        self.timings = timings if timings is not None else Timings()
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
@@ -165,7 +172,9 @@ class Trainer:
         """Trains one pass over the training nodes; returns its metrics."""
         count = self.batches_per_epoch
         metrics = steps.zero_metrics(mesh=self.mesh)
-        bar = tqdm(total=count, desc=f"epoch {epoch}", disable=not self._progress, leave=False)
+        # disable=None: tqdm draws only on a terminal, so a log file gets plain lines.
+        bar = tqdm(total=count, desc=f"epoch {epoch}", disable=None if self._progress else True,
+                   leave=False)
         start = time.perf_counter()
         done = 0  # steps dispatched
         in_flight = steps.InFlight()
@@ -252,9 +261,14 @@ class Trainer:
                     first = meta["epoch"] + 1
                     best = dict(state=saved["best"], **_best_of(self.history))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
+            if self.epochs > cfg.epochs:
+                log(f"{self.epochs} epochs, not {cfg.epochs}: min_steps {cfg.min_steps} asks for "
+                    f"that many optimizer steps ({self.batches_per_epoch} an epoch)")
             for epoch in range(first, self.epochs):
-                m = self.train_epoch(epoch)
-                m["val_acc"] = self.evaluate(self.graph.val)
+                with self.timings.phase("train_s"):
+                    m = self.train_epoch(epoch)
+                with self.timings.phase("evaluate_s"):
+                    m["val_acc"] = self.evaluate(self.graph.val)
                 if m["val_acc"] is None or m["val_acc"] > best["val_acc"]:
                     best = dict(state=self.state, epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
@@ -266,9 +280,10 @@ class Trainer:
         finally:
             if ckpt is not None:
                 ckpt.close()
-        return dict(history=self.history, best_epoch=best["epoch"],
-                    test_acc=self.evaluate(self.graph.test, best["state"]),
-                    devices=self.mesh.size, processes=jax.process_count())
+        with self.timings.phase("evaluate_s"):
+            test_acc = self.evaluate(self.graph.test, best["state"])
+        return dict(history=self.history, best_epoch=best["epoch"], test_acc=test_acc,
+                    epochs=self.epochs, devices=self.mesh.size, processes=jax.process_count())
 
     def close(self) -> None:
         self.source.close()
@@ -329,9 +344,24 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
     metrics = MetricsFile(metrics_path, dict(config=as_dict(cfg))) \
         if metrics_path is not None and lead else None
     start = time.perf_counter()
+    timings = Timings()
+    with timings.recording():
+        results = _train_runs(cfg, graph, baseline, mesh, metrics, timings, say, log)
+    say(timings.line())
+    if metrics is not None:
+        metrics.update(timings=timings.as_dict())
+    say(f"total {time.perf_counter() - start:.1f}s")
+    return results
+
+
+def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mesh,
+                metrics: MetricsFile | None, timings: Timings, say: Callable[[str], None],
+                log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """train_and_evaluate's runs, with `timings` recording."""
     if graph is None:
-        graph = load_graph(cfg)
-        say(f"{graph}  [{time.perf_counter() - start:.1f}s]")
+        with timings.phase("load_s"):
+            graph = load_graph(cfg)
+        say(f"{graph}  [{timings.seconds['load_s']:.1f}s]")
     say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
         f"features: {cfg.features}, sampler: {sampler_kind(cfg)}, devices: {mesh.size} in "
         f"{jax.process_count()} process(es), {cfg.batch_size // mesh.size} seeds each per step")
@@ -341,7 +371,9 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
     results: dict[str, dict[str, Any]] = {}
     for name, run_cfg in runs.items():
         say(f"--- {name} ---")
-        with Trainer(graph, run_cfg) as trainer:
+        with timings.phase("place_s"):
+            trainer = Trainer(graph, run_cfg, timings=timings)
+        with trainer:
             hook = None if metrics is None else (
                 lambda h, name=name: metrics.update(**{name: dict(history=h)}))
             try:
@@ -359,7 +391,6 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
     if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
         gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
         say(f"GraphSAGE - MLP: {gain:+.1f} accuracy points")
-    say(f"total {time.perf_counter() - start:.1f}s")
     return results
 
 
