@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import resource
 import statistics
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from jdirect.graph.training import steps
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import print_table, run_meta, write_json
+from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
 from gather import memcpy_gbps
 
 
@@ -155,7 +154,7 @@ def main() -> None:
                                    ("feature_dim", args.feature_dim)) if v}
     graph = load_dataset(args.dataset, args.data_dir, progress=False, **overrides)
     made_s = time.perf_counter() - start
-    generation_peak = _host_peak_gb()  # before any trainer allocates
+    generation_peak = host_peak_gb()  # before any trainer allocates
     print(f"{graph} [{made_s:.1f}s]", flush=True)
     base = TrainConfig(dataset=args.dataset, fanouts=tuple(int(f) for f in args.fanouts.split(",")),
                        batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
@@ -198,22 +197,6 @@ def main() -> None:
                     **memory_peaks(graph, generation_peak))
     write_json(args.json, meta, records)
     plot(records, floor, args.json.with_suffix(".png"))
-
-
-def _host_peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
-
-
-def memory_peaks(graph, generation_peak_gb: float) -> dict:
-    """Peak host RSS of this process after generating the graph and over the
-    whole run (training adds the samplers' and caches' host temporaries),
-    and peak device memory in use, against the bytes of the graph's
-    features and CSR."""
-    stats = jax.devices()[0].memory_stats() or {}
-    graph_bytes = graph.features.nbytes + graph.indptr.nbytes + graph.indices.nbytes
-    return dict(generation_host_peak_gb=generation_peak_gb, host_peak_gb=_host_peak_gb(),
-                device_peak_gb=stats.get("peak_bytes_in_use", 0) / 1e9,
-                features_and_csr_gb=graph_bytes / 1e9)
 
 
 def plot(records: list[dict], floor: float | None, path: Path) -> None:

@@ -154,12 +154,11 @@ def main() -> None:
         print(records[-1], flush=True)
     # On a CPU backend, virtual devices for the one-process runs.
     jax.config.update("jax_num_cpu_devices", max(args.devices))
-    from graphsage import _host_peak_gb, memory_peaks
-    from _common import print_table, run_meta, write_json
+    from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
 
     cfg = run_config(args)
     graph = load_graph(cfg)
-    generation_peak = _host_peak_gb()  # before any trainer allocates
+    generation_peak = host_peak_gb()  # before any trainer allocates
     print(f"{graph}, {cfg.features}, batch {cfg.batch_size}", flush=True)
     for devices in args.devices:
         records.append(dict(run=f"1 process, {devices} dev", **time_run(
