@@ -8,7 +8,7 @@ metadata, and each leaf's path, shape, dtype and SHA-256).
 
 Tables are streamed in pieces of `CHUNK_BYTES` between their host memory and
 the file, in both directions: saving a 50 GB table never holds a second
-copy of it in memory. A save is atomic (jdirect._atomic: a temporary file of
+copy of it in memory. A save is atomic (jdirect.atomic_files: a temporary file of
 ours in the same directory, fsynced, read back and checked against the
 hashes taken while writing, then renamed over `path`), so a process killed
 at any point leaves the previous checkpoint at `path` intact; the next save
@@ -28,8 +28,8 @@ from typing import Any, BinaryIO, Mapping
 import jax
 import numpy as np
 
-from ._atomic import atomic_write, remove_stale_temporaries
-from ._dirlock import DirectoryInUse, DirectoryLock, LockUnsupported
+from .atomic_files import atomic_write, remove_stale_temporaries
+from .dir_lock import DirectoryInUse, DirectoryLock, LockUnsupported
 from .host_table import HostTable
 
 FORMAT = 1

@@ -17,7 +17,7 @@ import pytest
 
 import jdirect
 from jdirect import embeddings, table_checkpoint
-from jdirect._dirlock import DirectoryLock
+from jdirect.dir_lock import DirectoryLock
 
 ROOT = Path(__file__).resolve().parents[1]
 

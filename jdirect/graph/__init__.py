@@ -2,20 +2,19 @@
 
 Graphs live in host memory (NumPy; features in `jdirect.host_empty` memory
 where jdirect allocates them). Two samplers produce the same padded
-`Batch`: `NeighborSampler` on CPU threads and `DeviceSampler` on the
-accelerator, inside the jitted training step.
+`Batch` (batch.py): `NeighborSampler` on CPU threads and `DeviceSampler`
+on the accelerator, inside the jitted training step.
 """
 
-from .csr import Graph
-from .datasets import PRESETS, load_dataset, synthetic
-from .device_sampler import DeviceSampler
-from .loaders import load_ogb_node, load_reddit
-from .pipeline import Prefetcher
-from .sampler import Batch, NeighborSampler
+from .batch import Batch
+from .data import (DATASETS, PRESETS, Graph, load_dataset, load_graph, load_ogb_node,
+                   load_reddit, synthetic)
+from .sampling import DeviceSampler, NeighborSampler, Prefetcher
 
 __all__ = [
-    "Batch", "DeviceSampler", "Graph", "NeighborSampler", "PRESETS", "Prefetcher",
-    "load_dataset", "load_ogb_node", "load_reddit", "synthetic",
+    "Batch", "DATASETS", "DeviceSampler", "Graph", "NeighborSampler", "PRESETS", "Prefetcher",
+    "load_dataset", "load_graph", "load_ogb_node", "load_reddit", "synthetic",
 ]
-# Model and training (jdirect.graph.models, .train, .steps, .feeds, .features,
-# .checkpoint) need flax and optax: import them from those modules.
+# Feature sources (jdirect.graph.features), run files (.io), metric names
+# (.metrics), models (.models) and training (.training) are imported from
+# their packages; the last two need flax and optax.

@@ -9,11 +9,11 @@ crash (kill -9, disk full) mid-save leaves at most a temporary file that
 is never read.
 
 A directory is written by one run at a time: a writable `Checkpoints`
-holds an exclusive lock on it (`.jdirect-lock`, see _dirlock.py) until
+holds an exclusive lock on it (`.jdirect-lock`, see jdirect.dir_lock) until
 `close()`, and a second one is refused in one line naming the holder;
 read-only openers (the other processes of a multi-process run, or a
 resume without saving) take no lock. Temporary files are named
-`.jdirect-tmp-<pid>-<random>` (_atomic.py); what a killed save left is
+`.jdirect-tmp-<pid>-<random>` (jdirect.atomic_files); what a killed save left is
 removed by the next lock holder, and no other file is ever deleted but
 the rotated steps of the same run settings.
 
@@ -39,8 +39,8 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from .._atomic import atomic_write, probe_writable, remove_stale_temporaries
-from .._dirlock import DirectoryInUse, DirectoryLock, LockUnsupported
+from ...atomic_files import atomic_write, probe_writable, remove_stale_temporaries
+from ...dir_lock import DirectoryInUse, DirectoryLock, LockUnsupported
 from ._step_file import (FORMAT, DamagedStep, flatten, leaf_bytes, nonfinite, read_settings,
                          read_step, spec, to_target)
 

@@ -1,10 +1,13 @@
 """Training and evaluation of GraphSAGE (or the features-only MLP).
 
 `train_and_evaluate(config, workdir)` is the whole run: data, model,
-epochs, validation, checkpoints, metrics. `Trainer` holds one run's state;
-its loop dispatches steps through a `Feed` (feeds.py) and never waits for
-the device inside an epoch except every `log_every` steps, to read the
-running metrics that the steps accumulate on the device.
+epochs, validation, checkpoints, metrics, and the features-only baseline
+for comparison. `Trainer` holds one run's state; its loop dispatches steps
+through a `Feed` (feeds.py, device_feed.py) and never waits for the device
+inside an epoch except every `log_every` steps, to read the running
+metrics that the steps accumulate on the device. The trainer calls the
+feature source, the sampler and the model through their interfaces only;
+the epoch's figures carry the names of `jdirect.graph.metrics`.
 """
 
 from __future__ import annotations
@@ -23,22 +26,25 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
+from .. import models
+from ..batch import check_config, layer_caps
+from ..data import Graph, load_graph
+from ..features import SOURCES, FeatureSource, SourceOptions
+from ..io import Checkpoints, MetricsFile
+from ..sampling import DeviceSampler, NeighborSampler
 from . import parallel, steps
-from .checkpoint import Checkpoints
 from .config import TrainConfig, as_dict, fanouts_for
-from .csr import Graph
-from .datasets import load_dataset
-from .device_sampler import DeviceSampler
-from .features import FeatureSource
-from .feeds import EVAL_EPOCH, DeviceFeed, Feed, HostFeed
-from .metrics_file import MetricsFile
-from . import models
-from .sampler import NeighborSampler, check_config, layer_caps
+from .device_feed import DeviceFeed, default_steps_per_call
+from .feeds import EVAL_EPOCH, Feed, HostFeed
+from .timing import Timings
 
 # Settings that change what a run computes: resuming a checkpoint under
 # other values would silently train a different model.
 RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
                "dropout", "lr", "weight_decay", "seed", "model", "min_steps")
+
+# The features-only model that `train_and_evaluate(baseline=True)` compares against.
+BASELINE = "mlp"
 
 # Fewer optimizer steps than this make accuracy comparisons meaningless.
 SHORT_RUN_STEPS = 100
@@ -48,7 +54,9 @@ def sampler_kind(cfg: TrainConfig) -> str:
     """"device" or "cpu": where `cfg.sampler` samples on this backend."""
     if cfg.sampler != "auto":
         return cfg.sampler
-    return "device" if jax.default_backend() == "gpu" and cfg.features != "host" else "cpu"
+    if jax.default_backend() == "gpu" and not SOURCES[cfg.features].needs_cpu_sampler:
+        return "device"
+    return "cpu"
 
 
 def make_mesh(cfg: TrainConfig) -> Mesh:
@@ -57,16 +65,24 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
     one device of one process.
 
     Raises:
-      ValueError: the CPU sampler with several devices or processes; a
-        device count the processes cannot provide (parallel.make_mesh); a
-        batch size that the devices cannot share evenly.
+      ValueError: the CPU sampler with several devices or processes, or
+        with steps_per_call; a device count the processes cannot provide
+        (parallel.make_mesh); a batch size that the devices cannot share
+        evenly.
     """
+    if cfg.devices is not None and cfg.devices > jax.device_count():
+        # Before any advice about samplers, which could not help.
+        raise ValueError(f"devices {cfg.devices}: this run has {jax.device_count()} "
+                         f"{jax.default_backend()} device(s)")
     if sampler_kind(cfg) == "cpu":
         if cfg.devices not in (None, 1) or jax.process_count() > 1:
             raise ValueError(
                 f"devices {cfg.devices} in {jax.process_count()} process(es): the CPU sampler "
                 "feeds one device of one process; use the device sampler (--sampler device) "
                 "to train on several")
+        if cfg.steps_per_call is not None:
+            raise ValueError(f"steps_per_call {cfg.steps_per_call}: the CPU sampler runs one "
+                             "step per batch; use the device sampler (--sampler device)")
         return parallel.make_mesh(1)
     mesh = parallel.make_mesh(cfg.devices)
     if cfg.batch_size % mesh.size:
@@ -75,16 +91,35 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
     return mesh
 
 
-def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, batch_size: int,
-              mesh: Mesh) -> Feed:
+def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
+              batch_size: int, mesh: Mesh) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
     `batch_size` seeds per step over all devices."""
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
-        return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap, mesh=mesh,
-                          steps_per_call=cfg.steps_per_call)
+        steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size)
+        return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
+                          mesh=mesh, steps_per_call=steps_per_call)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
-    return HostFeed(sampler, source, seed=cfg.seed, prefetch=cfg.prefetch, workers=cfg.workers)
+    return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
+                    workers=cfg.workers)
+
+
+class TrainingDiverged(ArithmeticError):
+    """The training loss became NaN or infinite. Raised at the first read of
+    the running metrics that shows it (every `log_every` steps with progress
+    bars, else at the epoch's end): the epoch is neither recorded nor saved,
+    so a checkpoint directory keeps the last good epoch."""
+
+
+def _check_finite(loss_sum: float, epoch: int, steps: int) -> None:
+    # The steps accumulate the loss on the device, so a NaN or inf in any
+    # step stays in the sum: one read tells, and no step waits for it.
+    if not math.isfinite(loss_sum):
+        raise TrainingDiverged(
+            f"training diverged: the loss became {loss_sum} in epoch {epoch} (within its first "
+            f"{steps} steps); lower the learning rate or check the features for huge values. "
+            "Nothing of this epoch was saved")
 
 
 class Trainer:
@@ -98,24 +133,18 @@ class Trainer:
         training split.
     """
 
-    def __init__(self, graph: Graph, cfg: TrainConfig, *, feed: Feed | None = None):
+    def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None):
         cfg.validate()
+        # Where the run's time goes (train_and_evaluate shares one across runs).
+        self.timings = timings if timings is not None else Timings()
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
-        mesh = make_mesh(cfg) if feed is None else feed.mesh
+        mesh = make_mesh(cfg)
         fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
         # The batch clamped to the graph, still shared evenly.
         batch_size = -(-batch_size // mesh.size) * mesh.size
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
-        self.source = FeatureSource(graph.features, cfg.features, staging_buffers=cfg.workers,
-                                    rows_per_batch=caps[-1], degrees=graph.degrees(),
-                                    cache_fraction=cfg.cache_fraction)
-        try:
-            self.feed = feed or make_feed(graph, cfg, self.source, fanouts, batch_size, mesh)
-        except BaseException:
-            self.source.close()
-            raise
         model = models.build(cfg.model, graph.features.shape[1], cfg.hidden, graph.num_classes,
                              len(cfg.fanouts), dropout=cfg.dropout, seed=cfg.seed)
         optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
@@ -124,6 +153,15 @@ class Trainer:
         self.graphdef, self.state = nnx.split((model, optimizer))
         self.state = parallel.replicate(mesh, self.state)
         self.mesh = mesh
+        self.source = SOURCES[cfg.features](graph, SourceOptions(
+            rows_per_batch=caps[-1], staging_buffers=cfg.workers,
+            cache_fraction=cfg.cache_fraction))
+        try:
+            self.feed = make_feed(graph, cfg, self.source, self.graphdef, fanouts, batch_size,
+                                  mesh)
+        except BaseException:
+            self.source.close()
+            raise
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
@@ -134,21 +172,25 @@ class Trainer:
         """Trains one pass over the training nodes; returns its metrics."""
         count = self.batches_per_epoch
         metrics = steps.zero_metrics(mesh=self.mesh)
-        bar = tqdm(total=count, desc=f"epoch {epoch}", disable=not self._progress, leave=False)
+        # disable=None: tqdm draws only on a terminal, so a log file gets plain lines.
+        bar = tqdm(total=count, desc=f"epoch {epoch}", disable=None if self._progress else True,
+                   leave=False)
         start = time.perf_counter()
         done = 0  # steps dispatched
         in_flight = steps.InFlight()
         for inputs, n in self.feed.epoch(self.graph.train, epoch):
-            self.state, metrics = self.feed.train_step(self.graphdef, self.state, metrics,
-                                                       inputs, epoch * count + done)
+            self.state, metrics = self.feed.train_step(self.state, metrics, inputs,
+                                                       epoch * count + done)
             in_flight.add(metrics)
             done += n
             # After the call that passes each multiple of log_every.
             if self._progress and done // self.cfg.log_every > (done - n) // self.cfg.log_every:
                 loss_sum, _, seen = parallel.host_value(metrics)  # the only wait in an epoch
+                _check_finite(loss_sum, epoch, done)
                 bar.update(done - bar.n)
                 bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
         loss_sum, correct, seen = (float(v) for v in parallel.host_value(metrics))
+        _check_finite(loss_sum, epoch, done)
         epoch_s = time.perf_counter() - start
         bar.close()
         return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
@@ -167,7 +209,7 @@ class Trainer:
         correct = steps.zero_metrics(2, self.mesh)
         in_flight = steps.InFlight()
         for inputs, _ in self.feed.epoch(nodes, EVAL_EPOCH):
-            correct = self.feed.eval_step(self.graphdef, state, correct, inputs)
+            correct = self.feed.eval_step(state, correct, inputs)
             in_flight.add(correct)
         right, seen = parallel.host_value(correct)
         return float(right) / max(float(seen), 1.0)
@@ -219,9 +261,14 @@ class Trainer:
                     first = meta["epoch"] + 1
                     best = dict(state=saved["best"], **_best_of(self.history))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
+            if self.epochs > cfg.epochs:
+                log(f"{self.epochs} epochs, not {cfg.epochs}: min_steps {cfg.min_steps} asks for "
+                    f"that many optimizer steps ({self.batches_per_epoch} an epoch)")
             for epoch in range(first, self.epochs):
-                m = self.train_epoch(epoch)
-                m["val_acc"] = self.evaluate(self.graph.val)
+                with self.timings.phase("train_s"):
+                    m = self.train_epoch(epoch)
+                with self.timings.phase("evaluate_s"):
+                    m["val_acc"] = self.evaluate(self.graph.val)
                 if m["val_acc"] is None or m["val_acc"] > best["val_acc"]:
                     best = dict(state=self.state, epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
@@ -233,9 +280,10 @@ class Trainer:
         finally:
             if ckpt is not None:
                 ckpt.close()
-        return dict(history=self.history, best_epoch=best["epoch"],
-                    test_acc=self.evaluate(self.graph.test, best["state"]),
-                    devices=self.mesh.size, processes=jax.process_count())
+        with self.timings.phase("evaluate_s"):
+            test_acc = self.evaluate(self.graph.test, best["state"])
+        return dict(history=self.history, best_epoch=best["epoch"], test_acc=test_acc,
+                    epochs=self.epochs, devices=self.mesh.size, processes=jax.process_count())
 
     def close(self) -> None:
         self.source.close()
@@ -256,33 +304,94 @@ def _best_of(history: list[dict]) -> dict[str, Any]:
 
 
 def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
-                       graph: Graph | None = None, log: Callable[[str], None] = print
-                       ) -> dict[str, Any]:
-    """Loads `cfg.dataset` (unless `graph` is given), trains and evaluates.
+                       graph: Graph | None = None, baseline: bool = False,
+                       metrics_path: str | Path | None = None,
+                       log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """Loads the configuration's graph (unless `graph` is given), trains
+    and evaluates `cfg.model`, then, with `baseline`, the features-only MLP
+    on the same graph and settings, for comparison.
 
-    With a `workdir`, checkpoints go to `workdir/checkpoints` (unless
-    cfg.checkpoint_dir says otherwise) and `workdir/metrics.json` is
-    rewritten after every epoch, by process 0 of a multi-process run.
+    Returns {run: Trainer.fit's result}, the runs named after their models
+    ("sage", then "mlp"). The metrics file holds {"config", run: {history,
+    test_acc, ...}, environment, total_s}, rewritten after every epoch.
+
+    Args:
+      workdir: checkpoints go to `workdir/checkpoints` (unless
+        cfg.checkpoint_dir says otherwise; the baseline keeps none) and
+        metrics to `workdir/metrics.json` (unless `metrics_path`).
+      metrics_path: the metrics file (None without a workdir: none).
+      log: progress lines; only process 0 of a multi-process run logs and
+        writes files.
+
+    Raises:
+      ValueError: a bad setting, dataset or metrics path; CheckpointError
+        (a ValueError) for a checkpoint that cannot be resumed.
+      OSError: dataset files missing or unreadable.
+      MemoryError: a synthetic preset that does not fit (before any work).
+      TrainingDiverged: the loss became NaN or infinite (the metrics file
+        records it under "error"; checkpoints keep the last good epoch).
     """
     cfg.validate()
-    metrics = None
+    lead = parallel.is_lead()
+    say = log if lead else (lambda line: None)
     if workdir is not None:
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         if cfg.checkpoint_dir is None:
             cfg = cfg.replace(checkpoint_dir=str(workdir / "checkpoints"))
-        if parallel.is_lead():
-            metrics = MetricsFile(workdir / "metrics.json", dict(config=as_dict(cfg)))
-    if graph is None:
-        overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
-        graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
-                             **overrides)
-    with Trainer(graph, cfg) as trainer:
-        hook = None if metrics is None else (lambda h: metrics.update(history=h))
-        out = trainer.fit(log=log, on_epoch=hook)
+        metrics_path = metrics_path or workdir / "metrics.json"
+    mesh = make_mesh(cfg)
+    metrics = MetricsFile(metrics_path, dict(config=as_dict(cfg))) \
+        if metrics_path is not None and lead else None
+    start = time.perf_counter()
+    timings = Timings()
+    with timings.recording():
+        results = _train_runs(cfg, graph, baseline, mesh, metrics, timings, say, log)
+    say(timings.line())
     if metrics is not None:
-        metrics.update(**out)
-    return out
+        metrics.update(timings=timings.as_dict())
+    say(f"total {time.perf_counter() - start:.1f}s")
+    return results
+
+
+def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mesh,
+                metrics: MetricsFile | None, timings: Timings, say: Callable[[str], None],
+                log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """train_and_evaluate's runs, with `timings` recording."""
+    if graph is None:
+        with timings.phase("load_s"):
+            graph = load_graph(cfg)
+        say(f"{graph}  [{timings.seconds['load_s']:.1f}s]")
+    say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
+        f"features: {cfg.features}, sampler: {sampler_kind(cfg)}, devices: {mesh.size} in "
+        f"{jax.process_count()} process(es), {cfg.batch_size // mesh.size} seeds each per step")
+    runs = {cfg.model: cfg}
+    if baseline:
+        runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
+    results: dict[str, dict[str, Any]] = {}
+    for name, run_cfg in runs.items():
+        say(f"--- {name} ---")
+        with timings.phase("place_s"):
+            trainer = Trainer(graph, run_cfg, timings=timings)
+        with trainer:
+            hook = None if metrics is None else (
+                lambda h, name=name: metrics.update(**{name: dict(history=h)}))
+            try:
+                out = results[name] = trainer.fit(log=log, on_epoch=hook)
+            except TrainingDiverged as e:
+                if metrics is not None:
+                    metrics.update(error=f"{name}: {e}")
+                raise TrainingDiverged(f"{name}: {e}") from None
+        if metrics is not None:
+            metrics.update(**{name: out})
+        best = (f"epoch {out['best_epoch']}, best validation" if len(graph.val)
+                else f"the last epoch, {out['best_epoch']}: no validation nodes")
+        test = "no test nodes" if out["test_acc"] is None else f"{out['test_acc']:.4f}"
+        say(f"{name}: test accuracy {test} (model of {best})")
+    if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
+        gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
+        say(f"GraphSAGE - MLP: {gain:+.1f} accuracy points")
+    return results
 
 
 def format_epoch(m: dict[str, Any]) -> str:
@@ -290,6 +399,6 @@ def format_epoch(m: dict[str, Any]) -> str:
     line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
             f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
     if "wait_s" in m:
-        line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['sample_s']:.2f}s,"
+        line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['cpu_sample_s']:.2f}s,"
                  f" stage {m['stage_s']:.2f}s)")
     return line

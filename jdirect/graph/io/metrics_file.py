@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._atomic import atomic_write, probe_writable
+from ...atomic_files import atomic_write, probe_writable
 
 
 def run_environment() -> dict[str, Any]:

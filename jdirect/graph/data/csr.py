@@ -7,6 +7,10 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+# Element types a feature table may have: what every feature mode reads
+# without a conversion (loaders convert other dtypes once, to float32).
+FEATURE_DTYPES = ("float32", "bfloat16", "float16")
+
 
 @dataclasses.dataclass(frozen=True)
 class Graph:
@@ -82,7 +86,13 @@ def validate(g: Graph) -> None:
     _require(isinstance(g.features, np.ndarray) and g.features.ndim == 2,
              "features must be a 2-D NumPy array", TypeError)
     _require(g.features.shape[0] == n, f"features has {g.features.shape[0]} rows for {n} nodes")
+    _require(g.features.shape[1] >= 1, "features must have at least one column per node "
+             f"(shape {g.features.shape})")
     _require(g.features.flags.c_contiguous, "features must be C-contiguous")
+    _require(g.features.dtype.name in FEATURE_DTYPES,
+             f"features must be one of {', '.join(FEATURE_DTYPES)}, got {g.features.dtype.name} "
+             "(convert once, e.g. features.astype(np.float32), and check the values are finite)",
+             TypeError)
     _require(isinstance(g.labels, np.ndarray) and g.labels.dtype == np.int32
              and g.labels.shape == (n,), "labels must be int32 of shape (num_nodes,)", TypeError)
     _require(g.num_classes > 0, "num_classes must be positive")

@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 from . import _chung_lu
 from . import _counter_random as random
 from ._chung_lu import EdgeModel
-from ..placement import device_free_bytes
-from ..host_memory import host_empty
+from ...placement import device_free_bytes
+from ...host_memory import host_empty
 from ._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies
 from .csr import Graph
 
@@ -352,7 +352,9 @@ def _edges_to_csr(model: EdgeModel, plan: _Plan, key, perm, num_draw: int,
     # written, so its pages are never resident.
     buffer = _csr_array((2 * num_draw,), np.dtype(np.int32))
     offset = 0
-    for p in tqdm(range(plan.passes), desc=f"{name}: edges", disable=not progress, leave=False):
+    # disable=None: tqdm draws only on a terminal (a log file gets no bar).
+    for p in tqdm(range(plan.passes), desc=f"{name}: edges", disable=None if progress else True,
+                  leave=False):
         lo = p * plan.span
         hi = min(lo + plan.span, n)
         indices, counts, (_, kept) = _run_pass(model, plan, key, perm, num_draw, lo, hi)
@@ -386,8 +388,8 @@ def _features(labels, k_centroids, k_noise, dim: int, num_classes: int, noise: f
     rows = max(1, min(_FEATURE_CHUNK_BYTES // (4 * dim), n))
     padded = jnp.pad(labels, (0, -n % rows))
     features = _feature_array((n, dim), dtype)
-    for start in tqdm(range(0, n, rows), desc=f"{name}: features", disable=not progress,
-                      leave=False):
+    for start in tqdm(range(0, n, rows), desc=f"{name}: features",
+                      disable=None if progress else True, leave=False):
         chunk = _feature_rows(k_centroids, k_noise, padded, jnp.float32(noise),
                               jnp.float32(scale), jnp.int32(start), num_classes=num_classes,
                               rows=rows, dim=dim, dtype=dtype)

@@ -1,0 +1,132 @@
+"""The dataset registry: synthetic presets and loaders for files already on disk.
+
+`DATASETS` (name -> opener) is the only place a dataset's name lives (the
+CLI's --dataset). A new dataset is a loader in its own file in this
+package plus one line in `DATASETS` (or, for a synthetic size, one entry in
+`PRESETS`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from .csr import Graph
+from .ogb import load_ogb_node
+from .reddit import load_reddit
+from .synthetic import generate
+
+# Sizes of the synthetic presets. `products` matches ogbn-products: 2,449,029
+# nodes, ~61.9M undirected edges, 100-dim float32 features, 47 classes and
+# its split sizes (196,615 train / 39,323 val). `papers100m` matches
+# ogbn-papers100M: 111,059,956 nodes, 1,615,685,872 edges stored both ways
+# (~3.2B int32 CSR entries, 12.9 GB), 128-dim features (56.9 GB in float32,
+# 28.4 GB in bfloat16), 172 classes and OGB's split sizes (1,207,179 train /
+# 125,265 val / 214,338 test); as in OGB, the other ~109.5M nodes are in no
+# split (they have labels, but nothing trains or evaluates on them).
+PAPERS100M_NODES = 111_059_956
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(num_nodes=2_000, num_edges=10_000, feature_dim=16, num_classes=5,
+                 split=(0.3, 0.1), noise=2.0),
+    "small": dict(num_nodes=20_000, num_edges=120_000, feature_dim=32, num_classes=8,
+                  split=(0.2, 0.1), noise=3.0),
+    "products": dict(num_nodes=2_449_029, num_edges=61_900_000, feature_dim=100,
+                     num_classes=47, split=(196_615 / 2_449_029, 39_323 / 2_449_029),
+                     noise=7.0),
+    "papers100m": dict(num_nodes=PAPERS100M_NODES, num_edges=1_615_685_872, feature_dim=128,
+                       num_classes=172, noise=6.0, unit_variance=True,
+                       split=tuple(n / PAPERS100M_NODES for n in (1_207_179, 125_265, 214_338))),
+}
+
+
+def synthetic(preset: str = "small", *, seed: int = 0, progress: bool = True, **overrides) -> Graph:
+    """Generates a synthetic preset; keyword overrides change its sizes and
+    pass through to `synthetic.generate` (e.g. feature_dtype, passes).
+
+    Raises:
+      ValueError: unknown preset or invalid sizes.
+      MemoryError: the preset does not fit in host or device memory (raised
+        before any work; the message names bytes needed and available).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    args = {**PRESETS[preset], **overrides}
+    return generate(**args, seed=seed, name=preset, progress=progress)
+
+
+Opener = Callable[..., Graph]  # (data_dir, *, seed, progress, **overrides) -> Graph
+
+
+def _preset(name: str) -> Opener:
+    def open_preset(data_dir: str | Path | None, *, seed: int, progress: bool,
+                    **overrides) -> Graph:
+        if data_dir is not None:  # a user who meant their files would train on noise
+            raise ValueError(f"dataset {name!r} is synthetic and reads no files; for the files "
+                             f"in {data_dir} choose --dataset {' or '.join(LOADED)}")
+        return synthetic(name, seed=seed, progress=progress, **overrides)
+
+    return open_preset
+
+
+def _files(name: str, load: Callable[..., Graph]) -> Opener:
+    """A loader of files in `data_dir`; sizes and seeds do not apply, the
+    feature dtype does (the table is converted once as it is loaded)."""
+
+    def open_files(data_dir: str | Path | None, *, seed: int, progress: bool,
+                   feature_dtype: str | None = None, **overrides) -> Graph:
+        if data_dir is None:
+            raise ValueError(f"dataset {name!r} needs --data-dir pointing at its files")
+        if overrides:
+            raise ValueError(f"dataset {name!r} takes no {', '.join(sorted(overrides))} "
+                             "(its sizes come from its files)")
+        return load(Path(data_dir), feature_dtype=feature_dtype)
+
+    return open_files
+
+
+# Name -> opener. "ogb" reads an OGB node-property directory (e.g.
+# ogbn-products), "reddit" the reddit_data.npz / reddit_graph.npz pair.
+DATASETS: dict[str, Opener] = {
+    **{name: _preset(name) for name in PRESETS},
+    "ogb": _files("ogb", load_ogb_node),
+    "reddit": _files("reddit", load_reddit),
+}
+LOADED = tuple(name for name in DATASETS if name not in PRESETS)  # datasets read from files
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, *, seed: int = 0,
+                 progress: bool = True, **overrides) -> Graph:
+    """A dataset by name (a key of DATASETS), from `data_dir` for the file
+    loaders; keyword overrides pass to the synthetic generator. Nothing is
+    downloaded.
+
+    Raises:
+      ValueError: unknown name, or a file loader without `data_dir`.
+      FileNotFoundError: missing files (the message names them).
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    return DATASETS[name](data_dir, seed=seed, progress=progress, **overrides)
+
+
+class GraphSettings(Protocol):
+    """What `load_graph` reads from a configuration (a `TrainConfig`)."""
+
+    dataset: str
+    data_dir: str | None
+    feature_dtype: str | None
+    seed: int
+    progress: bool
+
+
+def load_graph(cfg: GraphSettings) -> Graph:
+    """The graph a run's configuration names: `cfg.dataset` from
+    `cfg.data_dir`, generated from `cfg.seed` with `cfg.feature_dtype`
+    (synthetic presets), a progress bar if `cfg.progress`.
+
+    Raises:
+      as `load_dataset`.
+    """
+    overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
+    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
+                        **overrides)

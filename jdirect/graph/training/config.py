@@ -1,0 +1,280 @@
+"""`TrainConfig`: every setting of a GraphSAGE run, validated in one place.
+
+A run's configuration is a `get_config()` in `configs/` (`load_config`),
+with a CLI's flags applied over it (`apply_flags`); `validate()` turns a
+bad value into one clear ValueError naming the setting, before any data is
+loaded. Settings go only downward from here: the trainer reads them and
+hands each layer what it needs, already valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..data import DATASETS
+from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
+from ..features import SOURCES
+from ..models import MODELS
+
+# The run configurations of a source checkout: configs/NAME.py.
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+SAMPLERS = ("auto", "device", "cpu")
+FEATURE_DTYPES = (None,) + TABLE_DTYPES
+
+# A fanout beyond this is a typo, not a sampling plan; shapes are sized by
+# min(fanout, max degree) anyway.
+MAX_FANOUT = 10_000
+MAX_SEED = 2**32 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters, data and run settings.
+
+    Attributes:
+      dataset, data_dir, feature_dtype: the graph (`data.load_graph`).
+      fanouts: neighbours per GNN layer, input layer first (DGL order).
+      batch_size: seeds per optimizer step, over all devices (a multiple
+        of their number: each device samples an equal share).
+      hidden, dropout, lr, weight_decay: model and AdamW.
+      epochs: passes over the training nodes; `min_steps` raises the count
+        so that small graphs still get that many optimizer steps.
+      seed: fixes the synthetic graph, the initial weights, every sample
+        and every dropout mask.
+      model: "sage" or "mlp" (the seed's own features only).
+      features: the feature source, a key of `features.SOURCES` (where the
+        table lives and how a step reads its rows).
+      cache_fraction: jdirect-cache: share of the table's bytes on the device.
+      sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
+        workers feeding the step) or "auto" (device on a GPU, else cpu;
+        a source that needs the CPU sampler samples there).
+      overlap: with the device sampler and a source whose reads overlap
+        (the jdirect ones), read batch i + 1's rows while batch i trains.
+      devices: data-parallel devices, over all processes (None: every
+        device with the device sampler; the CPU sampler feeds one).
+      steps_per_call: device sampler: optimizer steps per dispatch (one
+        compiled loop), so that the host's cost of a dispatch is paid once
+        for many short steps; the result does not depend on it. None: 1 on
+        one device, 8 on several (`device_feed.default_steps_per_call`).
+        The CPU sampler runs one step per batch and refuses a value.
+      prefetch, workers: the CPU sampler's batches in flight and threads.
+      eval_max: evaluate on at most this many val/test nodes (None: all).
+      log_every: optimizer steps between reads of the running metrics (the
+        only times the host waits for the device within an epoch).
+      checkpoint_dir: save after every epoch and resume from it.
+      checkpoint_read_only: resume from checkpoint_dir without saving
+        (for a directory this run may not write).
+      progress: tqdm bars.
+    """
+
+    dataset: str = "small"
+    data_dir: str | None = None
+    feature_dtype: str | None = None
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    hidden: int = 256
+    dropout: float = 0.5
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    epochs: int = 3
+    min_steps: int = 0
+    seed: int = 0
+    model: str = "sage"
+    features: str = "jdirect"
+    cache_fraction: float = 0.2
+    sampler: str = "auto"
+    overlap: bool = True
+    devices: int | None = None
+    steps_per_call: int | None = None
+    prefetch: int = 4
+    workers: int = 4
+    eval_max: int | None = None
+    log_every: int = 50
+    checkpoint_dir: str | None = None
+    checkpoint_read_only: bool = False
+    progress: bool = True
+
+    def __post_init__(self):
+        # Configuration files write lists (fanouts=[15, 10, 5]); a frozen
+        # config keeps a tuple, hashable and equal to the CLI's.
+        if isinstance(self.fanouts, list):
+            object.__setattr__(self, "fanouts", tuple(self.fanouts))
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        """A copy with `changes`; ValueError naming any unknown setting."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(unknown_settings(unknown))
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> "TrainConfig":
+        """Returns self, or raises ValueError naming the first bad setting.
+
+        Types are strict (a configuration file's overlap="false" or
+        lr="0.01" is refused, never read as True or compared as text);
+        integers are accepted where a number is expected.
+        """
+        _check_types(self)
+        _check(isinstance(self.fanouts, tuple) and len(self.fanouts) > 0,
+               "fanouts", "must be a non-empty list of positive integers, e.g. 15,10,5")
+        for f in self.fanouts:
+            _check(_is_int(f) and 0 < f <= MAX_FANOUT, "fanouts",
+                   f"must be integers in [1, {MAX_FANOUT}], got {f!r}")
+        for name in ("batch_size", "hidden", "epochs", "prefetch", "workers", "log_every"):
+            value = getattr(self, name)
+            _check(_is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
+        _check(_is_int(self.min_steps) and self.min_steps >= 0, "min_steps",
+               f"must be an integer >= 0, got {self.min_steps!r}")
+        _check(self.devices is None or (_is_int(self.devices) and self.devices >= 1), "devices",
+               f"must be None or an integer >= 1, got {self.devices!r}")
+        _check(self.steps_per_call is None
+               or (_is_int(self.steps_per_call) and self.steps_per_call >= 1), "steps_per_call",
+               f"must be None or an integer >= 1, got {self.steps_per_call!r}")
+        _check(self.eval_max is None or (_is_int(self.eval_max) and self.eval_max >= 1),
+               "eval_max", f"must be None or an integer >= 1, got {self.eval_max!r}")
+        _check(0.0 <= self.dropout < 1.0, "dropout",
+               f"must lie in [0, 1) (1 drops every activation), got {self.dropout!r}")
+        _check(math.isfinite(self.lr) and self.lr > 0, "lr",
+               f"must be a finite number > 0, got {self.lr!r}")
+        _check(math.isfinite(self.weight_decay) and self.weight_decay >= 0, "weight_decay",
+               f"must be a finite number >= 0, got {self.weight_decay!r}")
+        # jax.random.key keeps 32 bits of a seed while x64 is off: seeds 5
+        # and 2**32 + 5 would draw the same numbers.
+        _check(0 <= self.seed <= MAX_SEED, "seed",
+               f"must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
+        _check(0.0 <= self.cache_fraction <= 1.0, "cache_fraction",
+               f"must lie in [0, 1], got {self.cache_fraction!r}")
+        _check(self.model in MODELS, "model",
+               f"must be one of {', '.join(MODELS)}, got {self.model!r}")
+        _check(self.dataset in DATASETS, "dataset",
+               f"must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        _check(self.features in SOURCES, "features",
+               f"must be one of {tuple(SOURCES)}, got {self.features!r}")
+        _check(self.sampler in SAMPLERS, "sampler",
+               f"must be one of {SAMPLERS}, got {self.sampler!r}")
+        _check(not (self.sampler == "device" and SOURCES[self.features].needs_cpu_sampler),
+               "sampler", f"'device' cannot feed the {self.features!r} feature source, which "
+               "gathers rows on the CPU from the CPU sampler's batches; use --sampler cpu or "
+               "auto")
+        _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
+               f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
+        return self
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def unknown_settings(names: Sequence[str]) -> str:
+    known = ", ".join(f.name for f in dataclasses.fields(TrainConfig))
+    return f"unknown setting{'s' if len(names) > 1 else ''} {', '.join(names)} (known: {known})"
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the annotated type `hint` (bool is no number)."""
+    if isinstance(hint, types.UnionType):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return _is_int(value)
+    if hint is float:
+        return _is_int(value) or isinstance(value, float)
+    if typing.get_origin(hint) is tuple:
+        return isinstance(value, tuple) and all(_is_int(v) for v in value)
+    return isinstance(value, hint)
+
+
+def _describe(hint: Any) -> str:
+    if isinstance(hint, types.UnionType):
+        return " or ".join(_describe(h) for h in typing.get_args(hint))
+    names = {type(None): "None", bool: "True or False", int: "an integer", float: "a number",
+             str: "a string"}
+    return names.get(hint, "a list of integers")
+
+
+def _check_types(cfg: TrainConfig) -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        _check(_fits(value, hints[field.name]), field.name,
+               f"must be {_describe(hints[field.name])}, got {value!r} ({type(value).__name__})")
+
+
+def _check(ok: bool, name: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"{name} {message}")
+
+
+def load_config(name_or_path: str | Path | None = None, *,
+                dataset: str | None = None) -> TrainConfig:
+    """The `get_config()` of configs/NAME.py, or of a .py file's path.
+
+    None: the configuration named after `dataset` if configs/ has one, else
+    "default". Not validated (apply flags first, then `validate`).
+
+    Raises:
+      ValueError: no such configuration (the message lists configs/).
+    """
+    if name_or_path is None:
+        name_or_path = dataset if dataset and (CONFIGS / f"{dataset}.py").is_file() \
+            else "default"
+    name = str(name_or_path)
+    path = Path(name) if name.endswith(".py") else CONFIGS / f"{name}.py"
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIGS.glob("*.py"))
+        raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
+    spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        cfg = module.get_config()
+    except TypeError as e:  # TrainConfig(hiden=...): a misspelled setting
+        raise ValueError(f"{path}: {e}") from None
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"{path}: get_config() must return a TrainConfig, got "
+                         f"{type(cfg).__name__}")
+    return cfg
+
+
+def apply_flags(cfg: TrainConfig, flags: Mapping[str, Any]) -> TrainConfig:
+    """`cfg` with every flag that names a setting and was given (is not
+    None) applied; validated. Other keys (a CLI's own flags) are ignored.
+
+    Raises:
+      ValueError: a bad resulting setting (see `TrainConfig.validate`).
+    """
+    fields = TrainConfig.__dataclass_fields__
+    return cfg.replace(**{k: v for k, v in flags.items()
+                          if v is not None and k in fields}).validate()
+
+
+def parse_fanouts(text: str) -> tuple[int, ...]:
+    """'15,10,5' -> (15, 10, 5); raises ValueError with the offending text."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        fanouts = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"fanouts must be comma-separated integers, e.g. 15,10,5; got {text!r}")
+    return fanouts
+
+
+def as_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """JSON-ready settings (for metrics files and checkpoints)."""
+    out = dataclasses.asdict(cfg)
+    out["fanouts"] = list(cfg.fanouts)
+    return out
+
+
+def fanouts_for(cfg: TrainConfig) -> Sequence[int]:
+    """The sampler's fanouts: the configuration's for a model that uses
+    neighbours, none for one that reads only the seeds (the MLP)."""
+    return cfg.fanouts if MODELS[cfg.model].uses_neighbors else ()

@@ -1,0 +1,174 @@
+"""The update, the host-batch steps and what every step program is compiled for.
+
+Every step is a jitted function of the model's state that returns the new
+state; nothing waits for the device. Running metrics are a device array
+`float32[3]` = (sum of seed losses, correct seeds, seeds) that each step
+adds to, so a loop reads them only when it chooses to.
+
+A step program's one static argument is its `StepContext`: the model's
+graphdef, the feature source's class (whose `read`/`start`/`finish` the
+program traces), the dropout seed and, for the device-sampled programs,
+the mesh, the sampler and the steps per call. Everything else is an array.
+
+Where the programs live, beside the state they carry:
+  * here: `train_step` / `eval_step` on a `Batch` sampled on the host (and,
+    for a source that stages rows, its staged rows), on one device;
+  * device_feed.py: the device-sampled programs, sampling, feature read
+    and update in one call, `n` steps per call, data parallel;
+  * pipelined.py: the pipelined read of a source that `overlaps`, and its
+    read-ahead rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from ..batch import Batch
+from ..features import FeatureSource
+from ..models import dropout_masks
+from .parallel import replicate
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """The static part of a step program: one hashable argument, so two
+    equal contexts share a compilation.
+
+    Attributes:
+      graphdef: the model and optimizer's `nnx` graphdef.
+      source: the feature source's class: the program reads rows with its
+        `read` (or `start`/`finish`).
+      seed: fixes the dropout masks (with the global step).
+      mesh: device-sampled programs: the 1-D mesh over `parallel.AXIS`.
+      sampler: device-sampled programs: the `DeviceSampler`.
+      n: device-sampled programs: optimizer steps per call.
+    """
+
+    graphdef: Any
+    source: type[FeatureSource]
+    seed: int
+    mesh: Mesh | None = None
+    sampler: Any = None
+    n: int = 1
+
+    def with_steps(self, n: int) -> "StepContext":
+        """This context for calls of `n` steps."""
+        return self if n == self.n else dataclasses.replace(self, n=n)
+
+
+class InFlight:
+    """Bounds how far the host runs ahead of the device.
+
+    Dispatch is asynchronous, and every dispatched step holds its buffers
+    until the device has run it: a loop that never waits can queue a whole
+    epoch and exhaust device memory (seen on products: 412 MB of rows per
+    queued step). `add(out)` after each dispatch waits only for the step
+    `depth` places back, so the device always has `depth` steps queued and
+    never idles for the host.
+    """
+
+    def __init__(self, depth: int = 4):
+        self._queue: collections.deque = collections.deque()
+        self._depth = depth
+
+    def add(self, out: Any) -> None:
+        self._queue.append(out)
+        if len(self._queue) > self._depth:
+            jax.block_until_ready(self._queue.popleft())
+
+    def wait(self) -> None:
+        """Waits for every step added."""
+        jax.block_until_ready(list(self._queue))
+        self._queue.clear()
+
+
+def zero_metrics(size: int = 3, mesh: Mesh | None = None) -> jax.Array:
+    """Zeroed running metrics, placed like the steps' outputs (replicated
+    over `mesh`; None: committed to the default device), so the first step
+    of an epoch reuses their compilation."""
+    zeros = np.zeros((size,), np.float32)
+    if mesh is None:
+        return jax.device_put(zeros, jax.local_devices()[0])
+    return replicate(mesh, zeros)
+
+
+def dropout_key(seed: int, step: jax.Array) -> jax.Array:
+    """Dropout draws depend only on (seed, global step): runs resume exactly."""
+    return jax.random.fold_in(jax.random.key(seed), step)
+
+
+def _total(x: Any, axis: str | None) -> Any:
+    """x (a pytree) summed over the devices of `axis` (x itself outside a
+    sharded step)."""
+    return x if axis is None else jax.lax.psum(x, axis)
+
+
+def _loss(model: nnx.Module, x: jax.Array, batch: Batch, keep, seeds: jax.Array):
+    """(this batch's share of the global mean loss, (logits, its loss sum))."""
+    logits = model(x, batch, keep)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
+    loss_sum = (ce * batch.seed_mask).sum()
+    return loss_sum / jnp.maximum(seeds, 1.0), (logits, loss_sum)
+
+
+def _correct(logits: jax.Array, batch: Batch) -> jax.Array:
+    return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
+
+
+def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
+           axis: str | None = None):
+    """One AdamW step on rows `x` of `batch`, dropout drawn from `key`;
+    returns (state, metrics + this batch's metrics). Traceable, not jitted.
+
+    Inside a sharded step (`axis` = AXIS, state replicated) `batch` is this
+    device's part of the global batch, and the step equals one device's
+    update on the whole of it: each device's loss is its seeds' summed
+    cross-entropy over the global seed count (a psum), so the devices'
+    losses, and their gradients (psum'd), add up to the global mean and its
+    gradient (a mean of per-device means would overweight devices with
+    fewer seeds). Every device then applies the same update.
+    """
+    model, optimizer = nnx.merge(graphdef, state)
+    keep = dropout_masks(model, batch, key)
+    seeds = batch.seed_mask.sum().astype(jnp.float32)
+    (_, (logits, loss_sum)), grads = nnx.value_and_grad(_loss, has_aux=True)(
+        model, x, batch, keep, _total(seeds, axis))
+    optimizer.update(model, _total(grads, axis))
+    step_metrics = jnp.stack([loss_sum, _correct(logits, batch).astype(jnp.float32), seeds])
+    return nnx.state((model, optimizer)), metrics + _total(step_metrics, axis)
+
+
+def count_correct(graphdef, state, correct: jax.Array, x: jax.Array, batch: Batch,
+                   axis: str | None = None) -> jax.Array:
+    """`correct` + (correct seeds, seeds) of the model on rows `x` of
+    `batch` (no dropout), summed over the devices of `axis` inside a
+    sharded step. Traceable, not jitted."""
+    model, _ = nnx.merge(graphdef, state)
+    return correct + _total(jnp.stack([_correct(model(x, batch), batch).astype(jnp.float32),
+                                       batch.seed_mask.sum().astype(jnp.float32)]), axis)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch, staged,
+               step: jax.Array):
+    """One update on a host-sampled `batch`; returns (state, metrics)."""
+    x = ctx.source.read(table, batch.input_nodes, staged)
+    return update(ctx.graphdef, state, metrics, x, batch, dropout_key(ctx.seed, step))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def eval_step(ctx: StepContext, state, correct: jax.Array, table, batch: Batch,
+              staged) -> jax.Array:
+    """Adds (correct, seeds) of a host-sampled `batch` to `correct`."""
+    x = ctx.source.read(table, batch.input_nodes, staged)
+    return count_correct(ctx.graphdef, state, correct, x, batch)
