@@ -30,10 +30,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jdirect.graph import load_dataset, steps
-from jdirect.graph.config import FEATURE_MODES, TrainConfig
-from jdirect.graph.feeds import DeviceFeed
-from jdirect.graph.train import Trainer
+from jdirect.graph import load_dataset
+from jdirect.graph.training import steps
+from jdirect.graph.training.config import FEATURE_MODES, TrainConfig
+from jdirect.graph.training.feeds import DeviceFeed
+from jdirect.graph.training.trainer import Trainer
 from _common import print_table, run_meta, write_json
 from gather import memcpy_gbps
 

@@ -38,7 +38,7 @@ from jax import lax
 
 from _common import run_meta, timed, write_json
 from jdirect.graph import Graph, NeighborSampler
-from jdirect.graph.device_sampler import DeviceSampler
+from jdirect.graph.sampling.device import DeviceSampler
 
 PRODUCTS_NODES, PRODUCTS_EDGES = 2_449_029, 123_718_280
 MODES = ("device", "device-scan", "host", "cpu")

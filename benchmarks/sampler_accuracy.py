@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from jdirect.graph import load_dataset
-from jdirect.graph.train import Trainer
+from jdirect.graph.training.trainer import Trainer
 from _common import run_meta, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))

@@ -37,9 +37,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 import jax  # noqa: E402  (the backend starts later: jax.distributed comes first)
 
-from jdirect.graph import load_dataset, parallel, steps  # noqa: E402
-from jdirect.graph.config import FEATURE_MODES, TrainConfig  # noqa: E402
-from jdirect.graph.train import Trainer  # noqa: E402
+from jdirect.graph import load_dataset  # noqa: E402
+from jdirect.graph.training import parallel, steps  # noqa: E402
+from jdirect.graph.training.config import FEATURE_MODES, TrainConfig  # noqa: E402
+from jdirect.graph.training.trainer import Trainer  # noqa: E402
 from train_graphsage import load_config  # noqa: E402
 
 

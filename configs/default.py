@@ -1,7 +1,7 @@
 """The README's main job: the embedded `small` graph (20,000 nodes), features
 in host memory read by jdirect.gather; about a minute on 2 CPU cores."""
 
-from jdirect.graph.config import TrainConfig
+from jdirect.graph.training import TrainConfig
 
 
 def get_config() -> TrainConfig:

@@ -7,7 +7,7 @@ variance per column (`unit_variance`): with noise 6 and raw features of
 standard deviation ~6, both GraphSAGE and the MLP stayed on the uniform-
 prediction plateau (loss ln 172) for the whole first epoch."""
 
-from jdirect.graph.config import TrainConfig
+from jdirect.graph.training import TrainConfig
 
 
 def get_config() -> TrainConfig:

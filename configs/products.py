@@ -2,7 +2,7 @@
 float32 features): the GPU benchmark's setting (fanouts 15,10,5, batch 1024,
 hidden 256), features in host memory, sampling on the device."""
 
-from jdirect.graph.config import TrainConfig
+from jdirect.graph.training import TrainConfig
 
 
 def get_config() -> TrainConfig:

@@ -1,6 +1,6 @@
 """A seconds-long CPU run for tests: the `tiny` graph, a small model."""
 
-from jdirect.graph.config import TrainConfig
+from jdirect.graph.training import TrainConfig
 
 
 def get_config() -> TrainConfig:

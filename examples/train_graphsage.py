@@ -36,12 +36,13 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
 
 import jax  # noqa: E402
 
-from jdirect.graph import PRESETS, load_dataset, parallel
-from jdirect.graph.checkpoint import CheckpointError
-from jdirect.graph.config import (FEATURE_DTYPES, FEATURE_MODES, SAMPLERS, TrainConfig, as_dict,
+from jdirect.graph import PRESETS, load_dataset
+from jdirect.graph.training import parallel
+from jdirect.graph.io.checkpoint import CheckpointError
+from jdirect.graph.training.config import (FEATURE_DTYPES, FEATURE_MODES, SAMPLERS, TrainConfig, as_dict,
                                   parse_fanouts)
-from jdirect.graph.metrics_file import MetricsFile
-from jdirect.graph.train import Trainer, make_mesh, sampler_kind
+from jdirect.graph.io.metrics_file import MetricsFile
+from jdirect.graph.training.trainer import Trainer, make_mesh, sampler_kind
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

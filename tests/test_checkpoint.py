@@ -22,7 +22,7 @@ import optax
 import pytest
 from flax import nnx
 
-from jdirect.graph.checkpoint import (RESUME_KEYS, CheckpointError, Checkpoints,
+from jdirect.graph.io.checkpoint import (RESUME_KEYS, CheckpointError, Checkpoints,
                                      check_checkpoint_dir, resume_settings)
 
 CONFIG = dict(seed=0, hidden=16, fanouts=[4, 3])
@@ -377,7 +377,7 @@ def test_temporaries_are_named_after_the_run(tmp_path, monkeypatch):
 
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from jdirect.graph.checkpoint import Checkpoints
+    from jdirect.graph.io.checkpoint import Checkpoints
 
     ckpt = Checkpoints(sys.argv[1], {"seed": 0})
     print("locked", flush=True)
@@ -410,7 +410,7 @@ def test_run_in_another_process_is_refused_and_its_lock_taken_over_once_killed(t
 _SAVER = textwrap.dedent("""
     import sys
     import jax.numpy as jnp
-    from jdirect.graph.checkpoint import Checkpoints
+    from jdirect.graph.io.checkpoint import Checkpoints
 
     ckpt = Checkpoints(sys.argv[1], {"seed": 0})
     for epoch in range(10**6):

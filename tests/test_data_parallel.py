@@ -19,11 +19,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from conftest import run_tests_on_cpu_devices
 from jdirect.graph import DeviceSampler, synthetic
-from jdirect.graph import parallel, steps
-from jdirect.graph.config import TrainConfig
-from jdirect.graph.feeds import DeviceFeed
+from jdirect.graph.training import parallel, steps
+from jdirect.graph.training.config import TrainConfig
+from jdirect.graph.training.feeds import DeviceFeed
 from jdirect.graph.models import GraphSAGE, dropout_masks
-from jdirect.graph.train import Trainer
+from jdirect.graph.training.trainer import Trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 

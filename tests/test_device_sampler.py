@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jdirect.graph import NeighborSampler
-from jdirect.graph.csr import Graph, csr_from_edges
-from jdirect.graph.device_sampler import DeviceSampler
+from jdirect.graph.data.csr import Graph, csr_from_edges
+from jdirect.graph.sampling.device import DeviceSampler
 from test_sampler import star_forest, subset_pvalue
 
 FANOUTS = (3, 2)
@@ -90,7 +90,7 @@ def runs(graph, seeds):
 
 
 def check_batch(g: Graph, s: DeviceSampler, seeds: np.ndarray, b) -> None:
-    """Asserts the Batch contract of sampler.py against the CSR."""
+    """Asserts the Batch contract of batch.py against the CSR."""
     n, counts = g.num_nodes, b.counts.tolist()
     seeds = seeds[seeds >= 0]
     nodes = b.input_nodes

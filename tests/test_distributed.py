@@ -70,15 +70,15 @@ def worker(out: str, num_processes: int, process_id: int, coordinator: str | Non
     """One epoch of the tiny preset (host table, pipelined reads) on every
     device of every process; writes the parameters, the metrics and the
     validation accuracy of process `process_id`."""
-    from jdirect.graph import parallel
+    from jdirect.graph.training import parallel
 
     if num_processes > 1:
         parallel.initialize(coordinator, num_processes, process_id)
     import jax
 
     from jdirect.graph import synthetic
-    from jdirect.graph.config import TrainConfig
-    from jdirect.graph.train import Trainer
+    from jdirect.graph.training.config import TrainConfig
+    from jdirect.graph.training.trainer import Trainer
 
     graph = synthetic("tiny", seed=0, progress=False)
     cfg = TrainConfig(dataset="tiny", fanouts=(4, 3), batch_size=64, hidden=16, epochs=1,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jdirect.graph import Graph, load_dataset, synthetic
-from jdirect.graph.csr import csr_from_edge_chunks, csr_from_edges, csr_from_keys, edge_keys
+from jdirect.graph.data.csr import csr_from_edge_chunks, csr_from_edges, csr_from_keys, edge_keys
 
 
 def test_bad_sizes_and_names():

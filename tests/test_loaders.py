@@ -15,7 +15,8 @@ import pytest
 from jdirect.host_memory import memory_of
 from test_graph_data import assert_same_graph
 
-from jdirect.graph import load_ogb_node, load_reddit, loaders, synthetic
+from jdirect.graph import load_ogb_node, load_reddit, synthetic
+from jdirect.graph.data import loaders
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from jdirect.graph.metrics_file import MetricsFile, check_metrics_path
+from jdirect.graph.io.metrics_file import MetricsFile, check_metrics_path
 
 
 def strict_json(text: str):

@@ -9,8 +9,8 @@ import pytest
 import scipy.stats
 
 from jdirect.graph import NeighborSampler, synthetic
-from jdirect.graph.csr import Graph, csr_from_edges
-from jdirect.graph.sampler import layer_caps
+from jdirect.graph.data.csr import Graph, csr_from_edges
+from jdirect.graph.batch import layer_caps
 
 
 @pytest.fixture(scope="module")

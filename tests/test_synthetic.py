@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from jdirect.graph import PRESETS, synthetic
-from jdirect.graph import _chung_lu, _host_copies
+from jdirect.graph.data import _chung_lu, _host_copies
 
 # The module, not the `synthetic` function that jdirect.graph exports.
-gen = importlib.import_module("jdirect.graph.synthetic")
+gen = importlib.import_module("jdirect.graph.data.synthetic")
 
 FIELDS = ("indptr", "indices", "features", "labels", "train", "val", "test")
 SMALL = dict(num_nodes=3000, num_edges=20_000, feature_dim=8, num_classes=4, progress=False)
@@ -207,7 +207,7 @@ def test_preset_overrides():
 _PEAK_SCRIPT = textwrap.dedent("""
     import importlib, json
     import jax.numpy as jnp
-    gen = importlib.import_module("jdirect.graph.synthetic")
+    gen = importlib.import_module("jdirect.graph.data.synthetic")
 
     def status(key):
         with open("/proc/self/status") as f:

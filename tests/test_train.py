@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from jdirect.graph import synthetic
-from jdirect.graph import steps
-from jdirect.graph.config import TrainConfig
-from jdirect.graph.train import Trainer, train_and_evaluate
+from jdirect.graph.training import steps
+from jdirect.graph.training.config import TrainConfig
+from jdirect.graph.training.trainer import Trainer, train_and_evaluate
 
 # Tiny runs are short on purpose; the warning itself is tested below.
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
@@ -190,7 +190,7 @@ def test_train_and_evaluate_writes_metrics_and_checkpoints(graph, tmp_path):
 
 
 def test_device_sampler_is_what_auto_picks_on_a_gpu():
-    from jdirect.graph.train import sampler_kind
+    from jdirect.graph.training.trainer import sampler_kind
 
     expected = "device" if jax.default_backend() == "gpu" else "cpu"
     assert sampler_kind(config(sampler="auto")) == expected

@@ -6,12 +6,13 @@ where jdirect allocates them). Two samplers produce the same padded
 accelerator, inside the jitted training step.
 """
 
-from .csr import Graph
-from .datasets import PRESETS, load_dataset, synthetic
-from .device_sampler import DeviceSampler
-from .loaders import load_ogb_node, load_reddit
-from .pipeline import Prefetcher
-from .sampler import Batch, NeighborSampler
+from .data.csr import Graph
+from .data.datasets import PRESETS, load_dataset, synthetic
+from .sampling.device import DeviceSampler
+from .data.loaders import load_ogb_node, load_reddit
+from .sampling.prefetch import Prefetcher
+from .batch import Batch
+from .sampling.cpu import NeighborSampler
 
 __all__ = [
     "Batch", "DeviceSampler", "Graph", "NeighborSampler", "PRESETS", "Prefetcher",

@@ -42,11 +42,11 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 
-from ..async_gather import gather_done, gather_start
+from ...async_gather import gather_done, gather_start
 
-from .models import dropout_masks
+from ..models import dropout_masks
 from .parallel import AXIS, replicate
-from .sampler import Batch
+from ..batch import Batch
 
 Read = Callable[[Any, jax.Array, Any], jax.Array]  # (table, input_nodes, staged) -> rows
 

@@ -1,76 +1,18 @@
-"""Uniform neighbour sampling into fixed-shape, padded blocks.
+"""Uniform neighbour sampling on CPU threads (NumPy) into padded `Batch`es.
 
-Terms: `nodes[0]` are the seeds (a mini-batch); hop k samples up to
-`fanout` neighbours of every node of `nodes[k-1]` without replacement, and
-`nodes[k]` is `nodes[k-1]` followed by the newly reached nodes (ascending
-ids, which also orders the feature reads by address). The GNN reads
-features of `nodes[L]` and layer by layer reduces them to the seeds.
-
-Fanouts follow DGL's convention: `fanouts[i]` belongs to GNN layer i,
-counted from the input, so the last fanout is the one drawn at the seeds.
-
-Every array has a shape fixed by (batch_size, fanouts, num_nodes), so a
-jitted step compiles once. Padding rules:
-  * `input_nodes[i]` for i >= num_input is `num_nodes` (out of range: a
-    gather in "fill" mode returns the fill and reads nothing);
-  * `nbrs[l][i, j]` is a position in the next-larger node list; it is only
-    meaningful where `masks[l][i, j]`; padded rows have all-false masks;
-  * `labels[i]`/`seed_mask[i]` for seeds beyond the batch are 0/False.
+Hop k samples up to `fanout` neighbours of every node reached so far,
+without replacement; the blocks' shapes and padding are batch.py's.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from .csr import Graph
-
-
-class Batch(NamedTuple):
-    """One sampled mini-batch; a pytree of arrays (see module doc).
-
-    Attributes:
-      input_nodes: int32[caps[L]] node ids whose features the model reads
-        (int64 for graphs of 2**31 nodes or more, which need jax_enable_x64).
-      nbrs: per GNN layer from the input, int32[caps[L-1-i], fanouts[i]].
-      masks: bool arrays shaped like `nbrs`.
-      labels: int32[batch_size].
-      seed_mask: bool[batch_size].
-      counts: int32[L + 1], valid entries of nodes[0..L].
-    """
-
-    input_nodes: np.ndarray
-    nbrs: tuple[np.ndarray, ...]
-    masks: tuple[np.ndarray, ...]
-    labels: np.ndarray
-    seed_mask: np.ndarray
-    counts: np.ndarray
-
-
-def check_config(fanouts: Sequence[int], batch_size: int,
-                 graph: Graph) -> tuple[tuple[int, ...], int]:
-    """(fanouts, batch_size) as Python ints, sized to `graph`; ValueError
-    unless all are positive.
-
-    A fanout beyond the largest degree is clamped to it (no node has more
-    neighbours to draw), and a batch size beyond the node count to that, so
-    padded shapes and scratch follow the graph, not an absurd setting.
-    """
-    if batch_size <= 0 or any(int(f) <= 0 for f in fanouts):
-        raise ValueError("batch_size and fanouts must be positive")
-    max_degree = max(int(np.diff(graph.indptr).max(initial=0)), 1)
-    return (tuple(min(int(f), max_degree) for f in fanouts),
-            min(int(batch_size), max(graph.num_nodes, 1)))
-
-
-def layer_caps(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> list[int]:
-    """Most nodes each of nodes[0..L] can hold: the padded sizes."""
-    caps = [batch_size]
-    for f in reversed(fanouts):
-        caps.append(min(num_nodes, caps[-1] * (1 + f)))
-    return caps
+from ..batch import Batch, check_config, layer_caps
+from ..data.csr import Graph
 
 
 def _sample_positions(rng: np.random.Generator, deg: np.ndarray, fanout: int) -> np.ndarray:

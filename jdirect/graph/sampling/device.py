@@ -1,6 +1,6 @@
 """`DeviceSampler`: uniform neighbour sampling on the accelerator, jittable.
 
-It produces the `Batch` of the CPU `NeighborSampler` (sampler.py: padded
+It produces the `Batch` of the CPU `NeighborSampler` (batch.py: padded
 shapes from `layer_caps`, DGL's fanout order, nodes[k] = nodes[k-1]
 followed by the newly reached nodes in ascending id order, relabelled
 neighbours, masks, padding) with jnp/lax operations only, so sampling runs
@@ -36,11 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import placement
-from ..gather import gather
-from ..host_table import HostTable
-from .csr import Graph
-from .sampler import Batch, check_config, layer_caps
+from ... import placement
+from ...gather import gather
+from ...host_table import HostTable
+from ..data.csr import Graph
+from ..batch import Batch, check_config, layer_caps
 
 _MAX_CHUNK = 2**31 - 1  # entries int32 can index
 _SAMPLE_STREAM, _SHUFFLE_STREAM = 0, 1  # independent key streams per seed

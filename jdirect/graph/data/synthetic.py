@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 from . import _chung_lu
 from . import _counter_random as random
 from ._chung_lu import EdgeModel
-from ..placement import device_free_bytes
-from ..host_memory import host_empty
+from ...placement import device_free_bytes
+from ...host_memory import host_empty
 from ._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies
 from .csr import Graph
 

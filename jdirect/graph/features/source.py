@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import CachedTable, HostTable, gather
-from .sampler import Batch
+from ... import CachedTable, HostTable, gather
+from ..batch import Batch
 
 MODES = ("device", "host", "jdirect", "jdirect-cache")
 

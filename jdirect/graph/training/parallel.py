@@ -23,8 +23,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
-from ..placement import replicate_array
-from ..table import Table
+from ...placement import replicate_array
+from ...table import Table
 
 AXIS = "data"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from .models import MODELS
+from ..models import MODELS
 
 FEATURE_MODES = ("device", "host", "jdirect", "jdirect-cache")
 SAMPLERS = ("auto", "device", "cpu")
@@ -36,7 +36,7 @@ class TrainConfig:
       seed: fixes the synthetic graph, the initial weights, every sample
         and every dropout mask.
       model: "sage" or "mlp" (the seed's own features only).
-      features: where the feature table lives (see features.py).
+      features: where the feature table lives (see features/).
       cache_fraction: jdirect-cache: share of the table's bytes on the device.
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
         workers feeding the step) or "auto" (device on a GPU, else cpu;

@@ -24,16 +24,17 @@ from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from . import parallel, steps
-from .checkpoint import Checkpoints
+from ..io.checkpoint import Checkpoints
 from .config import TrainConfig, as_dict, fanouts_for
-from .csr import Graph
-from .datasets import load_dataset
-from .device_sampler import DeviceSampler
-from .features import FeatureSource
+from ..data.csr import Graph
+from ..data.datasets import load_dataset
+from ..sampling.device import DeviceSampler
+from ..features.source import FeatureSource
 from .feeds import EVAL_EPOCH, DeviceFeed, Feed, HostFeed
-from .metrics_file import MetricsFile
-from . import models
-from .sampler import NeighborSampler, check_config, layer_caps
+from ..io.metrics_file import MetricsFile
+from .. import models
+from ..batch import check_config, layer_caps
+from ..sampling.cpu import NeighborSampler
 
 # Settings that change what a run computes: resuming a checkpoint under
 # other values would silently train a different model.

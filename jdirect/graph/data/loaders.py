@@ -47,9 +47,9 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..host_memory import host_empty
+from ...host_memory import host_empty
 
-from ._atomic import TMP_PREFIX, atomic_write
+from ..io._atomic import TMP_PREFIX, atomic_write
 from .csr import Graph, csr_from_edge_chunks
 
 # Edges handled per step while building a CSR from an edge file; the

@@ -26,10 +26,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import parallel, steps
-from .features import FeatureSource
+from ..features.source import FeatureSource
 from .parallel import AXIS
-from .pipeline import Prefetcher
-from .sampler import NeighborSampler
+from ..sampling.prefetch import Prefetcher
+from ..sampling.cpu import NeighborSampler
 
 # Sampling key of evaluation batches: never a training epoch.
 EVAL_EPOCH = 1 << 30
