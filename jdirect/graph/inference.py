@@ -55,7 +55,7 @@ from .. import placement
 from ..gather import gather
 from ..host_table import HostTable
 from ..table import Table
-from .csr import Graph
+from .data import Graph
 from .models.base import Edges
 
 Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
@@ -141,14 +141,14 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
     table, owned = features, False
     for i, conv in enumerate(convs):
         last = i + 1 == len(convs)
-        step = functools.partial(_Step, graphdef, params, i, size, report)
+        steps = _steps(graphdef, i, size, None if last else model.activation, dtype)
         if _on_host(table) and _bytes(table.shape, table.dtype) <= budget:
             staged = _Output(f"layer {i} input (staged)", table.shape, table.dtype, budget,
                              report)
             for a, b in chunks:
                 staged.write(a, b, _read(size, table, _span(a, b)))
             report.bytes_read += n * _link_row_bytes(table)
-            _release(table, owned)
+            _release(table, owned, staged.table)
             table, owned = staged.done(), True
         spent = 0 if _on_host(table) or not owned else _bytes(table.shape, table.dtype)
         source = None
@@ -157,22 +157,23 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
                           report)
             spent += out.device_bytes
             for a, b in chunks:
-                out.write(a, b, step(a, b).project(table))
+                out.write(a, b, _Chunk(steps, params, report, a, b).project(table))
             source = out.done()
         out = _Output(f"layer {i + 1} {'logits' if last else 'output'}", (n, conv.out_dim),
                       dtype, budget - spent, report)
         for a, b in chunks:
-            chunk = step(a, b)
+            chunk = _Chunk(steps, params, report, a, b)
             chunk.open(table, source)
             if model.uses_neighbors:
                 offsets = jnp.asarray(_offsets(graph.indptr, a, b, size))
                 for lo, nbrs in _windows(graph, a, b, chunk_edges):
                     chunk.reduce(table if source is None else source, nbrs, lo, offsets)
-            out.write(a, b, chunk.close(None if last else model.activation, dtype))
-        _release(table, owned)
+            out.write(a, b, chunk.close())
+        done = out.done()
+        _release(table, owned, done)
         if source is not None:
-            _release(source, True)
-        table, owned = out.done(), True
+            _release(source, True, done)
+        table, owned = done, True
     return Result(table, report)
 
 
@@ -205,16 +206,13 @@ def evaluate(model: nnx.Module, graph: Graph, features: Input,
         _release(result.logits, True)
 
 
-class _Step:
-    """One chunk [a, b) of layer `index`: its jitted steps and their
-    bytes over the link, counted into `report`."""
+class _Chunk:
+    """Chunk [a, b) of one layer through its compiled steps (`_steps`),
+    counting the bytes its reads move over the link into `report`."""
 
-    def __init__(self, graphdef: Any, params: Any, index: int, size: int, report: Report,
-                 a: int, b: int):
-        self.static = (graphdef, index, size)
-        self.params, self.report = params, report
-        self.span = _span(a, b)
-        self.count = b - a
+    def __init__(self, steps: "_Steps", params: Any, report: Report, a: int, b: int):
+        self.steps, self.params, self.report = steps, params, report
+        self.span, self.count = _span(a, b), b - a
         self.opened: tuple = ()
 
     def _count_read(self, table: Input, rows: int) -> None:
@@ -223,30 +221,72 @@ class _Step:
 
     def project(self, table: Input) -> jax.Array:
         self._count_read(table, self.count)
-        return _project(*self.static, self.params, table, self.span)
+        return self.steps.project(self.params, table, self.span)
 
     def open(self, table: Input, source: Input | None) -> None:
         self._count_read(table, self.count)
         if source is not None:
             self._count_read(source, self.count)
-        self.opened = _open(*self.static, self.params, table, source, self.span)
+        self.opened = self.steps.open(self.params, table, source, self.span)
 
     def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, offsets: jax.Array) -> None:
         """Adds the chunk's edges lo .. lo + len(nbrs) (padded with id
         num_nodes), their source rows read from `read_from`; `offsets` are
         the chunk's edge offsets (`_offsets`)."""
         h, s, state = self.opened
-        self.opened = h, s, _reduce(*self.static[:2], self.params, state, s, read_from, nbrs,
-                                    offsets, np.int32(lo))
+        state = self.steps.reduce(self.params, state, s, read_from, nbrs, offsets, np.int32(lo))
+        self.opened = h, s, state
         self.report.bytes_read += nbrs.nbytes
         self._count_read(read_from, int((nbrs < read_from.shape[0]).sum()))
 
-    def close(self, activation: Callable | None, dtype: np.dtype) -> jax.Array:
-        return _close(*self.static[:2], activation, dtype, self.params, *self.opened)
+    def close(self) -> jax.Array:
+        return self.steps.close(self.params, *self.opened)
 
 
-def _conv(graphdef: Any, index: int, params: Any) -> Any:
-    return nnx.merge(graphdef, params).convs[index]
+class _Steps:
+    """The compiled steps of layer `index` of a model (`graphdef`) over
+    chunks of `size` nodes: closures, so that a call hashes no graphdef
+    (that costs milliseconds per call for jit's static arguments)."""
+
+    def __init__(self, graphdef: Any, index: int, size: int,
+                 activation: Callable[[jax.Array], jax.Array] | None, dtype: np.dtype):
+        def conv(params):
+            return nnx.merge(graphdef, params).convs[index]
+
+        def project(params, table, span):
+            return conv(params).source(_rows(table, span, size).astype(jnp.float32))
+
+        def open_(params, table, source, span):
+            """(h_dst, s_dst, init state) of the chunk `span`."""
+            layer = conv(params)
+            h = _rows(table, span, size).astype(jnp.float32)
+            s = (layer.source(h) if source is None
+                 else _rows(source, span, size).astype(jnp.float32))
+            return h, s, layer.init(h, s)
+
+        def reduce(params, state, s_dst, read_from, nbrs, offsets, lo):
+            """`reduce` over edges lo .. lo + len(nbrs) of a chunk whose node k
+            has the edges offsets[k] .. offsets[k + 1] (offsets[-1]: all)."""
+            pos = lo + jnp.arange(nbrs.shape[0], dtype=jnp.int32)
+            # Padding edges (pos >= offsets[-1]) are invalid; clipping keeps seg sorted.
+            seg = jnp.clip(jnp.searchsorted(offsets, pos, side="right") - 1, 0, size - 1)
+            rows = gather(read_from, nbrs, fill_value=0)
+            edges = Edges(rows, pos < offsets[-1], seg.astype(jnp.int32), size)
+            return conv(params).reduce(state, s_dst, edges)
+
+        def close(params, h_dst, s_dst, state):
+            out = conv(params).finish(state, h_dst, s_dst)
+            return (out if activation is None else activation(out)).astype(dtype)
+
+        self.project, self.open, self.reduce, self.close = (
+            jax.jit(f) for f in (project, open_, reduce, close))
+
+
+@functools.lru_cache(maxsize=64)
+def _steps(graphdef: Any, index: int, size: int, activation: Callable | None,
+           dtype: np.dtype) -> _Steps:
+    """`_Steps`, kept across calls of `layerwise` on models of one shape."""
+    return _Steps(graphdef, index, size, activation, dtype)
 
 
 def _rows(table: Input, span: jax.Array, size: int) -> jax.Array:
@@ -259,39 +299,6 @@ def _rows(table: Input, span: jax.Array, size: int) -> jax.Array:
 @functools.partial(jax.jit, static_argnums=(0,))
 def _read(size: int, table: Input, span: jax.Array) -> jax.Array:
     return _rows(table, span, size)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _project(graphdef, index, size, params, table, span) -> jax.Array:
-    return _conv(graphdef, index, params).source(_rows(table, span, size).astype(jnp.float32))
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _open(graphdef, index, size, params, table, source, span):
-    """(h_dst, s_dst, init state) of the chunk `span`."""
-    conv = _conv(graphdef, index, params)
-    h = _rows(table, span, size).astype(jnp.float32)
-    s = conv.source(h) if source is None else _rows(source, span, size).astype(jnp.float32)
-    return h, s, conv.init(h, s)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _reduce(graphdef, index, params, state, s_dst, read_from, nbrs, offsets, lo):
-    """`reduce` over edges lo .. lo + len(nbrs) of a chunk whose node k has
-    the edges offsets[k] .. offsets[k + 1] (offsets[-1]: all of them)."""
-    size = s_dst.shape[0]
-    pos = lo + jnp.arange(nbrs.shape[0], dtype=jnp.int32)
-    # Padding edges (pos >= offsets[-1]) are invalid; clipping keeps seg sorted.
-    seg = jnp.clip(jnp.searchsorted(offsets, pos, side="right") - 1, 0, size - 1)
-    rows = gather(read_from, nbrs, fill_value=0)
-    edges = Edges(rows, pos < offsets[-1], seg.astype(jnp.int32), size)
-    return _conv(graphdef, index, params).reduce(state, s_dst, edges)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _close(graphdef, index, activation, dtype, params, h_dst, s_dst, state) -> jax.Array:
-    out = _conv(graphdef, index, params).finish(state, h_dst, s_dst)
-    return (out if activation is None else activation(out)).astype(dtype)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
@@ -415,11 +422,14 @@ def _link_row_bytes(table: Input) -> int:
     return _bytes(table.shape[1:], table.dtype)
 
 
-def _release(table: Input, owned: bool) -> None:
-    """Frees a table this module made (never a caller's)."""
+def _release(table: Input, owned: bool, after: Any = None) -> None:
+    """Frees a table this module made (never a caller's), once `after`, the
+    arrays computed from it, are ready: a dispatched step still to read a
+    closed HostTable would fail."""
     if not owned:
         return
     if isinstance(table, HostTable):
+        jax.block_until_ready(after)
         table.close()
     elif isinstance(table, jax.Array):
         table.delete()
