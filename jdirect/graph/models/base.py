@@ -157,14 +157,22 @@ def block(conv: Conv, h: jax.Array, nbrs: jax.Array, mask: jax.Array) -> jax.Arr
 
 
 class MessagePassing(nnx.Module):
-    """The forward pass and dropout shapes shared by the neighbour models:
-    `convs` with `activation` and dropout between them."""
+    """The layers, forward pass and dropout shapes shared by the neighbour
+    models: `convs` with `activation` and dropout between them.
+
+    `make(din, dout, last)` builds each layer, input side first.
+    """
 
     uses_neighbors = True
     activation: ClassVar[Callable[[jax.Array], jax.Array]] = staticmethod(jax.nn.relu)
-    convs: Sequence[Conv]
-    num_layers: int
-    rate: float
+
+    def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,
+                 dropout: float, make: Callable[[int, int, bool], Conv]):
+        self.dims = layer_dims(in_dim, hidden, num_classes, num_layers)
+        self.convs = nnx.List(make(a, b, i + 1 == num_layers)
+                              for i, (a, b) in enumerate(zip(self.dims[:-1], self.dims[1:])))
+        self.num_layers = num_layers
+        self.rate = dropout
 
     def hidden_shapes(self, batch: Any) -> list[tuple[int, int]]:
         """Shapes of the activations dropout applies to (all but the last layer)."""

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .base import Edges, MessagePassing, layer_dims
+from .base import Edges, MessagePassing
 
 HEADS = 4
 _SLOPE = 0.2
@@ -113,10 +113,7 @@ class GAT(MessagePassing):
                  dropout: float = 0.5, rngs: nnx.Rngs, heads: int = HEADS):
         if heads < 1 or hidden % heads:
             raise ValueError(f"GAT: hidden ({hidden}) must be a multiple of heads ({heads})")
-        self.dims = layer_dims(in_dim, hidden, num_classes, num_layers)
-        last = num_layers - 1
-        self.convs = nnx.List(
-            GATConv(a, b if i == last else b // heads, heads, concat=i < last, rngs=rngs)
-            for i, (a, b) in enumerate(zip(self.dims[:-1], self.dims[1:])))
-        self.num_layers = num_layers
-        self.rate = dropout
+        super().__init__(
+            in_dim, hidden, num_classes, num_layers, dropout=dropout,
+            make=lambda a, b, last: GATConv(a, b if last else b // heads, heads,
+                                            concat=not last, rngs=rngs))

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .base import Edges, MessagePassing, add_sums, layer_dims
+from .base import Edges, MessagePassing, add_sums
 
 
 class GCNConv(nnx.Module):
@@ -49,8 +49,5 @@ class GCN(MessagePassing):
 
     def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, rngs: nnx.Rngs):
-        self.dims = layer_dims(in_dim, hidden, num_classes, num_layers)
-        self.convs = nnx.List(GCNConv(a, b, rngs=rngs)
-                              for a, b in zip(self.dims[:-1], self.dims[1:]))
-        self.num_layers = num_layers
-        self.rate = dropout
+        super().__init__(in_dim, hidden, num_classes, num_layers, dropout=dropout,
+                         make=lambda a, b, last: GCNConv(a, b, rngs=rngs))
