@@ -166,8 +166,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
             chunk.open(table, source)
             if model.uses_neighbors:
                 offsets = jnp.asarray(_offsets(graph.indptr, a, b, size))
-                for lo, nbrs in _windows(graph, a, b, chunk_edges):
-                    chunk.reduce(table if source is None else source, nbrs, lo, offsets)
+                for lo, count, nbrs in _windows(graph, a, b, chunk_edges):
+                    chunk.reduce(table if source is None else source, nbrs, lo, count, offsets)
             out.write(a, b, chunk.close())
         done = out.done()
         _release(table, owned, done)
@@ -229,15 +229,16 @@ class _Chunk:
             self._count_read(source, self.count)
         self.opened = self.steps.open(self.params, table, source, self.span)
 
-    def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, offsets: jax.Array) -> None:
-        """Adds the chunk's edges lo .. lo + len(nbrs) (padded with id
+    def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, count: int,
+               offsets: jax.Array) -> None:
+        """Adds the chunk's edges lo .. lo + count (`nbrs`, padded with id
         num_nodes), their source rows read from `read_from`; `offsets` are
         the chunk's edge offsets (`_offsets`)."""
         h, s, state = self.opened
         state = self.steps.reduce(self.params, state, s, read_from, nbrs, offsets, np.int32(lo))
         self.opened = h, s, state
         self.report.bytes_read += nbrs.nbytes
-        self._count_read(read_from, int((nbrs < read_from.shape[0]).sum()))
+        self._count_read(read_from, count)
 
     def close(self) -> jax.Array:
         return self.steps.close(self.params, *self.opened)
@@ -381,14 +382,18 @@ def _offsets(indptr: np.ndarray, a: int, b: int, size: int) -> np.ndarray:
 
 
 def _windows(graph: Graph, a: int, b: int, size: int):
-    """(lo, int32[size] neighbour ids) per window of the chunk's edges,
-    lo the window's first edge within the chunk; padded with num_nodes."""
+    """(lo, count, int32[size] neighbour ids) per window of the chunk's
+    edges: lo its first edge within the chunk, count its edges; padded
+    with num_nodes (a full int32 window is a view of the CSR, no copy)."""
     start, stop = int(graph.indptr[a]), int(graph.indptr[b])
     for lo in range(0, stop - start, size):
         ids = graph.indices[start + lo:min(start + lo + size, stop)]
+        if ids.shape[0] == size and ids.dtype == np.int32:
+            yield lo, size, ids
+            continue
         nbrs = np.full(size, graph.num_nodes, np.int32)
         nbrs[: ids.shape[0]] = ids
-        yield lo, nbrs
+        yield lo, ids.shape[0], nbrs
 
 
 def _budget(device_budget: int | None, working: int) -> float:
@@ -428,8 +433,8 @@ def _release(table: Input, owned: bool, after: Any = None) -> None:
     closed HostTable would fail."""
     if not owned:
         return
+    jax.block_until_ready(after)
     if isinstance(table, HostTable):
-        jax.block_until_ready(after)
         table.close()
     elif isinstance(table, jax.Array):
         table.delete()
