@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -57,3 +58,20 @@ def write_json(path: Path, meta: dict, results: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(meta=meta, results=results), indent=1))
     print(f"wrote {path}")
+
+
+def host_peak_gb() -> float:
+    """Peak resident memory of this process so far, GB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+def memory_peaks(graph, generation_peak_gb: float) -> dict:
+    """Peak host RSS of this process after generating the graph and over the
+    whole run (training adds the samplers' and caches' host temporaries),
+    and peak device memory in use, against the bytes of the graph's
+    features and CSR."""
+    stats = jax.devices()[0].memory_stats() or {}
+    graph_bytes = graph.features.nbytes + graph.indptr.nbytes + graph.indices.nbytes
+    return dict(generation_host_peak_gb=generation_peak_gb, host_peak_gb=host_peak_gb(),
+                device_peak_gb=stats.get("peak_bytes_in_use", 0) / 1e9,
+                features_and_csr_gb=graph_bytes / 1e9)

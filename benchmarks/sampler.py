@@ -16,9 +16,10 @@ seeds, the seeds of `epoch_seeds`):
   cpu           NeighborSampler, one thread, `--cpu-batches` batches scaled
                 to an epoch
 
-Reported: `batch_ms`, one batch waited for on its own (median); `epoch_s`,
-one epoch (median of `--reps` after a warm-up); `epoch_batch_ms` = epoch_s
-per batch. Example (GPU machine):
+Reported (names of `jdirect.graph.metrics`): `batch_ms`, one batch waited
+for on its own (median); `sample_epoch_s`, one epoch's sampling (median of
+`--reps` after a warm-up); `epoch_batch_ms` = sample_epoch_s per batch.
+Example (GPU machine):
   python benchmarks/sampler.py --json benchmarks/out/sampler.json
 CPU smoke run:
   python benchmarks/sampler.py --nodes 20000 --batches 3 --batch-size 256 --cpu-batches 2
@@ -37,8 +38,8 @@ import numpy as np
 from jax import lax
 
 from _common import run_meta, timed, write_json
-from jdirect.graph import Graph, NeighborSampler
-from jdirect.graph.sampling.device import DeviceSampler
+from jdirect.graph import DeviceSampler, Graph, NeighborSampler
+from jdirect.graph.metrics import check
 
 PRODUCTS_NODES, PRODUCTS_EDGES = 2_449_029, 123_718_280
 MODES = ("device", "device-scan", "host", "cpu")
@@ -68,8 +69,9 @@ def time_device(sampler: DeviceSampler, train: jax.Array, reps: int) -> dict:
         return batch
 
     batch_s = timed(lambda: step(arrays, seeds, 0), reps=20)
-    epoch_s = timed(epoch, reps, budget_s=30.0)
-    return dict(batch_ms=1e3 * batch_s, epoch_s=epoch_s, epoch_batch_ms=1e3 * epoch_s / len(seeds))
+    sample_epoch_s = timed(epoch, reps, budget_s=30.0)
+    return dict(batch_ms=1e3 * batch_s, sample_epoch_s=sample_epoch_s,
+                epoch_batch_ms=1e3 * sample_epoch_s / len(seeds))
 
 
 def time_device_scan(sampler: DeviceSampler, train: jax.Array, reps: int) -> dict:
@@ -82,8 +84,8 @@ def time_device_scan(sampler: DeviceSampler, train: jax.Array, reps: int) -> dic
         return lax.fori_loop(0, seeds.shape[0], body, jnp.int32(0))
 
     seeds = jax.jit(sampler.epoch_seeds)(sampler.arrays, train, 0)
-    epoch_s = timed(lambda: epoch(sampler.arrays, seeds), reps, budget_s=30.0)
-    return dict(epoch_s=epoch_s, epoch_batch_ms=1e3 * epoch_s / len(seeds))
+    sample_epoch_s = timed(lambda: epoch(sampler.arrays, seeds), reps, budget_s=30.0)
+    return dict(sample_epoch_s=sample_epoch_s, epoch_batch_ms=1e3 * sample_epoch_s / len(seeds))
 
 
 def time_cpu(graph: Graph, fanouts, batch_size: int, batches: int, cpu_batches: int) -> dict:
@@ -96,7 +98,8 @@ def time_cpu(graph: Graph, fanouts, batch_size: int, batches: int, cpu_batches: 
         sampler.sample(seeds, (0, i))
         samples.append(time.perf_counter() - start)
     batch_s = statistics.median(samples)
-    return dict(batch_ms=1e3 * batch_s, epoch_s=batch_s * batches, epoch_batch_ms=1e3 * batch_s)
+    return dict(batch_ms=1e3 * batch_s, sample_epoch_s=batch_s * batches,
+                epoch_batch_ms=1e3 * batch_s)
 
 
 def main() -> None:
@@ -130,15 +133,16 @@ def main() -> None:
                                     csr="host" if mode == "host" else "device")
             timer = time_device_scan if mode == "device-scan" else time_device
             row = timer(sampler, train, args.reps)
-        results.append(dict(mode=mode, **row))
+        results.append(check(dict(mode=mode, **row), labels=("mode",)))
         print(f"{mode:>12}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()), flush=True)
 
     meta = run_meta(nodes=graph.num_nodes, edges=graph.num_edges, fanouts=list(fanouts),
                     batch_size=args.batch_size, batches=args.batches, cpu_threads=1)
-    print(f"\n{'mode':>12} {'batch_ms':>10} {'epoch_s':>10} {'epoch_batch_ms':>15}")
+    print(f"\n{'mode':>12} {'batch_ms':>10} {'sample_epoch_s':>14} {'epoch_batch_ms':>15}")
     for r in results:
         batch = f"{r['batch_ms']:.3f}" if "batch_ms" in r else "-"
-        print(f"{r['mode']:>12} {batch:>10} {r['epoch_s']:>10.4f} {r['epoch_batch_ms']:>15.3f}")
+        print(f"{r['mode']:>12} {batch:>10} {r['sample_epoch_s']:>14.4f} "
+              f"{r['epoch_batch_ms']:>15.3f}")
     if args.json:
         write_json(args.json, meta, results)
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
-from jdirect.graph import load_dataset
+from jdirect.graph import load_graph
+from jdirect.graph.metrics import check
+from jdirect.graph.training.config import load_config
 from jdirect.graph.training.trainer import Trainer
 from _common import run_meta, write_json
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from train_graphsage import load_config  # noqa: E402
 
 
 def main() -> None:
@@ -33,18 +31,18 @@ def main() -> None:
     cfg = load_config(args.config).replace(progress=False)
     if args.epochs:
         cfg = cfg.replace(epochs=args.epochs)
-    overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
     # One graph for every run: the seed below varies the model, samples and
     # dropout, not the data.
-    graph = load_dataset(cfg.dataset, cfg.data_dir, seed=0, progress=False, **overrides)
+    graph = load_graph(cfg.replace(seed=0))
     records = []
     for sampler in ("device", "cpu"):
         for seed in args.seeds:
             with Trainer(graph, cfg.replace(sampler=sampler, seed=seed)) as t:
                 out = t.fit(log=lambda s: None)
-            records.append(dict(sampler=sampler, seed=seed, test_acc=out["test_acc"],
-                                best_epoch=out["best_epoch"],
-                                val_acc=out["history"][out["best_epoch"]]["val_acc"]))
+            records.append(check(dict(sampler=sampler, seed=seed, test_acc=out["test_acc"],
+                                      best_epoch=out["best_epoch"],
+                                      val_acc=out["history"][out["best_epoch"]]["val_acc"]),
+                                 labels=("sampler", "seed")))
             print(records[-1], flush=True)
     for sampler in ("device", "cpu"):
         accs = [r["test_acc"] for r in records if r["sampler"] == sampler]

@@ -1,13 +1,14 @@
 """Data-parallel scaling: GraphSAGE epochs on 1 and 2 devices in one
 process, and on 2 processes with one device each (jax.distributed).
 
-Per run (same configuration, same global batch):
-  e2e_s      median end-to-end training epoch after one warm-up epoch
+Per run (same configuration, same global batch), with the names of
+`jdirect.graph.metrics`:
+  epoch_s    median end-to-end training epoch after one warm-up epoch
   feature_gb bytes of the feature rows the epoch's steps gathered: each
              device's batches' unique input rows x row bytes, summed over
              the devices (for jdirect-cache, rows found in the device cache
              included; use --features jdirect for host reads only)
-  read_gbps  feature_gb / e2e_s: the aggregate feature-read rate the epoch
+  read_gbps  feature_gb / epoch_s: the aggregate feature-read rate the epoch
              sustained (a lower bound of what the links carry)
   speedup    the 1-device epoch / this run's
 and the validation accuracy after the timed epochs. The two-process run is
@@ -32,23 +33,26 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+import jax
+import jax.numpy as jnp
 
-import jax  # noqa: E402  (the backend starts later: jax.distributed comes first)
+from jdirect.graph import load_graph
+from jdirect.graph.features import SOURCES
+from jdirect.graph.metrics import check
+from jdirect.graph.training import parallel
+from jdirect.graph.training.config import CONFIGS, TrainConfig, load_config
+from jdirect.graph.training.pipelined import read_first
+from jdirect.graph.training.trainer import Trainer
 
-from jdirect.graph import load_dataset  # noqa: E402
-from jdirect.graph.training import parallel, steps  # noqa: E402
-from jdirect.graph.training.config import FEATURE_MODES, TrainConfig  # noqa: E402
-from jdirect.graph.training.trainer import Trainer  # noqa: E402
-from train_graphsage import load_config  # noqa: E402
+# A record's settings; its figures are metrics.METRICS names.
+LABELS = ("run", "per_device_batch", "steps_per_call")
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default=str(ROOT / "configs" / "products.py"),
+    p.add_argument("--config", default=str(CONFIGS / "products.py"),
                    help="a configuration name in configs/ or a .py path")
-    p.add_argument("--features", choices=FEATURE_MODES, help="override the feature mode")
+    p.add_argument("--features", choices=list(SOURCES), help="override the feature source")
     p.add_argument("--epochs", type=int, default=3, help="timed epochs (median), after one")
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2],
                    help="mesh sizes to time in one process")
@@ -70,11 +74,6 @@ def run_config(args: argparse.Namespace) -> TrainConfig:
     return cfg.replace(features=args.features) if args.features else cfg
 
 
-def load_graph(cfg: TrainConfig):
-    overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
-    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=False, **overrides)
-
-
 def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
     """Unique input rows of every device's batches over one epoch (the
     epoch's own samples: same seeds and keys as its training steps)."""
@@ -84,10 +83,9 @@ def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
                     out_shardings=jax.sharding.NamedSharding(feed.mesh,
                                                              jax.sharding.PartitionSpec()))
     rows = 0
-    order = feed.seed_order(trainer.graph.train, epoch)
-    for i in range(order.shape[0]):
-        _, batch = steps.read_first(feed.mesh, feed.sampler, feed.arrays, feed.table, order,
-                                    epoch, i)
+    first, _ = next(feed.epoch(trainer.graph.train, epoch))
+    for i in range(first.at.order.shape[0]):
+        _, batch = read_first(feed.ctx, feed.data, first.at._replace(i=jnp.int32(i)))
         rows += int(parallel.host_value(total(batch.counts)))
     return rows
 
@@ -97,15 +95,15 @@ def time_run(graph, cfg: TrainConfig, epochs: int) -> dict:
     with Trainer(graph, cfg) as t:
         t.train_epoch(0)
         timed = [t.train_epoch(e) for e in range(1, 1 + epochs)]
-        e2e = statistics.median(m["epoch_s"] for m in timed)
+        epoch_s = statistics.median(m["epoch_s"] for m in timed)
         row_bytes = graph.features.shape[1] * graph.features.dtype.itemsize
         feature_gb = epoch_feature_rows(t, epochs) * row_bytes / 1e9
-        return dict(devices=t.mesh.size, processes=jax.process_count(), e2e_s=e2e,
-                    epochs_s=[m["epoch_s"] for m in timed], feature_gb=feature_gb,
-                    read_gbps=feature_gb / e2e, loss=timed[-1]["loss"],
-                    val_acc=t.evaluate(graph.val), batches=t.batches_per_epoch,
-                    per_device_batch=cfg.batch_size // t.mesh.size,
-                    steps_per_call=t.feed.steps_per_call)
+        return check(dict(devices=t.mesh.size, processes=jax.process_count(), epoch_s=epoch_s,
+                          epochs_s=[m["epoch_s"] for m in timed], feature_gb=feature_gb,
+                          read_gbps=feature_gb / epoch_s, loss=timed[-1]["loss"],
+                          val_acc=t.evaluate(graph.val), batches=t.batches_per_epoch,
+                          per_device_batch=cfg.batch_size // t.mesh.size,
+                          steps_per_call=t.feed.steps_per_call), labels=LABELS)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -156,21 +154,20 @@ def main() -> None:
         print(records[-1], flush=True)
     # On a CPU backend, virtual devices for the one-process runs.
     jax.config.update("jax_num_cpu_devices", max(args.devices))
-    from graphsage import _host_peak_gb, memory_peaks
-    from _common import print_table, run_meta, write_json
+    from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
 
     cfg = run_config(args)
     graph = load_graph(cfg)
-    generation_peak = _host_peak_gb()  # before any trainer allocates
+    generation_peak = host_peak_gb()  # before any trainer allocates
     print(f"{graph}, {cfg.features}, batch {cfg.batch_size}", flush=True)
     for devices in args.devices:
         records.append(dict(run=f"1 process, {devices} dev", **time_run(
             graph, cfg.replace(devices=devices), args.epochs)))
         print(records[-1], flush=True)
-    base = next((r["e2e_s"] for r in records if r["devices"] == 1), None)
+    base = next((r["epoch_s"] for r in records if r["devices"] == 1), None)
     for r in records:
-        r["speedup"] = base / r["e2e_s"] if base else None
-    keys = ("e2e_s", "speedup", "feature_gb", "read_gbps", "val_acc")
+        r["speedup"] = base / r["epoch_s"] if base else None
+    keys = ("epoch_s", "speedup", "feature_gb", "read_gbps", "val_acc")
     print_table([dict(k=k, col=r["run"], v=r[k]) for r in records for k in keys
                  if r.get(k) is not None], ("k",), [r["run"] for r in records], "col", "v",
                 fmt="{:.3f}")
@@ -190,7 +187,7 @@ def plot(records: list[dict], path: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
     names = [r["run"] for r in records]
-    left.bar(names, [r["e2e_s"] for r in records])
+    left.bar(names, [r["epoch_s"] for r in records])
     left.set_ylabel("seconds per epoch")
     right.bar(names, [r["read_gbps"] for r in records], color="tab:orange")
     right.set_ylabel("feature rows read, GB/s (all devices)")

@@ -21,10 +21,8 @@ Only process 0 prints and writes the metrics file and checkpoints.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
-import time
 from pathlib import Path
 
 # JAX takes 75 % of GPU memory at start by default, which leaves too little
@@ -34,17 +32,13 @@ from pathlib import Path
 # peak for papers100m); the variable still overrides it.
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
 
-import jax  # noqa: E402
-
-from jdirect.graph import PRESETS, load_dataset
-from jdirect.graph.training import parallel
-from jdirect.graph.io.checkpoint import CheckpointError
-from jdirect.graph.training.config import (FEATURE_DTYPES, FEATURE_MODES, SAMPLERS, TrainConfig, as_dict,
-                                  parse_fanouts)
-from jdirect.graph.io.metrics_file import MetricsFile
-from jdirect.graph.training.trainer import Trainer, make_mesh, sampler_kind
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from jdirect.graph.data import DATASETS  # noqa: E402
+from jdirect.graph.features import SOURCES  # noqa: E402
+from jdirect.graph.io import CheckpointError, check_metrics_path  # noqa: E402
+from jdirect.graph.training import parallel  # noqa: E402
+from jdirect.graph.training.config import (FEATURE_DTYPES, SAMPLERS, apply_flags,  # noqa: E402
+                                           load_config, parse_fanouts)
+from jdirect.graph.training.trainer import make_mesh, train_and_evaluate  # noqa: E402
 
 
 def _number(kind: type, low: float, high: float | None = None, *, open_low: bool = False,
@@ -106,10 +100,10 @@ def parser() -> argparse.ArgumentParser:
     add = p.add_argument
     add("--config", help="a configuration in configs/ (default: the dataset's own if there is "
                          "one, else 'default') or a path to a .py file with get_config()")
-    add("--dataset", choices=sorted(PRESETS) + ["ogb", "reddit"],
+    add("--dataset", choices=sorted(DATASETS),
         help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
     add("--data-dir", help="directory of an OGB or Reddit dataset")
-    add("--features", choices=FEATURE_MODES, help="where the feature table lives")
+    add("--features", choices=list(SOURCES), help="where the feature table lives")
     add("--sampler", choices=SAMPLERS, help="where neighbours are sampled (auto: GPU if present)")
     add("--no-overlap", dest="overlap", action="store_false", default=None,
         help="device sampler, jdirect modes: read each batch's rows in its own step instead "
@@ -156,83 +150,27 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_config(name: str) -> TrainConfig:
-    """configs/NAME.py's get_config(), or a .py file's."""
-    path = Path(name) if name.endswith(".py") else CONFIGS / f"{name}.py"
-    if not path.is_file():
-        known = sorted(p.stem for p in CONFIGS.glob("*.py"))
-        raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
-    spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The configuration with the flags that were given applied; validated."""
-    name = args.config
-    if name is None:
-        name = args.dataset if args.dataset and (CONFIGS / f"{args.dataset}.py").is_file() \
-            else "default"
-    cfg = load_config(name)
-    flags = {k: v for k, v in vars(args).items()
-             if v is not None and k in TrainConfig.__dataclass_fields__}
-    if args.quiet:
-        flags["progress"] = False
-    return cfg.replace(**flags).validate()
-
-
 def main(argv=None) -> dict:
     p = parser()
     args = p.parse_args(argv)
     start_processes(args, p)
-    lead = parallel.is_lead()
-    say = print if lead else (lambda *a, **k: None)
-    try:
-        cfg = config_from_args(args)
-        mesh = make_mesh(cfg)
-        metrics = MetricsFile(args.metrics, dict(config=as_dict(cfg))) if lead else None
+    flags = dict(vars(args), progress=False if args.quiet else None)
+    try:  # every check that needs no data, before loading any
+        cfg = apply_flags(load_config(args.config, dataset=args.dataset), flags)
+        make_mesh(cfg)
+        check_metrics_path(args.metrics)
     except ValueError as e:
         p.error(str(e))
-    t0 = time.perf_counter()
     try:
-        overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
-        graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
-                             **overrides)
+        results = train_and_evaluate(cfg, baseline=not args.no_baseline,
+                                     metrics_path=args.metrics)
+    except CheckpointError as e:
+        hint = " (flag: --checkpoint-read-only)" if "read_only" in str(e) else ""
+        p.exit(1, f"{p.prog}: error: {e}{hint}\n")
     except (OSError, ValueError) as e:
         p.exit(1, f"{p.prog}: error: {e}\n")
-    say(f"{graph}  [{time.perf_counter() - t0:.1f}s]")
-    say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-        f"features: {cfg.features}, sampler: {sampler_kind(cfg)}, devices: {mesh.size} in "
-        f"{jax.process_count()} process(es), {cfg.batch_size // mesh.size} seeds each per step")
-    results: dict = {}
-    runs = [("sage", cfg)]
-    if not args.no_baseline:
-        runs.append(("mlp", cfg.replace(model="mlp", checkpoint_dir=None)))
-    for name, run_cfg in runs:
-        say(f"--- {name} ---")
-        try:
-            trainer = Trainer(graph, run_cfg)
-        except ValueError as e:
-            p.exit(1, f"{p.prog}: error: {e}\n")
-        with trainer:
-            try:
-                out = trainer.fit(on_epoch=lambda h, name=name: metrics.update(
-                    **{name: dict(history=h)}))  # called on process 0 only
-            except CheckpointError as e:
-                hint = " (flag: --checkpoint-read-only)" if "read_only" in str(e) else ""
-                p.exit(1, f"{p.prog}: error: {e}{hint}\n")
-        results[name] = out
-        if lead:
-            metrics.update(**{name: out})
-        best = f"epoch {out['best_epoch']}, best validation" if out["best_epoch"] >= 0 else "last"
-        test = "no test nodes" if out["test_acc"] is None else f"{out['test_acc']:.4f}"
-        say(f"{name}: test accuracy {test} (model of {best})")
-    if "mlp" in results and None not in (results["sage"]["test_acc"], results["mlp"]["test_acc"]):
-        gain = 100 * (results["sage"]["test_acc"] - results["mlp"]["test_acc"])
-        say(f"GraphSAGE - MLP: {gain:+.1f} accuracy points")
-    say(f"total {time.perf_counter() - t0:.1f}s")
-    say(f"wrote {args.metrics}")
+    if parallel.is_lead():
+        print(f"wrote {args.metrics}")
     return results
 
 

@@ -3,15 +3,18 @@ bad flags and paths in one line before doing any work."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import jax
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import train_graphsage  # noqa: E402
+# The CLI is a script, loaded from its path (the library never imports it).
+_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "train_graphsage.py"
+_spec = importlib.util.spec_from_file_location("train_graphsage", _SCRIPT)
+train_graphsage = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(train_graphsage)
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -45,6 +48,7 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     (["--features", "gpu-magic"], "--features"), (["--config", "nope"], "nope"),
     (["--sampler", "device", "--features", "host"], "sampler"),
     (["--devices", "0"], "--devices"), (["--devices", "2", "--sampler", "cpu"], "CPU sampler"),
+    (["--steps-per-call", "2", "--sampler", "cpu"], "steps_per_call"),
     (["--devices", "64", "--sampler", "device"], "cannot be spread"),
     (["--process-id", "0"], "--num-processes"), (["--num-processes", "2"], "--process-id"),
     (["--num-processes", "2", "--process-id", "2"], "process_id"),

@@ -21,7 +21,9 @@ from conftest import run_tests_on_cpu_devices
 from jdirect.graph import DeviceSampler, synthetic
 from jdirect.graph.training import parallel, steps
 from jdirect.graph.training.config import TrainConfig
-from jdirect.graph.training.feeds import DeviceFeed
+from jdirect.graph.features import SOURCES
+from jdirect.graph.training.device_feed import DeviceFeed
+from jdirect.graph.training.pipelined import train_on_rows
 from jdirect.graph.models import GraphSAGE, dropout_masks
 from jdirect.graph.training.trainer import Trainer
 
@@ -77,9 +79,9 @@ def test_the_update_is_one_devices_update_on_the_global_batch(graph):
     split = NamedSharding(mesh, PartitionSpec(parallel.AXIS))
     x, batch = jax.device_put(jax.tree.map(lambda *a: jnp.concatenate(a), (xs[0], batches[0]),
                                            (xs[1], batches[1])), split)
-    new_state, metrics = steps.train_on_rows(mesh, graphdef, seed, parallel.replicate(mesh, state),
-                                             steps.zero_metrics(mesh=mesh), x, batch,
-                                             jnp.int32(step))
+    ctx = steps.StepContext(graphdef, SOURCES["device"], seed, mesh)
+    new_state, metrics = train_on_rows(ctx, parallel.replicate(mesh, state),
+                                       steps.zero_metrics(mesh=mesh), (x, batch), jnp.int32(step))
 
     @jax.jit
     def one_device_update(state):

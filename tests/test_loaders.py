@@ -16,7 +16,7 @@ from jdirect.host_memory import memory_of
 from test_graph_data import assert_same_graph
 
 from jdirect.graph import load_ogb_node, load_reddit, synthetic
-from jdirect.graph.data import loaders
+from jdirect.graph.data import _files
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +256,7 @@ def test_npz_edges_build_the_csr_in_bounded_memory(tmp_path, monkeypatch):
     edges = np.stack([rng.integers(0, n, e), rng.integers(0, n, e)])
     root = write_ogb(tmp_path, g, "npz", edges=edges)
     load_ogb_node(root)  # the feature cache is built outside the measurement
-    monkeypatch.setattr(loaders, "_EDGE_CHUNK", chunk)
+    monkeypatch.setattr(_files, "EDGE_CHUNK", chunk)
     tracemalloc.start()
     try:
         h = load_ogb_node(root)

@@ -127,3 +127,18 @@ def test_absurd_fanouts_and_batches_are_sized_to_the_graph():
     assert sampler.fanouts == (max_degree, max_degree) and sampler.batch_size == 30
     batch = sampler.sample(g.train, (0, 0))
     assert batch.nbrs[0].shape[1] == max_degree and batch.input_nodes.size <= 30
+
+
+def test_the_batch_docstring_example():
+    """batch.py's worked example: seeds [5, 7], fanout 2, 5 ~ {1, 7}, 7 ~ {5}."""
+    indptr, indices = csr_from_edges(np.array([5, 7]), np.array([1, 5]), 10, symmetrize=True)
+    g = Graph(indptr=indptr, indices=indices, features=np.zeros((10, 2), np.float32),
+              labels=np.zeros(10, np.int32), train=np.array([5, 7]), val=np.zeros(0, np.int64),
+              test=np.zeros(0, np.int64), num_classes=2, name="example")
+    b = NeighborSampler(g, (2,), 2).sample(np.array([5, 7]), (0, 0))
+    assert layer_caps(2, (2,), 10) == [2, 6]
+    np.testing.assert_array_equal(b.input_nodes, [5, 7, 1, 10, 10, 10])
+    np.testing.assert_array_equal(b.nbrs[0], [[2, 1], [0, 0]])
+    np.testing.assert_array_equal(b.masks[0], [[True, True], [True, False]])
+    np.testing.assert_array_equal(b.counts, [2, 3])
+    np.testing.assert_array_equal(b.seed_mask, [True, True])

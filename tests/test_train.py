@@ -9,9 +9,12 @@ import jax
 import numpy as np
 import pytest
 
+from jdirect import gather
 from jdirect.graph import synthetic
+from jdirect.graph.features import SOURCES, FeatureSource
+from jdirect.graph.metrics import check
 from jdirect.graph.training import steps
-from jdirect.graph.training.config import TrainConfig
+from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
 from jdirect.graph.training.trainer import Trainer, train_and_evaluate
 
 # Tiny runs are short on purpose; the warning itself is tested below.
@@ -54,13 +57,12 @@ def test_one_program_step_equals_sampling_then_stepping(graph):
         source = stepwise.source
         m_fused = m_step = steps.zero_metrics()
         for step, (inputs, _) in enumerate(fused.feed.epoch(graph.train, 0)):
-            fused.state, m_fused = fused.feed.train_step(fused.graphdef, fused.state, m_fused,
-                                                         inputs, step)
-            order, epoch, i = inputs.order, inputs.epoch, inputs.i
+            fused.state, m_fused = fused.feed.train_step(fused.state, m_fused, inputs, step)
+            order, epoch, i = inputs.at
             batch = sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i))
             stepwise.state, m_step = steps.train_step(
-                stepwise.graphdef, source.read, 0, stepwise.state, m_step, source.table,
-                batch, None, step)
+                steps.StepContext(stepwise.graphdef, type(source), 0), stepwise.state, m_step,
+                source.table, batch, None, step)
         np.testing.assert_allclose(np.asarray(m_fused), np.asarray(m_step), rtol=1e-6)
         for a, b in zip(jax.tree.leaves(fused.state), jax.tree.leaves(stepwise.state)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
@@ -182,8 +184,9 @@ def test_train_and_evaluate_writes_metrics_and_checkpoints(graph, tmp_path):
     import json
 
     saved = json.loads((tmp_path / "work" / "metrics.json").read_text())
-    assert [m["epoch"] for m in saved["history"]] == [0, 1]
-    assert saved["test_acc"] == out["test_acc"]
+    assert list(out) == ["sage"]  # no baseline unless asked
+    assert [m["epoch"] for m in saved["sage"]["history"]] == [0, 1]
+    assert saved["sage"]["test_acc"] == out["sage"]["test_acc"]
     assert saved["environment"]["backend"] == jax.default_backend()
     assert saved["config"]["fanouts"] == [4, 3] and saved["total_s"] > 0
     assert any((tmp_path / "work" / "checkpoints").iterdir())
@@ -195,3 +198,50 @@ def test_device_sampler_is_what_auto_picks_on_a_gpu():
     expected = "device" if jax.default_backend() == "gpu" else "cpu"
     assert sampler_kind(config(sampler="auto")) == expected
     assert sampler_kind(config(sampler="auto", features="host")) == "cpu"
+
+
+def test_steps_per_call_is_refused_by_the_cpu_sampler(graph):
+    with pytest.raises(ValueError, match="steps_per_call 2: the CPU sampler"):
+        Trainer(graph, config(sampler="cpu", steps_per_call=2))
+
+
+class ArraySource(FeatureSource):
+    """A source written outside the package: the table as a device array,
+    read through jdirect.gather's array path."""
+
+    def __init__(self, graph, options):
+        self.table = jax.device_put(np.asarray(graph.features))
+
+    @staticmethod
+    def read(table, input_nodes, staged):
+        return gather(table, input_nodes, fill_value=0)
+
+
+@pytest.mark.parametrize("sampler", ["cpu", "device"])
+def test_a_new_feature_source_is_one_class_and_one_registry_line(graph, sampler, monkeypatch):
+    monkeypatch.setitem(SOURCES, "array", ArraySource)
+    np.testing.assert_allclose(losses(graph, features="array", sampler=sampler),
+                               losses(graph, features="device", sampler=sampler), rtol=1e-6)
+
+
+def test_epoch_and_run_figures_carry_the_shared_metric_names(graph):
+    with Trainer(graph, config(epochs=1, sampler="cpu", features="host")) as t:
+        out = t.fit(log=lambda s: None)
+    check(out["history"][0])
+    check({k: v for k, v in out.items() if k != "history"})
+
+
+def test_configurations_load_by_name_and_flags_apply_over_them(tmp_path):
+    tiny = load_config("tiny")
+    assert tiny.dataset == "tiny" and load_config(dataset="tiny") == tiny
+    assert load_config().dataset == load_config("default").dataset
+    path = tmp_path / "mine.py"
+    path.write_text("from jdirect.graph.training import TrainConfig\n"
+                    "def get_config():\n    return TrainConfig(hidden=7)\n")
+    assert load_config(str(path)).hidden == 7
+    cfg = apply_flags(tiny, dict(hidden=8, epochs=None, quiet=True))
+    assert (cfg.hidden, cfg.epochs) == (8, tiny.epochs)
+    with pytest.raises(ValueError, match="hidden"):
+        apply_flags(tiny, dict(hidden=0))
+    with pytest.raises(ValueError, match="no configuration 'nope'"):
+        load_config("nope")

@@ -31,10 +31,11 @@ With L = len(fanouts):
                is padded); losses and accuracies count only these.
   counts       int32[L + 1]: valid entries of nodes[0..L].
 
-Example: batch_size 2, fanouts (2,), seeds [5, 7] on a graph of 10 nodes
-where 5's neighbours are {1, 7} and 7's are {5}: nodes[1] = [5, 7, 1],
-caps = [2, 6], input_nodes = [5, 7, 1, 10, 10, 10], nbrs[0] = [[2, 1],
-[0, 0]] (positions in nodes[1]), masks[0] = [[T, T], [T, F]], counts = [2, 3].
+Example (tests/test_sampler.py checks it): batch_size 2, fanouts (2,),
+seeds [5, 7] on a graph of 10 nodes where 5's neighbours are {1, 7} and
+7's are {5}: nodes[1] = [5, 7, 1], caps = [2, 6], input_nodes =
+[5, 7, 1, 10, 10, 10], nbrs[0] = [[2, 1], [0, 0]] (positions in nodes[1]),
+masks[0] = [[T, T], [T, F]], counts = [2, 3], seed_mask = [T, T].
 
 Graphs of 2**31 nodes or more use int64 ids (they need jax_enable_x64).
 """

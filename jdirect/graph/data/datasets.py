@@ -1,11 +1,19 @@
-"""Named datasets: synthetic presets and loaders for files already on disk."""
+"""The dataset registry: synthetic presets and loaders for files already on disk.
+
+`DATASETS` (name -> opener) is the only place a dataset's name lives (the
+CLI's --dataset). A new dataset is a loader in its own file in this
+package plus one line in `DATASETS` (or, for a synthetic size, one entry in
+`PRESETS`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from .csr import Graph
+from .ogb import load_ogb_node
+from .reddit import load_reddit
 from .synthetic import generate
 
 # Sizes of the synthetic presets. `products` matches ogbn-products: 2,449,029
@@ -46,25 +54,71 @@ def synthetic(preset: str = "small", *, seed: int = 0, progress: bool = True, **
     return generate(**args, seed=seed, name=preset, progress=progress)
 
 
-def load_dataset(name: str, data_dir: str | Path | None = None, *, seed: int = 0,
-                 progress: bool = True, **overrides) -> Graph:
-    """A dataset by name: a synthetic preset, "ogb" or "reddit".
+Opener = Callable[..., Graph]  # (data_dir, *, seed, progress, **overrides) -> Graph
 
-    "ogb" reads an OGB node-property directory (e.g. ogbn-products) and
-    "reddit" the reddit_data.npz / reddit_graph.npz pair, both from
-    `data_dir`. Nothing is downloaded.
 
-    Raises:
-      ValueError: unknown name, or a loader without `data_dir`.
-      FileNotFoundError: missing files (the message names them).
-    """
-    if name in PRESETS:
+def _preset(name: str) -> Opener:
+    def open_preset(data_dir: str | Path | None, *, seed: int, progress: bool,
+                    **overrides) -> Graph:
         return synthetic(name, seed=seed, progress=progress, **overrides)
-    if name in ("ogb", "reddit"):
+
+    return open_preset
+
+
+def _files(name: str, load: Callable[[Path], Graph]) -> Opener:
+    """A loader of files in `data_dir`; sizes and seeds do not apply."""
+
+    def open_files(data_dir: str | Path | None, *, seed: int, progress: bool,
+                   **overrides) -> Graph:
         if data_dir is None:
             raise ValueError(f"dataset {name!r} needs --data-dir pointing at its files")
-        from . import loaders
-
-        load = loaders.load_ogb_node if name == "ogb" else loaders.load_reddit
         return load(Path(data_dir))
-    raise ValueError(f"unknown dataset {name!r}; choose from {sorted(PRESETS) + ['ogb', 'reddit']}")
+
+    return open_files
+
+
+# Name -> opener. "ogb" reads an OGB node-property directory (e.g.
+# ogbn-products), "reddit" the reddit_data.npz / reddit_graph.npz pair.
+DATASETS: dict[str, Opener] = {
+    **{name: _preset(name) for name in PRESETS},
+    "ogb": _files("ogb", load_ogb_node),
+    "reddit": _files("reddit", load_reddit),
+}
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, *, seed: int = 0,
+                 progress: bool = True, **overrides) -> Graph:
+    """A dataset by name (a key of DATASETS), from `data_dir` for the file
+    loaders; keyword overrides pass to the synthetic generator. Nothing is
+    downloaded.
+
+    Raises:
+      ValueError: unknown name, or a file loader without `data_dir`.
+      FileNotFoundError: missing files (the message names them).
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    return DATASETS[name](data_dir, seed=seed, progress=progress, **overrides)
+
+
+class GraphSettings(Protocol):
+    """What `load_graph` reads from a configuration (a `TrainConfig`)."""
+
+    dataset: str
+    data_dir: str | None
+    feature_dtype: str | None
+    seed: int
+    progress: bool
+
+
+def load_graph(cfg: GraphSettings) -> Graph:
+    """The graph a run's configuration names: `cfg.dataset` from
+    `cfg.data_dir`, generated from `cfg.seed` with `cfg.feature_dtype`
+    (synthetic presets), a progress bar if `cfg.progress`.
+
+    Raises:
+      as `load_dataset`.
+    """
+    overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
+    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
+                        **overrides)

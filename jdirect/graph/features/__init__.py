@@ -1,5 +1,34 @@
-"""Feature sources: where the feature table lives and how a step reads its rows."""
+"""Feature sources: where the feature table lives and how a step reads its rows.
 
-from .source import FeatureSource
+Every source implements `FeatureSource` (base.py); `SOURCES` is the only
+place their names live (the CLI's --features). A new source is one file in
+this package plus one line here.
 
-__all__ = ["FeatureSource"]
+  device         the whole table in device memory; steps use jnp.take.
+  host           the conventional path: the CPU sampler's workers gather
+                 rows on the CPU into pinned staging buffers and copy them.
+  jdirect        the table stays in host memory (a HostTable); steps read
+                 their rows with jdirect.gather, zero-copy.
+  jdirect-cache  as jdirect, with the highest-degree nodes' rows also in
+                 device memory (a CachedTable, `cache_fraction` of it).
+"""
+
+from __future__ import annotations
+
+from .base import FeatureSource, SourceOptions
+from .cached import CachedSource
+from .device import DeviceSource
+from .host_table import HostTableSource
+from .staged import StagedSource
+
+# Name (the CLI's --features) -> class; a source is opened as
+# `SOURCES[name](graph, SourceOptions(...))` and closed with `close()`.
+SOURCES: dict[str, type[FeatureSource]] = {
+    "device": DeviceSource,
+    "host": StagedSource,
+    "jdirect": HostTableSource,
+    "jdirect-cache": CachedSource,
+}
+
+__all__ = ["FeatureSource", "SOURCES", "SourceOptions"]
+

@@ -1,7 +1,9 @@
-"""Files a run writes: checkpoints and the metrics file."""
+"""Files a run writes: checkpoints, the metrics file, and the atomic write
+that both (and the loaders' feature cache) use."""
 
+from ._atomic import TMP_PREFIX, atomic_write
 from .checkpoint import CheckpointError, Checkpoints, check_checkpoint_dir
 from .metrics_file import MetricsFile, check_metrics_path
 
-__all__ = ["CheckpointError", "Checkpoints", "MetricsFile", "check_checkpoint_dir",
-           "check_metrics_path"]
+__all__ = ["CheckpointError", "Checkpoints", "MetricsFile", "TMP_PREFIX", "atomic_write",
+           "check_checkpoint_dir", "check_metrics_path"]

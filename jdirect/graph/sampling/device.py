@@ -36,9 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import placement
-from ...gather import gather
-from ...host_table import HostTable
+from ... import HostTable, gather, placement
 from ..data.csr import Graph
 from ..batch import Batch, check_config, layer_caps
 
@@ -237,10 +235,10 @@ def _words(array: np.ndarray, dtype: type) -> np.ndarray:
 
 
 def _take(table: Table, idx: jax.Array) -> jax.Array:
-    """table[idx] (int32 idx, out of range -> 0); a HostTable's column 0."""
-    if isinstance(table, HostTable):
-        return gather(table, idx, mode="fill", fill_value=0)[..., 0]
-    return jnp.take(table, idx, mode="fill", fill_value=0)
+    """table[idx] (int32 idx, out of range -> 0), wherever the table lives:
+    a device array's elements, or column 0 of a host table's words."""
+    rows = gather(table, idx, mode="fill", fill_value=0)
+    return rows.reshape(idx.shape + (-1,))[..., 0]
 
 
 def _read_edges(chunks: tuple[Table, ...], edges: jax.Array, valid: jax.Array,

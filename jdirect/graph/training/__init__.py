@@ -1,6 +1,6 @@
 """Training: the configuration, the trainer, its feeds and step programs."""
 
-from .config import TrainConfig
+from .config import TrainConfig, apply_flags, load_config
 from .trainer import Trainer, train_and_evaluate
 
-__all__ = ["TrainConfig", "Trainer", "train_and_evaluate"]
+__all__ = ["TrainConfig", "Trainer", "apply_flags", "load_config", "train_and_evaluate"]

@@ -1,18 +1,25 @@
 """`TrainConfig`: every setting of a GraphSAGE run, validated in one place.
 
-The CLI (examples/train_graphsage.py) and the configurations in `configs/`
-both build a TrainConfig; `validate()` turns a bad value into one clear
-ValueError naming the setting, before any data is loaded.
+A run's configuration is a `get_config()` in `configs/` (`load_config`),
+with a CLI's flags applied over it (`apply_flags`); `validate()` turns a
+bad value into one clear ValueError naming the setting, before any data is
+loaded. Settings go only downward from here: the trainer reads them and
+hands each layer what it needs, already valid.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+import importlib.util
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
+from ..data import DATASETS
+from ..features import SOURCES
 from ..models import MODELS
 
-FEATURE_MODES = ("device", "host", "jdirect", "jdirect-cache")
+# The run configurations of a source checkout: configs/NAME.py.
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 SAMPLERS = ("auto", "device", "cpu")
 FEATURE_DTYPES = (None, "float32", "bfloat16", "float16")
 
@@ -26,7 +33,7 @@ class TrainConfig:
     """Hyper-parameters, data and run settings.
 
     Attributes:
-      dataset, data_dir, feature_dtype: what `load_dataset` builds.
+      dataset, data_dir, feature_dtype: the graph (`data.load_graph`).
       fanouts: neighbours per GNN layer, input layer first (DGL order).
       batch_size: seeds per optimizer step, over all devices (a multiple
         of their number: each device samples an equal share).
@@ -36,19 +43,21 @@ class TrainConfig:
       seed: fixes the synthetic graph, the initial weights, every sample
         and every dropout mask.
       model: "sage" or "mlp" (the seed's own features only).
-      features: where the feature table lives (see features/).
+      features: the feature source, a key of `features.SOURCES` (where the
+        table lives and how a step reads its rows).
       cache_fraction: jdirect-cache: share of the table's bytes on the device.
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
         workers feeding the step) or "auto" (device on a GPU, else cpu;
-        the host feature mode always samples on the CPU).
-      overlap: with the device sampler and a host table (jdirect modes),
-        read batch i + 1's rows on a side stream while batch i trains.
+        a source that needs the CPU sampler samples there).
+      overlap: with the device sampler and a source whose reads overlap
+        (the jdirect ones), read batch i + 1's rows while batch i trains.
       devices: data-parallel devices, over all processes (None: every
         device with the device sampler; the CPU sampler feeds one).
       steps_per_call: device sampler: optimizer steps per dispatch (one
         compiled loop), so that the host's cost of a dispatch is paid once
         for many short steps; the result does not depend on it. None: 1 on
-        one device, 8 on several (see feeds.DeviceFeed).
+        one device, 8 on several (`device_feed.default_steps_per_call`).
+        The CPU sampler runs one step per batch and refuses a value.
       prefetch, workers: the CPU sampler's batches in flight and threads.
       eval_max: evaluate on at most this many val/test nodes (None: all).
       log_every: optimizer steps between reads of the running metrics (the
@@ -116,13 +125,16 @@ class TrainConfig:
                f"must lie in [0, 1], got {self.cache_fraction!r}")
         _check(self.model in MODELS, "model",
                f"must be one of {', '.join(MODELS)}, got {self.model!r}")
-        _check(self.features in FEATURE_MODES, "features",
-               f"must be one of {FEATURE_MODES}, got {self.features!r}")
+        _check(self.dataset in DATASETS, "dataset",
+               f"must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        _check(self.features in SOURCES, "features",
+               f"must be one of {tuple(SOURCES)}, got {self.features!r}")
         _check(self.sampler in SAMPLERS, "sampler",
                f"must be one of {SAMPLERS}, got {self.sampler!r}")
-        _check(not (self.sampler == "device" and self.features == "host"), "sampler",
-               "'device' cannot feed the 'host' feature mode, which gathers rows on the CPU "
-               "from the CPU sampler's batches; use --sampler cpu or auto")
+        _check(not (self.sampler == "device" and SOURCES[self.features].needs_cpu_sampler),
+               "sampler", f"'device' cannot feed the {self.features!r} feature source, which "
+               "gathers rows on the CPU from the CPU sampler's batches; use --sampler cpu or "
+               "auto")
         _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
                f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
         return self
@@ -135,6 +147,42 @@ def _is_int(x: Any) -> bool:
 def _check(ok: bool, name: str, message: str) -> None:
     if not ok:
         raise ValueError(f"{name} {message}")
+
+
+def load_config(name_or_path: str | Path | None = None, *,
+                dataset: str | None = None) -> TrainConfig:
+    """The `get_config()` of configs/NAME.py, or of a .py file's path.
+
+    None: the configuration named after `dataset` if configs/ has one, else
+    "default". Not validated (apply flags first, then `validate`).
+
+    Raises:
+      ValueError: no such configuration (the message lists configs/).
+    """
+    if name_or_path is None:
+        name_or_path = dataset if dataset and (CONFIGS / f"{dataset}.py").is_file() \
+            else "default"
+    name = str(name_or_path)
+    path = Path(name) if name.endswith(".py") else CONFIGS / f"{name}.py"
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIGS.glob("*.py"))
+        raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
+    spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def apply_flags(cfg: TrainConfig, flags: Mapping[str, Any]) -> TrainConfig:
+    """`cfg` with every flag that names a setting and was given (is not
+    None) applied; validated. Other keys (a CLI's own flags) are ignored.
+
+    Raises:
+      ValueError: a bad resulting setting (see `TrainConfig.validate`).
+    """
+    fields = TrainConfig.__dataclass_fields__
+    return cfg.replace(**{k: v for k, v in flags.items()
+                          if v is not None and k in fields}).validate()
 
 
 def parse_fanouts(text: str) -> tuple[int, ...]:

@@ -1,10 +1,13 @@
 """Training and evaluation of GraphSAGE (or the features-only MLP).
 
 `train_and_evaluate(config, workdir)` is the whole run: data, model,
-epochs, validation, checkpoints, metrics. `Trainer` holds one run's state;
-its loop dispatches steps through a `Feed` (feeds.py) and never waits for
-the device inside an epoch except every `log_every` steps, to read the
-running metrics that the steps accumulate on the device.
+epochs, validation, checkpoints, metrics, and the features-only baseline
+for comparison. `Trainer` holds one run's state; its loop dispatches steps
+through a `Feed` (feeds.py, device_feed.py) and never waits for the device
+inside an epoch except every `log_every` steps, to read the running
+metrics that the steps accumulate on the device. The trainer calls the
+feature source, the sampler and the model through their interfaces only;
+the epoch's figures carry the names of `jdirect.graph.metrics`.
 """
 
 from __future__ import annotations
@@ -23,23 +26,24 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
-from . import parallel, steps
-from ..io.checkpoint import Checkpoints
-from .config import TrainConfig, as_dict, fanouts_for
-from ..data.csr import Graph
-from ..data.datasets import load_dataset
-from ..sampling.device import DeviceSampler
-from ..features.source import FeatureSource
-from .feeds import EVAL_EPOCH, DeviceFeed, Feed, HostFeed
-from ..io.metrics_file import MetricsFile
 from .. import models
 from ..batch import check_config, layer_caps
-from ..sampling.cpu import NeighborSampler
+from ..data import Graph, load_graph
+from ..features import SOURCES, FeatureSource, SourceOptions
+from ..io import Checkpoints, MetricsFile
+from ..sampling import DeviceSampler, NeighborSampler
+from . import parallel, steps
+from .config import TrainConfig, as_dict, fanouts_for
+from .device_feed import DeviceFeed, default_steps_per_call
+from .feeds import EVAL_EPOCH, Feed, HostFeed
 
 # Settings that change what a run computes: resuming a checkpoint under
 # other values would silently train a different model.
 RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
                "dropout", "lr", "weight_decay", "seed", "model", "min_steps")
+
+# The features-only model that `train_and_evaluate(baseline=True)` compares against.
+BASELINE = "mlp"
 
 # Fewer optimizer steps than this make accuracy comparisons meaningless.
 SHORT_RUN_STEPS = 100
@@ -49,7 +53,9 @@ def sampler_kind(cfg: TrainConfig) -> str:
     """"device" or "cpu": where `cfg.sampler` samples on this backend."""
     if cfg.sampler != "auto":
         return cfg.sampler
-    return "device" if jax.default_backend() == "gpu" and cfg.features != "host" else "cpu"
+    if jax.default_backend() == "gpu" and not SOURCES[cfg.features].needs_cpu_sampler:
+        return "device"
+    return "cpu"
 
 
 def make_mesh(cfg: TrainConfig) -> Mesh:
@@ -58,9 +64,10 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
     one device of one process.
 
     Raises:
-      ValueError: the CPU sampler with several devices or processes; a
-        device count the processes cannot provide (parallel.make_mesh); a
-        batch size that the devices cannot share evenly.
+      ValueError: the CPU sampler with several devices or processes, or
+        with steps_per_call; a device count the processes cannot provide
+        (parallel.make_mesh); a batch size that the devices cannot share
+        evenly.
     """
     if sampler_kind(cfg) == "cpu":
         if cfg.devices not in (None, 1) or jax.process_count() > 1:
@@ -68,6 +75,9 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
                 f"devices {cfg.devices} in {jax.process_count()} process(es): the CPU sampler "
                 "feeds one device of one process; use the device sampler (--sampler device) "
                 "to train on several")
+        if cfg.steps_per_call is not None:
+            raise ValueError(f"steps_per_call {cfg.steps_per_call}: the CPU sampler runs one "
+                             "step per batch; use the device sampler (--sampler device)")
         return parallel.make_mesh(1)
     mesh = parallel.make_mesh(cfg.devices)
     if cfg.batch_size % mesh.size:
@@ -76,16 +86,18 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
     return mesh
 
 
-def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, fanouts, batch_size: int,
-              mesh: Mesh) -> Feed:
+def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
+              batch_size: int, mesh: Mesh) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
     `batch_size` seeds per step over all devices."""
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
-        return DeviceFeed(sampler, source, seed=cfg.seed, overlap=cfg.overlap, mesh=mesh,
-                          steps_per_call=cfg.steps_per_call)
+        steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size)
+        return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
+                          mesh=mesh, steps_per_call=steps_per_call)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
-    return HostFeed(sampler, source, seed=cfg.seed, prefetch=cfg.prefetch, workers=cfg.workers)
+    return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
+                    workers=cfg.workers)
 
 
 class Trainer:
@@ -99,24 +111,16 @@ class Trainer:
         training split.
     """
 
-    def __init__(self, graph: Graph, cfg: TrainConfig, *, feed: Feed | None = None):
+    def __init__(self, graph: Graph, cfg: TrainConfig):
         cfg.validate()
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
-        mesh = make_mesh(cfg) if feed is None else feed.mesh
+        mesh = make_mesh(cfg)
         fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
         # The batch clamped to the graph, still shared evenly.
         batch_size = -(-batch_size // mesh.size) * mesh.size
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
-        self.source = FeatureSource(graph.features, cfg.features, staging_buffers=cfg.workers,
-                                    rows_per_batch=caps[-1], degrees=graph.degrees(),
-                                    cache_fraction=cfg.cache_fraction)
-        try:
-            self.feed = feed or make_feed(graph, cfg, self.source, fanouts, batch_size, mesh)
-        except BaseException:
-            self.source.close()
-            raise
         model = models.build(cfg.model, graph.features.shape[1], cfg.hidden, graph.num_classes,
                              len(cfg.fanouts), dropout=cfg.dropout, seed=cfg.seed)
         optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
@@ -125,6 +129,15 @@ class Trainer:
         self.graphdef, self.state = nnx.split((model, optimizer))
         self.state = parallel.replicate(mesh, self.state)
         self.mesh = mesh
+        self.source = SOURCES[cfg.features](graph, SourceOptions(
+            rows_per_batch=caps[-1], staging_buffers=cfg.workers,
+            cache_fraction=cfg.cache_fraction))
+        try:
+            self.feed = make_feed(graph, cfg, self.source, self.graphdef, fanouts, batch_size,
+                                  mesh)
+        except BaseException:
+            self.source.close()
+            raise
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
@@ -140,8 +153,8 @@ class Trainer:
         done = 0  # steps dispatched
         in_flight = steps.InFlight()
         for inputs, n in self.feed.epoch(self.graph.train, epoch):
-            self.state, metrics = self.feed.train_step(self.graphdef, self.state, metrics,
-                                                       inputs, epoch * count + done)
+            self.state, metrics = self.feed.train_step(self.state, metrics, inputs,
+                                                       epoch * count + done)
             in_flight.add(metrics)
             done += n
             # After the call that passes each multiple of log_every.
@@ -168,7 +181,7 @@ class Trainer:
         correct = steps.zero_metrics(2, self.mesh)
         in_flight = steps.InFlight()
         for inputs, _ in self.feed.epoch(nodes, EVAL_EPOCH):
-            correct = self.feed.eval_step(self.graphdef, state, correct, inputs)
+            correct = self.feed.eval_step(state, correct, inputs)
             in_flight.add(correct)
         right, seen = parallel.host_value(correct)
         return float(right) / max(float(seen), 1.0)
@@ -257,33 +270,69 @@ def _best_of(history: list[dict]) -> dict[str, Any]:
 
 
 def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
-                       graph: Graph | None = None, log: Callable[[str], None] = print
-                       ) -> dict[str, Any]:
-    """Loads `cfg.dataset` (unless `graph` is given), trains and evaluates.
+                       graph: Graph | None = None, baseline: bool = False,
+                       metrics_path: str | Path | None = None,
+                       log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """Loads the configuration's graph (unless `graph` is given), trains
+    and evaluates `cfg.model`, then, with `baseline`, the features-only MLP
+    on the same graph and settings, for comparison.
 
-    With a `workdir`, checkpoints go to `workdir/checkpoints` (unless
-    cfg.checkpoint_dir says otherwise) and `workdir/metrics.json` is
-    rewritten after every epoch, by process 0 of a multi-process run.
+    Returns {run: Trainer.fit's result}, the runs named after their models
+    ("sage", then "mlp"). The metrics file holds {"config", run: {history,
+    test_acc, ...}, environment, total_s}, rewritten after every epoch.
+
+    Args:
+      workdir: checkpoints go to `workdir/checkpoints` (unless
+        cfg.checkpoint_dir says otherwise; the baseline keeps none) and
+        metrics to `workdir/metrics.json` (unless `metrics_path`).
+      metrics_path: the metrics file (None without a workdir: none).
+      log: progress lines; only process 0 of a multi-process run logs and
+        writes files.
+
+    Raises:
+      ValueError: a bad setting, dataset or metrics path; CheckpointError
+        (a ValueError) for a checkpoint that cannot be resumed.
+      OSError: dataset files missing or unreadable.
     """
     cfg.validate()
-    metrics = None
+    lead = parallel.is_lead()
+    say = log if lead else (lambda line: None)
     if workdir is not None:
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         if cfg.checkpoint_dir is None:
             cfg = cfg.replace(checkpoint_dir=str(workdir / "checkpoints"))
-        if parallel.is_lead():
-            metrics = MetricsFile(workdir / "metrics.json", dict(config=as_dict(cfg)))
+        metrics_path = metrics_path or workdir / "metrics.json"
+    mesh = make_mesh(cfg)
+    metrics = MetricsFile(metrics_path, dict(config=as_dict(cfg))) \
+        if metrics_path is not None and lead else None
+    start = time.perf_counter()
     if graph is None:
-        overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
-        graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
-                             **overrides)
-    with Trainer(graph, cfg) as trainer:
-        hook = None if metrics is None else (lambda h: metrics.update(history=h))
-        out = trainer.fit(log=log, on_epoch=hook)
-    if metrics is not None:
-        metrics.update(**out)
-    return out
+        graph = load_graph(cfg)
+        say(f"{graph}  [{time.perf_counter() - start:.1f}s]")
+    say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
+        f"features: {cfg.features}, sampler: {sampler_kind(cfg)}, devices: {mesh.size} in "
+        f"{jax.process_count()} process(es), {cfg.batch_size // mesh.size} seeds each per step")
+    runs = {cfg.model: cfg}
+    if baseline:
+        runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
+    results: dict[str, dict[str, Any]] = {}
+    for name, run_cfg in runs.items():
+        say(f"--- {name} ---")
+        with Trainer(graph, run_cfg) as trainer:
+            hook = None if metrics is None else (
+                lambda h, name=name: metrics.update(**{name: dict(history=h)}))
+            out = results[name] = trainer.fit(log=log, on_epoch=hook)
+        if metrics is not None:
+            metrics.update(**{name: out})
+        best = f"epoch {out['best_epoch']}, best validation" if out["best_epoch"] >= 0 else "last"
+        test = "no test nodes" if out["test_acc"] is None else f"{out['test_acc']:.4f}"
+        say(f"{name}: test accuracy {test} (model of {best})")
+    if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
+        gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
+        say(f"GraphSAGE - MLP: {gain:+.1f} accuracy points")
+    say(f"total {time.perf_counter() - start:.1f}s")
+    return results
 
 
 def format_epoch(m: dict[str, Any]) -> str:
@@ -291,6 +340,6 @@ def format_epoch(m: dict[str, Any]) -> str:
     line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
             f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
     if "wait_s" in m:
-        line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['sample_s']:.2f}s,"
+        line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['cpu_sample_s']:.2f}s,"
                  f" stage {m['stage_s']:.2f}s)")
     return line

@@ -1,4 +1,6 @@
-"""Loaders for graph datasets people already have on disk. Nothing is fetched.
+"""What the dataset loaders share (ogb.py, reddit.py): checked reads of
+files people already have on disk (nothing is fetched), the feature cache,
+labels, and a CSR built from edge chunks.
 
 - OGB node-property raw layout (ogbn-products, ogbn-arxiv, ogbn-papers100M):
   `raw/edge.csv.gz`, `raw/node-feat.csv.gz`, `raw/node-label.csv.gz`,
@@ -25,7 +27,7 @@ infinite features); missing files with FileNotFoundError.
 Memory: the npz layout (papers100M) builds the CSR from the memory-mapped
 edge array in two passes (`csr_from_edge_chunks`), so the peak is the CSR
 (4 bytes per stored edge + 16 bytes per node) plus 100-200 bytes per
-edge of one chunk (`_EDGE_CHUNK` edges) of scratch, plus the features
+edge of one chunk (`EDGE_CHUNK` edges) of scratch, plus the features
 (read from the cache's memory map, whose pages are reclaimable). The CSV layout
 parses the edge list into memory first (text cannot be mapped).
 """
@@ -49,27 +51,27 @@ import numpy as np
 
 from ...host_memory import host_empty
 
-from ..io._atomic import TMP_PREFIX, atomic_write
+from ..io import TMP_PREFIX, atomic_write
 from .csr import Graph, csr_from_edge_chunks
 
 # Edges handled per step while building a CSR from an edge file; the
 # scratch memory is about 100 bytes per edge of one step.
-_EDGE_CHUNK = 1 << 23
+EDGE_CHUNK = 1 << 23
 # What reading a truncated or altered file can raise: gzip (EOFError,
 # BadGzipFile is an OSError), zip (BadZipFile, zlib.error), numpy (ValueError).
 _UNREADABLE = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error)
 
 
-def _need(path: Path) -> Path:
+def need_file(path: Path) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"expected {path}")
     return path
 
 
-def _read_csv(path: Path, dtype, columns: int | None = None) -> np.ndarray:
+def read_csv(path: Path, dtype, columns: int | None = None) -> np.ndarray:
     """A gzipped CSV as a [rows, columns] array; ValueError naming `path` if unreadable."""
     try:
-        with gzip.open(_need(path), "rt") as f, warnings.catch_warnings():
+        with gzip.open(need_file(path), "rt") as f, warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked by callers
             rows = np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
     except _UNREADABLE as e:
@@ -81,18 +83,18 @@ def _read_csv(path: Path, dtype, columns: int | None = None) -> np.ndarray:
     return rows
 
 
-class _Npz:
+class Npz:
     """An .npz archive read member by member: small arrays whole, large ones
     memory-mapped (stored members) or streamed (compressed ones)."""
 
     def __init__(self, path: Path):
-        self.path = _need(path)
+        self.path = need_file(path)
         try:
             self._zip = zipfile.ZipFile(path)
         except _UNREADABLE as e:
             raise ValueError(f"{path} is not an .npz archive ({type(e).__name__}: {e})") from e
 
-    def __enter__(self) -> _Npz:
+    def __enter__(self) -> Npz:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -174,7 +176,7 @@ def _nonfinite(features: np.ndarray) -> tuple[int, int]:
     return count, first
 
 
-def _cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None], *,
+def cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None], *,
                      allow_nonfinite: bool) -> np.ndarray:
     """The feature table memory-mapped from `root/jdirect-cache/features.npy`,
     (re)built by `write(file)` unless the cache records `source` as it is now.
@@ -235,7 +237,7 @@ def _into_table_memory(features: np.ndarray) -> np.ndarray:
     return out
 
 
-def _labels(raw: np.ndarray, path: Path, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def read_labels(raw: np.ndarray, path: Path, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """(int32 labels with unlabelled nodes as 0, bool mask of labelled nodes).
 
     NaN marks an unlabelled node (as in papers100M); any other value must be
@@ -256,21 +258,7 @@ def _labels(raw: np.ndarray, path: Path, num_nodes: int) -> tuple[np.ndarray, np
     return np.where(known, values, 0).astype(np.int32), known
 
 
-def _split_dir(root: Path, split: str | None) -> Path:
-    base = root / "split"
-    names = sorted(p.name for p in base.glob("*") if p.is_dir())
-    if split is not None:
-        if split not in names:
-            raise FileNotFoundError(f"expected a split directory {base / split} (found {names})")
-        return base / split
-    if not names:
-        raise FileNotFoundError(f"expected a split directory under {base}")
-    if len(names) > 1:
-        raise ValueError(f"{base} holds several splits {names}: choose one (split=...)")
-    return base / names[0]
-
-
-def _edge_chunks(edges: np.ndarray, path: Path) -> Callable[[], Iterator[tuple]]:
+def edge_chunks(edges: np.ndarray, path: Path) -> Callable[[], Iterator[tuple]]:
     """Chunks of a (2, E) integer edge array, checked for orientation and dtype."""
     if edges.ndim != 2 or edges.shape[0] != 2:
         hint = " (it looks like (E, 2): transpose it)" if edges.ndim == 2 and edges.shape[1] == 2 else ""
@@ -280,135 +268,21 @@ def _edge_chunks(edges: np.ndarray, path: Path) -> Callable[[], Iterator[tuple]]
     if edges.shape[1] == 0:
         raise ValueError(f"{path}: the graph has no edges")
     e = edges.shape[1]
-    return lambda: ((edges[0, s:s + _EDGE_CHUNK], edges[1, s:s + _EDGE_CHUNK])
-                    for s in range(0, e, _EDGE_CHUNK))
+    return lambda: ((edges[0, s:s + EDGE_CHUNK], edges[1, s:s + EDGE_CHUNK])
+                    for s in range(0, e, EDGE_CHUNK))
 
 
-def _csr(chunks: Callable[[], Iterator[tuple]], num_nodes: int, path: Path, *,
+def csr_of(chunks: Callable[[], Iterator[tuple]], num_nodes: int, path: Path, *,
          symmetrize: bool) -> tuple[np.ndarray, np.ndarray]:
     try:
-        return csr_from_edge_chunks(chunks, num_nodes, symmetrize=symmetrize, block=_EDGE_CHUNK)
+        return csr_from_edge_chunks(chunks, num_nodes, symmetrize=symmetrize, block=EDGE_CHUNK)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
 
 
-def _graph(path: Path, **fields) -> Graph:
+def checked_graph(path: Path, **fields) -> Graph:
     """A Graph whose validation errors (e.g. overlapping splits) name `path`."""
     try:
         return Graph(**fields)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
-
-
-def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
-                  allow_nonfinite: bool = False) -> Graph:
-    """Loads an OGB node-property dataset from its raw directory.
-
-    Args:
-      root: the dataset directory (holding raw/ and split/).
-      undirected: store every edge in both directions (as OGB's loaders do
-        for products; usual for papers100M too).
-      split: the directory under split/ to use; needed when there are several.
-      allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
-        instead of refusing them.
-
-    Raises:
-      FileNotFoundError: a required file is missing (named in the message).
-      ValueError: a file is unreadable or inconsistent (named, with the problem).
-      OSError: the feature cache cannot be written.
-    """
-    root = Path(root)
-    raw = root / "raw"
-    if (raw / "data.npz").exists():
-        with _Npz(raw / "data.npz") as data:
-            num_nodes = int(data.array("num_nodes_list").sum())
-            features = _cached_features(root, data.path, lambda f: data.copy("node_feat", f),
-                                        allow_nonfinite=allow_nonfinite)
-            with data.mapped("edge_index", root / "jdirect-cache") as edges:
-                indptr, indices = _csr(_edge_chunks(edges, data.path), num_nodes, data.path,
-                                       symmetrize=undirected)
-        with _Npz(raw / "node-label.npz") as npz:
-            labels, known = _labels(npz.array("node_label"), npz.path, num_nodes)
-    else:
-        edge_path = raw / "edge.csv.gz"
-        edges = _read_csv(edge_path, np.int64, columns=2)
-        if not edges.size:
-            raise ValueError(f"{edge_path}: no edges (expected rows 'source,target')")
-        num_nodes = int(_read_csv(raw / "num-node-list.csv.gz", np.int64).sum())
-        feat_path = _need(raw / "node-feat.csv.gz")
-        features = _cached_features(
-            root, feat_path, lambda f: np.save(f, _read_csv(feat_path, np.float32)),
-            allow_nonfinite=allow_nonfinite)
-        indptr, indices = _csr(_edge_chunks(edges.T, edge_path), num_nodes, edge_path,
-                               symmetrize=undirected)
-        del edges
-        label_path = raw / "node-label.csv.gz"
-        labels, known = _labels(_read_csv(label_path, np.float64), label_path, num_nodes)
-    split_dir = _split_dir(root, split)
-    ids = {}
-    for name in ("train", "valid", "test"):
-        path = split_dir / f"{name}.csv.gz"
-        ids[name] = _read_csv(path, np.int64, columns=1).reshape(-1)
-        inside = ids[name][(ids[name] >= 0) & (ids[name] < num_nodes)]  # range: Graph checks
-        if not known[inside].all():
-            node = int(inside[~known[inside]][0])
-            raise ValueError(f"{path}: node {node} has no label (NaN in node-label)")
-    return _graph(split_dir, indptr=indptr, indices=indices, features=features, labels=labels,
-                  train=ids["train"], val=ids["valid"], test=ids["test"],
-                  num_classes=int(labels.max()) + 1, name=root.name)
-
-
-def _scipy_npz_chunks(npz: _Npz) -> tuple[Callable[[], Iterator[tuple]], int]:
-    """(edge chunks, num_nodes) of a square matrix saved by scipy.sparse.save_npz."""
-    fmt = npz.array("format").item()
-    fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
-    shape = tuple(int(x) for x in npz.array("shape"))
-    if len(shape) != 2 or shape[0] != shape[1]:
-        raise ValueError(f"{npz.path}: the adjacency matrix must be square, got shape {shape}")
-    if fmt == "coo":
-        edges = np.stack([npz.array("row"), npz.array("col")])
-    elif fmt == "csr":
-        indptr = npz.array("indptr")
-        if indptr.shape != (shape[0] + 1,) or np.any(np.diff(indptr) < 0):
-            raise ValueError(f"{npz.path}: indptr must be non-decreasing of length {shape[0] + 1}")
-        edges = np.stack([np.repeat(np.arange(shape[0]), np.diff(indptr)), npz.array("indices")])
-    else:
-        raise ValueError(f"{npz.path}: sparse format {fmt!r} not supported (expected coo or csr)")
-    return _edge_chunks(edges, npz.path), shape[0]
-
-
-def load_reddit(root: Path, *, allow_nonfinite: bool = False) -> Graph:
-    """Loads Reddit from reddit_data.npz and reddit_graph.npz in `root`.
-
-    Args:
-      root: the directory holding both files.
-      allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
-        instead of refusing them.
-
-    Raises:
-      FileNotFoundError: a required file is missing (named in the message).
-      ValueError: a file is unreadable or inconsistent (named, with the problem).
-      OSError: the feature cache cannot be written.
-    """
-    root = Path(root)
-    with _Npz(root / "reddit_data.npz") as data:
-        features = _cached_features(root, data.path, lambda f: data.copy("feature", f),
-                                    allow_nonfinite=allow_nonfinite)
-        num_nodes = features.shape[0]
-        labels, known = _labels(data.array("label"), data.path, num_nodes)
-        types = data.array("node_types").reshape(-1)
-    if types.shape != (num_nodes,) or not np.isin(types, (1, 2, 3)).all():
-        raise ValueError(f"{data.path}: node_types must hold 1, 2 or 3 (train/val/test) for each "
-                         f"of the {num_nodes} nodes; got {types.shape[0]} values, "
-                         f"{sorted(set(np.unique(types).tolist()) - {1, 2, 3})[:5]} unexpected")
-    if not known.all():
-        raise ValueError(f"{data.path}: node {int(np.flatnonzero(~known)[0])} has a NaN label")
-    with _Npz(root / "reddit_graph.npz") as graph:
-        chunks, n = _scipy_npz_chunks(graph)
-        if n != num_nodes:
-            raise ValueError(f"{graph.path}: {n} nodes, but {data.path} has {num_nodes}")
-        indptr, indices = _csr(chunks, num_nodes, graph.path, symmetrize=False)
-    split = {t: np.flatnonzero(types == t).astype(np.int64) for t in (1, 2, 3)}
-    return _graph(root, indptr=indptr, indices=indices, features=features, labels=labels,
-                  train=split[1], val=split[2], test=split[3],
-                  num_classes=int(labels.max()) + 1, name="reddit")

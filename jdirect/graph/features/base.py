@@ -1,0 +1,103 @@
+"""`FeatureSource`: what the trainer and the step programs need from a feature table.
+
+A source places a graph's feature table for training (in device memory, in
+host memory, behind a device cache, ...) and says how a step reads its
+rows. The trainer, the feeds and the step programs call only this
+interface; a source's name lives only in the registry (`SOURCES` in
+`__init__.py`), where a new source is one line beside its own file.
+
+The traced half (`read`, `start`, `finish`) is made of the class's static
+methods: the step programs receive the class in their static context
+(`training.steps.StepContext`), so every source of one kind shares their
+compilations. The instance holds what the source opened (`table`, staging
+buffers) and releases it in `close`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+
+from ..batch import Batch
+from ..data.csr import Graph
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+    """Settings a source may use when it opens.
+
+    Attributes:
+      rows_per_batch: padded rows one batch reads (`layer_caps(...)[-1]`).
+      staging_buffers: host staging buffers in flight (the CPU sampler's workers).
+      cache_fraction: share of the table's bytes a cache keeps on the device.
+    """
+
+    rows_per_batch: int = 0
+    staging_buffers: int = 8
+    cache_fraction: float = 0.2
+
+
+class FeatureSource(abc.ABC):
+    """A feature table placed for training, and how a step reads its rows.
+
+    Same model, same batches, same results whatever the source: only where
+    the rows come from differs. Padded input slots (id == num_nodes) read as
+    zeros.
+
+    Class attributes:
+      needs_cpu_sampler: the rows reach the step from the CPU sampler's
+        workers (`stage`), so the device sampler cannot feed this source.
+      overlaps: `start` returns before the rows have arrived, so that a
+        step can update on the previous batch while they are read; `finish`
+        waits for them. Otherwise `start` reads and `finish` returns it.
+
+    Attributes:
+      table: the steps' table argument, a pytree of arrays (a jax.Array or
+        a jdirect table) that the feeds place on every device of the mesh.
+
+    Args (of every source):
+      graph: the graph whose `features` (float[num_nodes, dim]) to place.
+      options: `SourceOptions`.
+    """
+
+    needs_cpu_sampler: ClassVar[bool] = False
+    overlaps: ClassVar[bool] = False
+    table: Any = None
+
+    @abc.abstractmethod
+    def __init__(self, graph: Graph, options: SourceOptions):
+        ...
+
+    @staticmethod
+    @abc.abstractmethod
+    def read(table: Any, input_nodes: jax.Array, staged: Any) -> jax.Array:
+        """Traced inside a step: the rows `table[input_nodes]`,
+        [len(input_nodes), dim], zeros for ids out of range. `staged` is what
+        `stage` returned for the batch (None with the device sampler)."""
+
+    @classmethod
+    def start(cls, table: Any, input_nodes: jax.Array) -> Any:
+        """Traced: begins reading `table[input_nodes]`; `finish` gives the rows."""
+        return cls.read(table, input_nodes, None)
+
+    @staticmethod
+    def finish(pending: Any) -> jax.Array:
+        """Traced: the rows of a read begun by `start`."""
+        return pending
+
+    def stage(self, batch: Batch) -> Any:
+        """On the CPU sampler's workers, per batch: what the step's `read`
+        receives as `staged`. None by default (the step reads the table)."""
+        return None
+
+    def close(self) -> None:
+        """Releases what the source opened (host tables, staging buffers)."""
+
+    def __enter__(self) -> "FeatureSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

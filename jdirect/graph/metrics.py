@@ -1,0 +1,68 @@
+"""The names of the figures that the trainer and every benchmark report.
+
+One set, so that a figure means the same in a metrics file, a benchmark's
+JSON and benchmarks/RESULTS.md. Times are seconds; "epoch" is one pass over
+the training nodes. A benchmark that reports the median of several epochs
+says so in its own docstring; the name keeps its meaning.
+
+`check(record)` refuses a name that is not here: a new figure gets a name
+and a meaning in `METRICS` first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+METRICS: dict[str, str] = {
+    # The trainer, per epoch (Trainer.train_epoch) and per run (Trainer.fit).
+    "epoch": "the epoch's index, from 0",
+    "loss": "mean cross-entropy over the epoch's training seeds",
+    "train_acc": "accuracy over the epoch's training seeds, as trained on (dropout on)",
+    "val_acc": "accuracy on the validation nodes after the epoch (None: none)",
+    "test_acc": "accuracy on the test nodes of the best epoch's model (None: none)",
+    "best_epoch": "the epoch of the best validation accuracy (the last without validation "
+                  "nodes; -1 before any)",
+    "epoch_s": "wall time of one training epoch, end to end: from its first dispatch to its "
+               "metrics read back (what a user waits for)",
+    "epochs_s": "epoch_s of each timed epoch, in order (a list)",
+    "batches": "optimizer steps in one epoch",
+    "cpu_sample_s": "CPU sampler: worker-seconds spent sampling in the epoch (summed over "
+                    "workers, so it can exceed epoch_s)",
+    "stage_s": "CPU sampler: worker-seconds spent staging rows (the host source's gather and "
+               "copy)",
+    "wait_s": "CPU sampler: seconds the training loop waited for its next batch",
+    "devices": "devices trained on, over all processes",
+    "processes": "processes of the run",
+    # Benchmarks: one epoch split into parts, each timed alone.
+    "sample_epoch_s": "one epoch's sampling alone, every batch waited for "
+                      "(benchmarks/sampler.py)",
+    "batch_ms": "one batch sampled and waited for on its own, milliseconds (median)",
+    "epoch_batch_ms": "sample_epoch_s per batch, milliseconds",
+    "presampled_s": "an epoch over device-resident batches sampled beforehand, steps "
+                    "dispatched back to back: feature read + update",
+    "device_sample_s": "device sampler alone over the epoch's batches",
+    "gather_s": "feature read alone over the epoch's batches",
+    "compute_s": "update alone over the epoch's batches (rows already on the device)",
+    "idle_s": "epoch_s - (device_sample_s + gather_s + compute_s): > 0 the GPU waited, "
+              "< 0 overlap",
+    "input_rows": "unique input rows of the epoch's batches (each batch's once)",
+    "feature_gb": "bytes of those rows, 1e9",
+    "read_gbps": "feature_gb / epoch_s: the feature-read rate the epoch sustained",
+    "pcie_floor_s": "feature_gb over the pinned memcpy rate measured in the same run",
+    "vs_device": "epoch_s over the device source's epoch_s with the same sampler",
+    "vs_floor": "epoch_s over pcie_floor_s",
+    "speedup": "the one-device epoch_s over this run's",
+}
+
+
+def check(record: Mapping[str, Any], *, labels: tuple[str, ...] = ()) -> Mapping[str, Any]:
+    """`record` itself, once every key is a name of METRICS or one of
+    `labels` (a benchmark's own settings columns, e.g. "sampler", "mode").
+
+    Raises:
+      KeyError: a key that is neither (the message names it).
+    """
+    unknown = [k for k in record if k not in METRICS and k not in labels]
+    if unknown:
+        raise KeyError(f"metric names {unknown} are not in jdirect.graph.metrics.METRICS")
+    return record

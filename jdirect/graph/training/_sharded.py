@@ -1,0 +1,58 @@
+"""Pieces shared by the device-sampled step programs (device_feed.py,
+pipelined.py): partition specs, `shard_map` and each device's share."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+from jax.sharding import PartitionSpec
+
+from ..batch import Batch
+from .parallel import AXIS
+
+# Specs of the sharded steps' arguments: replicated, or split over the devices.
+ALL = PartitionSpec()
+SPLIT = PartitionSpec(AXIS)  # per-device arrays, concatenated along axis 0
+SEEDS = PartitionSpec(None, AXIS)  # an epoch's seed matrix: each row split
+
+
+class Position(NamedTuple):
+    """Where in a pass a call's first step is (a pytree of arrays)."""
+
+    order: jax.Array  # int32[steps, batch_size]: the pass's seeds, a row per step (SEEDS)
+    epoch: jax.Array  # int32: the pass's sampling key (EVAL_EPOCH for evaluation)
+    i: jax.Array  # int32: the first step's row of `order`
+
+
+POSITION = Position(SEEDS, ALL, ALL)  # its specs
+
+
+def shard_map(body, *, mesh, in_specs, out_specs):
+    """`jax.shard_map` without replication checking: the pipelined step's
+    optimization barriers tie the replicated state to per-device reads,
+    which the checker would then count as per-device (and the state as
+    unfit for the replicated out_specs). Replication holds by construction:
+    every replicated output is a function of replicated inputs and psums."""
+    return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=False)
+
+
+def share(i: jax.Array) -> jax.Array:
+    """This device's index of item i (a batch, a step) among all devices'
+    shares: i * devices + device. On one device it is i, so a one-device
+    mesh draws exactly what an unsharded step would."""
+    return i * jax.lax.axis_size(AXIS) + jax.lax.axis_index(AXIS)
+
+
+def sample(sampler, arrays, at: Position, j: jax.Array | int) -> Batch:
+    """This device's part of the batch j steps after `at`: its columns of
+    that row of seeds, its own key."""
+    i = at.i + j
+    return sampler.sample(arrays, at.order[i], sampler.key(at.epoch, share(i)))
+
+
+def repeat(n: int, one: Callable, carry: Any) -> Any:
+    """`carry` after `carry = one(j, carry)` for j = 0 .. n - 1 (n static):
+    a loop whose trip count XLA knows runs its iterations back to back."""
+    return jax.lax.fori_loop(0, n, one, carry)

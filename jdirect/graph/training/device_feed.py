@@ -1,0 +1,193 @@
+"""`DeviceFeed`: sampling on the devices, inside each compiled step, and
+its programs: sampling, feature read and update in one call, `n` steps per
+call, data parallel over a mesh (parallel.py).
+
+Every call costs the host its dispatch (on two H200s, 2 ms for a
+papers100M-sized step, longer than the step itself), and a loop whose trip
+count XLA knows runs its iterations back to back without returning to the
+host. Each program runs its body under `jax.shard_map`: every device on its
+own columns of the seed matrix with its own sampling and dropout keys
+(`_sharded.share`), and the update equals one device's on the whole global
+batch (`steps.update`). One device is the mesh of one device.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterator, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ..features import FeatureSource
+from ..sampling import DeviceSampler
+from . import parallel
+from ._sharded import ALL, POSITION, Position, repeat, sample, shard_map, share
+from .feeds import EVAL_EPOCH
+from .parallel import AXIS
+from .pipelined import Pipeline
+from .steps import StepContext, count_correct, dropout_key, update
+
+# Steps per dispatch on a mesh of several devices, by default (see DeviceFeed).
+SEVERAL_DEVICES_STEPS = 8
+
+
+def default_steps_per_call(devices: int) -> int:
+    """Steps per dispatch when the configuration leaves it to the feed: 1 on
+    one device, `SEVERAL_DEVICES_STEPS` on several (see `DeviceFeed`)."""
+    return 1 if devices == 1 else SEVERAL_DEVICES_STEPS
+
+
+class StepRange(NamedTuple):
+    """Steps at.i .. at.i + n - 1 of a pass (what `DeviceFeed.epoch` yields)."""
+
+    at: Position
+    n: int
+    last: bool  # whether the pass's last step is among them
+
+
+class DeviceFeed:
+    """Sampling on the devices of `mesh`, inside each compiled step.
+
+    Each step's global batch of `batch_size` seeds (a row of the epoch's
+    seed matrix) is split evenly over the mesh: every device samples
+    `sampler.batch_size` of them with its own keys, reads their rows from
+    its replica of the feature table and computes its part of one update.
+    The graph's arrays and the table are replicated on every device.
+
+    A pass runs `steps_per_call` steps per dispatch (a loop inside one
+    program), its remainder one at a time: two compiled programs per step
+    kind, whatever the pass's length. The loop costs each step about 5 %
+    (likely its carry: the read-ahead rows, copied once per iteration),
+    which one device, whose dispatch keeps ahead of it, never recovers, and
+    several devices recover many times over. On 2 H200s, papers100M-sized
+    (1,179 steps of 2.2 ms on one GPU, `jdirect-cache`): one step per call
+    2.65 s an epoch on one GPU and 3.7 s on two, whose dispatch (2 ms a
+    step) outran the devices; 8 per call 2.83 s and 1.68 s. Hence
+    `default_steps_per_call`.
+
+    With `overlap` and a source whose reads overlap (`FeatureSource.overlaps`),
+    training steps are pipelined (pipelined.py): step i samples batch i + 1
+    and starts reading its rows, then updates on batch i while they arrive.
+
+    Args:
+      sampler: a `DeviceSampler` of the per-device batch size.
+      source: the feature source (one the device sampler can feed).
+      graphdef: the model and optimizer's graphdef.
+      seed: fixes the dropout masks (with the step).
+      overlap: pipeline the reads of a source that overlaps.
+      mesh: a 1-D mesh over `parallel.AXIS` (None: the default device).
+      steps_per_call: steps per dispatch (validated by `TrainConfig`).
+    """
+
+    def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
+                 seed: int, overlap: bool = True, mesh: Mesh | None = None,
+                 steps_per_call: int = 1):
+        self.mesh = mesh if mesh is not None else parallel.make_mesh(1)
+        self.sampler = sampler
+        self.steps_per_call = steps_per_call
+        self.batch_size = sampler.batch_size * self.mesh.size
+        self.overlap = overlap and source.overlaps
+        self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call)
+        self.arrays = parallel.replicate(self.mesh, sampler.arrays)
+        self.table = parallel.replicate(self.mesh, source.table)
+        self.data = (self.arrays, self.table)
+        self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
+                              static_argnames="shuffle",
+                              out_shardings=NamedSharding(self.mesh, PartitionSpec(None, AXIS)))
+        self._pipeline = Pipeline()
+        # Contexts of whole calls and of single steps, made once.
+        self._contexts = {n: self.ctx.with_steps(n) for n in {1, steps_per_call}}
+
+    def num_batches(self, num_nodes: int) -> int:
+        return -(-int(num_nodes) // self.batch_size)
+
+    def seed_order(self, nodes: np.ndarray, epoch: int) -> jax.Array:
+        """int32[steps, batch_size]: the seeds of a pass over `nodes`, a row
+        per step (padded with -1), split over the mesh (`_sharded.SEEDS`);
+        shuffled per `epoch` unless it is EVAL_EPOCH."""
+        nodes = parallel.replicate(self.mesh, np.asarray(nodes, np.int32))
+        return self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH)
+
+    def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[StepRange, int]]:
+        order = self.seed_order(nodes, epoch)
+        count = order.shape[0]
+        epoch = jnp.int32(epoch)
+        self._pipeline.reset()
+        i = 0
+        while i < count:
+            # Whole calls up to the last step, which the pipeline runs alone.
+            n = self.steps_per_call if i + self.steps_per_call < count else 1
+            yield StepRange(Position(order, epoch, jnp.int32(i)), n, i + n == count), n
+            i += n
+
+    def train_step(self, state, metrics, inputs: StepRange, step):
+        ctx = self._contexts[inputs.n]
+        if self.overlap:
+            return self._pipeline.train(ctx, state, metrics, self.data, inputs.at, inputs.last,
+                                        step)
+        return sample_train_steps(ctx, state, metrics, self.data, inputs.at, step)
+
+    def eval_step(self, state, correct, inputs: StepRange):
+        return sample_eval_steps(self._contexts[inputs.n], state, correct, self.data,
+                                 inputs.at)
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
+                       step: jax.Array):
+    """Steps i .. i + n - 1 after `at` on the devices of `ctx.mesh`: each
+    samples its batch, reads its features and updates the model, all in one
+    program; returns (state, metrics). `step` is step i's global number
+    (dropout's key); `data` = (graph arrays, table), replicated."""
+
+    def body(state, metrics, data, at, step):
+        arrays, table = data
+
+        def one(j, carry):
+            batch = sample(ctx.sampler, arrays, at, j)
+            x = ctx.source.read(table, batch.input_nodes, None)
+            return update(ctx.graphdef, *carry, x, batch,
+                          dropout_key(ctx.seed, share(step + j)), AXIS)
+
+        return repeat(ctx.n, one, (state, metrics))
+
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, ALL, POSITION, ALL),
+                     out_specs=(ALL, ALL))(state, metrics, data, at, step)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
+                      at: Position) -> jax.Array:
+    """Adds (correct, seeds) of batches i .. i + n - 1 after `at`, sampled
+    on the devices of `ctx.mesh`, to `correct`."""
+
+    def body(state, correct, data, at):
+        arrays, table = data
+
+        def one(j, correct):
+            batch = sample(ctx.sampler, arrays, at, j)
+            x = ctx.source.read(table, batch.input_nodes, None)
+            return count_correct(ctx.graphdef, state, correct, x, batch, AXIS)
+
+        return repeat(ctx.n, one, correct)
+
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, ALL, POSITION),
+                     out_specs=ALL)(state, correct, data, at)
+
+
+def _epoch_order(sampler, width: int, arrays, nodes: jax.Array, epoch: jax.Array, *,
+                 shuffle: bool) -> jax.Array:
+    """int32[ceil(m / width), width]: the sampler's seed order of an epoch
+    over `nodes` (m of them), in rows of the global batch `width`, padded
+    with -1. The permutation does not depend on the batch size, so a mesh
+    of D devices trains on the same global batches as one device."""
+    m = nodes.shape[0]
+    flat = sampler.epoch_seeds(arrays, nodes, epoch, shuffle=shuffle).reshape(-1)[:m]
+    rows = -(-m // width)
+    return jnp.concatenate([flat, jnp.full(rows * width - m, -1, jnp.int32)]).reshape(rows, width)

@@ -1,0 +1,55 @@
+"""Feature sources (jdirect/graph/features): every registered source reads a
+batch's rows like np.take (zeros for padded slots), through `read` and
+through `start`/`finish`, and releases what it opened on close."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jdirect.graph import NeighborSampler, synthetic
+from jdirect.graph.features import SOURCES, FeatureSource, SourceOptions
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic("tiny", seed=0, progress=False)
+
+
+def expected_rows(graph, input_nodes: np.ndarray) -> np.ndarray:
+    valid = input_nodes < graph.num_nodes
+    rows = np.asarray(graph.features)[np.where(valid, input_nodes, 0)]
+    return np.where(valid[:, None], rows, 0)
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_every_source_reads_the_batch_rows_and_zeros_for_padding(graph, name):
+    cls = SOURCES[name]
+    assert issubclass(cls, FeatureSource)
+    batch = NeighborSampler(graph, (3, 2), 16, seed=0).sample(graph.train[:10], (0, 0))
+    assert (batch.input_nodes == graph.num_nodes).any()  # padded slots are read too
+    ids = jnp.asarray(batch.input_nodes)
+    want = expected_rows(graph, batch.input_nodes)
+    options = SourceOptions(rows_per_batch=len(batch.input_nodes), staging_buffers=2)
+    with cls(graph, options) as source:
+        staged = source.stage(batch)
+        assert (staged is not None) == cls.needs_cpu_sampler
+        np.testing.assert_array_equal(jax.jit(cls.read)(source.table, ids, staged), want)
+        if not cls.needs_cpu_sampler:
+            pending = jax.jit(cls.start)(source.table, ids)
+            np.testing.assert_array_equal(jax.jit(cls.finish)(pending), want)
+
+
+@pytest.mark.parametrize("name", ["jdirect", "jdirect-cache"])
+def test_a_source_closes_the_host_table_it_opened(graph, name):
+    source = SOURCES[name](graph, SourceOptions())
+    assert not source.host.closed
+    source.close()
+    assert source.host.closed
+
+
+def test_only_the_staging_source_needs_the_cpu_sampler_and_only_jdirect_reads_overlap():
+    assert [n for n, c in SOURCES.items() if c.needs_cpu_sampler] == ["host"]
+    assert [n for n, c in SOURCES.items() if c.overlaps] == ["jdirect", "jdirect-cache"]
