@@ -25,7 +25,7 @@ tables on the device fit `device_budget` bytes, else in host memory:
 first a host input is staged on the device (read once over the link
 instead of once per edge), then the source rows, then the output. Host
 outputs are written one chunk behind the computation, so the copy
-overlaps the next chunk (`_write_host`).
+overlaps the next chunk (`_layer_tables.write_host`).
 
 GPU memory, beyond the tables on the device (at most `device_budget`) and
 the model: with E = chunk_edges, B = chunk_nodes, w = the widest row read
@@ -51,30 +51,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .. import placement
 from ..gather import gather
 from ..host_table import HostTable
-from ..table import Table
+from . import _layer_tables as tables
+from ._layer_tables import Input, Report
 from .data import Graph
 from .models.base import Edges
 
-Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
-
-
-@dataclasses.dataclass
-class Report:
-    """What one inference moved and where it put each table.
-
-    Attributes:
-      tables: per table made, "<what>: <device|host> <shape> <dtype>".
-      bytes_read: bytes read from host memory by the device (host input
-        rows gathered or staged, CSR windows copied).
-      bytes_written: bytes written from the device to host tables.
-    """
-
-    tables: list[str] = dataclasses.field(default_factory=list)
-    bytes_read: int = 0
-    bytes_written: int = 0
+__all__ = ["Report", "Result", "accuracy", "evaluate", "layerwise", "logits_of"]
 
 
 @dataclasses.dataclass
@@ -134,7 +118,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
         raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
     size, dtype = min(chunk_nodes, max(n, 1)), np.dtype(dtype)
     width = max(max(c.in_dim, c.source_dim) for c in convs)
-    budget = _budget(device_budget, (3 * chunk_edges + 6 * size) * width * 4 + 16 * chunk_edges)
+    working = (3 * chunk_edges + 6 * size) * width * 4 + 16 * chunk_edges
+    budget = tables.budget(device_budget, working)
     chunks = _chunks(graph.indptr, size, chunk_edges)
     graphdef, params = nnx.split(model)
     report = Report()
@@ -142,25 +127,26 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
     for i, conv in enumerate(convs):
         last = i + 1 == len(convs)
         steps = _steps(graphdef, i, size, None if last else model.activation, dtype)
-        if _on_host(table) and _bytes(table.shape, table.dtype) <= budget:
-            staged = _Output(f"layer {i} input (staged)", table.shape, table.dtype, budget,
-                             report)
+        if tables.on_host(table) and tables.nbytes(table.shape, table.dtype) <= budget:
+            staged = tables.Output(f"layer {i} input (staged)", table.shape, table.dtype,
+                                   budget, report)
             for a, b in chunks:
-                staged.write(a, b, _read(size, table, _span(a, b)))
-            report.bytes_read += n * _link_row_bytes(table)
-            _release(table, owned, staged.table)
+                staged.write(a, b, tables.read(size, table, tables.span(a, b)))
+            report.bytes_read += n * tables.link_row_bytes(table)
+            tables.release(table, owned, staged.table)
             table, owned = staged.done(), True
-        spent = 0 if _on_host(table) or not owned else _bytes(table.shape, table.dtype)
+        spent = (tables.nbytes(table.shape, table.dtype)
+                 if owned and not tables.on_host(table) else 0)
         source = None
         if conv.projects:
-            out = _Output(f"layer {i + 1} sources", (n, conv.source_dim), dtype, budget - spent,
-                          report)
+            out = tables.Output(f"layer {i + 1} sources", (n, conv.source_dim), dtype,
+                                budget - spent, report)
             spent += out.device_bytes
             for a, b in chunks:
                 out.write(a, b, _Chunk(steps, params, report, a, b).project(table))
             source = out.done()
-        out = _Output(f"layer {i + 1} {'logits' if last else 'output'}", (n, conv.out_dim),
-                      dtype, budget - spent, report)
+        out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
+                            (n, conv.out_dim), dtype, budget - spent, report)
         for a, b in chunks:
             chunk = _Chunk(steps, params, report, a, b)
             chunk.open(table, source)
@@ -170,9 +156,9 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
                     chunk.reduce(table if source is None else source, nbrs, lo, count, offsets)
             out.write(a, b, chunk.close())
         done = out.done()
-        _release(table, owned, done)
+        tables.release(table, owned, done)
         if source is not None:
-            _release(source, True, done)
+            tables.release(source, True, done)
         table, owned = done, True
     return Result(table, report)
 
@@ -203,7 +189,7 @@ def evaluate(model: nnx.Module, graph: Graph, features: Input,
     try:
         return {s: accuracy(result.logits, graph.labels, getattr(graph, s)) for s in splits}
     finally:
-        _release(result.logits, True)
+        tables.release(result.logits, True)
 
 
 class _Chunk:
@@ -212,12 +198,12 @@ class _Chunk:
 
     def __init__(self, steps: "_Steps", params: Any, report: Report, a: int, b: int):
         self.steps, self.params, self.report = steps, params, report
-        self.span, self.count = _span(a, b), b - a
+        self.span, self.count = tables.span(a, b), b - a
         self.opened: tuple = ()
 
     def _count_read(self, table: Input, rows: int) -> None:
-        if _on_host(table):
-            self.report.bytes_read += rows * _link_row_bytes(table)
+        if tables.on_host(table):
+            self.report.bytes_read += rows * tables.link_row_bytes(table)
 
     def project(self, table: Input) -> jax.Array:
         self._count_read(table, self.count)
@@ -255,14 +241,14 @@ class _Steps:
             return nnx.merge(graphdef, params).convs[index]
 
         def project(params, table, span):
-            return conv(params).source(_rows(table, span, size).astype(jnp.float32))
+            return conv(params).source(tables.rows_of(table, span, size).astype(jnp.float32))
 
         def open_(params, table, source, span):
             """(h_dst, s_dst, init state) of the chunk `span`."""
             layer = conv(params)
-            h = _rows(table, span, size).astype(jnp.float32)
+            h = tables.rows_of(table, span, size).astype(jnp.float32)
             s = (layer.source(h) if source is None
-                 else _rows(source, span, size).astype(jnp.float32))
+                 else tables.rows_of(source, span, size).astype(jnp.float32))
             return h, s, layer.init(h, s)
 
         def reduce(params, state, s_dst, read_from, nbrs, offsets, lo):
@@ -288,76 +274,6 @@ def _steps(graphdef: Any, index: int, size: int, activation: Callable | None,
            dtype: np.dtype) -> _Steps:
     """`_Steps`, kept across calls of `layerwise` on models of one shape."""
     return _Steps(graphdef, index, size, activation, dtype)
-
-
-def _rows(table: Input, span: jax.Array, size: int) -> jax.Array:
-    """Rows of nodes span[0] .. span[1] - 1 of `table`, padded to `size` rows
-    of zeros (the padding reads id num_nodes, out of range)."""
-    ids = span[0] + jnp.arange(size, dtype=jnp.int32)
-    return gather(table, jnp.where(ids < span[1], ids, table.shape[0]), fill_value=0)
-
-
-@functools.partial(jax.jit, static_argnums=(0,))
-def _read(size: int, table: Input, span: jax.Array) -> jax.Array:
-    return _rows(table, span, size)
-
-
-@functools.partial(jax.jit, donate_argnums=(0,))
-def _put(table: jax.Array, rows: jax.Array, span: jax.Array) -> jax.Array:
-    """`table` with rows span[0] .. span[1] - 1 set to the first rows of `rows`."""
-    ids = span[0] + jnp.arange(rows.shape[0], dtype=jnp.int32)
-    ids = jnp.where(ids < span[1], ids, table.shape[0])
-    return table.at[ids].set(rows.astype(table.dtype), mode="drop")
-
-
-def _write_host(table: HostTable, start: int, rows: np.ndarray) -> None:
-    """Rows start .. start + len(rows) of a host table, from the device.
-
-    The one host write of inference: a contiguous device-to-host copy.
-    (`jdirect.write_rows(table, idx, rows, op="set")` writes from inside
-    compiled code; it would let a chunk's write join its compiled step.)
-    """
-    table.numpy()[start:start + rows.shape[0]] = rows
-
-
-class _Output:
-    """A table being filled chunk by chunk: in device memory if its bytes
-    fit `budget`, else a HostTable written one chunk behind (the copy of
-    chunk k waits for chunk k + 1 to be dispatched, so it overlaps it)."""
-
-    def __init__(self, what: str, shape: tuple[int, ...], dtype: Any, budget: float,
-                 report: Report):
-        dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
-        self.on_device = _bytes(shape, dtype) <= budget
-        self.device_bytes = _bytes(shape, dtype) if self.on_device else 0
-        self.table: Any = (jnp.zeros(shape, dtype) if self.on_device
-                           else HostTable.empty(shape, dtype))
-        self.report = report
-        self.pending: tuple[int, int, jax.Array] | None = None
-        where = "device" if self.on_device else "host"
-        report.tables.append(f"{what}: {where} {list(shape)} {dtype.name}")
-
-    def write(self, a: int, b: int, rows: jax.Array) -> None:
-        if self.on_device:
-            self.table = _put(self.table, rows, _span(a, b))
-            return
-        self._flush()
-        self.pending = (a, b, rows)
-
-    def _flush(self) -> None:
-        if self.pending is not None:
-            a, b, rows = self.pending
-            _write_host(self.table, a, np.asarray(rows)[: b - a])
-            self.report.bytes_written += (b - a) * self.table.row_bytes
-            self.pending = None
-
-    def done(self) -> jax.Array | HostTable:
-        self._flush()
-        return self.table
-
-
-def _span(a: int, b: int) -> np.ndarray:
-    return np.asarray([a, b], np.int32)
 
 
 def _chunks(indptr: np.ndarray, size: int, max_edges: int) -> list[tuple[int, int]]:
@@ -396,45 +312,3 @@ def _windows(graph: Graph, a: int, b: int, size: int):
         yield lo, ids.shape[0], nbrs
 
 
-def _budget(device_budget: int | None, working: int) -> float:
-    if device_budget is not None:
-        if not isinstance(device_budget, int) or device_budget < 0:
-            raise ValueError(f"device_budget must be None or an integer >= 0, "
-                             f"got {device_budget!r}")
-        return device_budget
-    free = placement.device_free_bytes()
-    return float("inf") if free is None else max(0, int(0.8 * free) - working)
-
-
-def _bytes(shape: Sequence[int], dtype: Any) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-
-
-def _on_host(table: Input) -> bool:
-    """Whether reading `table` crosses the link (its rows live in host memory)."""
-    if isinstance(table, jax.Array):
-        return table.sharding.memory_kind == "pinned_host"
-    return isinstance(table, Table) and table.memory != "device"
-
-
-def _link_row_bytes(table: Input) -> int:
-    """Bytes a row read from `table` moves over the link: the stored row
-    (an Int8Table's packed one; a CachedTable's rows all counted as misses)."""
-    while not isinstance(table, HostTable) and hasattr(table, "table"):
-        table = table.table
-    if isinstance(table, HostTable):
-        return table.row_bytes
-    return _bytes(table.shape[1:], table.dtype)
-
-
-def _release(table: Input, owned: bool, after: Any = None) -> None:
-    """Frees a table this module made (never a caller's), once `after`, the
-    arrays computed from it, are ready: a dispatched step still to read a
-    closed HostTable would fail."""
-    if not owned:
-        return
-    jax.block_until_ready(after)
-    if isinstance(table, HostTable):
-        table.close()
-    elif isinstance(table, jax.Array):
-        table.delete()

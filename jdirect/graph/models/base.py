@@ -17,9 +17,10 @@ nothing outside this package switches on its name. It reads:
     resumable, and free of RNG state inside the pipelined step.
   * `__call__(x, batch, keep=None)`: logits of the batch's seeds from the
     rows `x` of `batch.input_nodes` (the sampled, padded blocks of
-    `jdirect.graph.sampler.Batch`).
-  * `convs` and `activation` (neighbour models): the layers, each a `Conv`,
-    and the function between them (dropout follows it in training). Layer
+    `jdirect.graph.batch.Batch`).
+  * `convs` and `activation`: the layers, each a `Conv` (the MLP's read
+    no neighbours), and the function between them (dropout follows it in
+    training). Layer
     l maps the rows of layer l's table to layer l + 1's; layer-wise
     inference (`jdirect.graph.inference`) runs the same `Conv`s over every
     neighbour of every node, so the same weights serve both modes.
