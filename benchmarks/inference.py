@@ -34,7 +34,7 @@ import jdirect
 from jdirect.graph import load_dataset
 from jdirect.graph.inference import layerwise
 from jdirect.graph.models import build
-from _common import print_table, run_meta, write_json
+from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
 from gather import memcpy_gbps
 
 
@@ -91,6 +91,7 @@ def main() -> None:
     start = time.perf_counter()
     overrides = {"feature_dtype": args.feature_dtype} if args.feature_dtype else {}
     graph = load_dataset(args.dataset, progress=False, **overrides)
+    generation_peak = host_peak_gb()
     print(f"{graph} [{time.perf_counter() - start:.1f}s]", flush=True)
     on_gpu = jax.default_backend() == "gpu"
     link = args.link_gbps or (memcpy_gbps(jax.devices()[0], 5) if on_gpu else None)
@@ -106,20 +107,18 @@ def main() -> None:
                 records.append(rec)
                 print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in rec.items()), flush=True)
-    stats = jax.devices()[0].memory_stats() or {}
+    peaks = memory_peaks(graph, generation_peak)
     print(f"\n{graph.name}: {graph.num_nodes:,} nodes, {args.layers} layers, hidden "
           f"{args.hidden}, tables {args.table_dtype}"
           + (f"; link {link:.1f} GB/s" if link else "")
-          + (f"; device peak {stats['peak_bytes_in_use'] / 1e9:.2f} GB"
-             if "peak_bytes_in_use" in stats else ""))
+          + "; " + " ".join(f"{k} {v:.2f}" for k, v in peaks.items()))
     keys = ("s", "first_s", "read_gb", "written_gb", "floor_s", "vs_floor")
     rows = [dict(k=k, col=f"{r['model']}/{r['budget']}", v=r[k]) for r in records for k in keys
             if r.get(k) is not None]
     print_table(rows, ("k",), [f"{r['model']}/{r['budget']}" for r in records], "col", "v",
                 fmt="{:.3f}")
     meta = run_meta(dataset=graph.name, graph=repr(graph), link_gbps=link,
-                    device_peak_gb=stats.get("peak_bytes_in_use", 0) / 1e9,
-                    config=vars(args) | {"json": str(args.json)})
+                    config=vars(args) | {"json": str(args.json)}, **peaks)
     write_json(args.json, meta, records)
     plot(records, args.json.with_suffix(".png"))
 
