@@ -125,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
     add("--devices", type=_number(int, 1),
         help="data-parallel devices over all processes (default: all; the CPU sampler uses "
              "one); the batch is split evenly over them")
-    add("--steps-per-call", type=_number(int, 1),
+    add("--steps-per-call", type=int,
         help="device sampler: optimizer steps per dispatch (one compiled loop)")
     add("--coordinator", metavar="HOST:PORT",
         help="several processes: process 0's address for jax.distributed (default: "

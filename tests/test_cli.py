@@ -49,6 +49,7 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     (["--sampler", "device", "--features", "host"], "sampler"),
     (["--devices", "0"], "--devices"), (["--devices", "2", "--sampler", "cpu"], "CPU sampler"),
     (["--steps-per-call", "2", "--sampler", "cpu"], "steps_per_call"),
+    (["--steps-per-call", "0", "--sampler", "device"], "steps_per_call"),
     (["--devices", "64", "--sampler", "device"], "cannot be spread"),
     (["--process-id", "0"], "--num-processes"), (["--num-processes", "2"], "--process-id"),
     (["--num-processes", "2", "--process-id", "2"], "process_id"),

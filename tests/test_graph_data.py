@@ -66,3 +66,15 @@ def assert_same_graph(h, g) -> None:
     for field in ("indptr", "indices", "features", "labels", "train", "val", "test"):
         np.testing.assert_array_equal(getattr(h, field), getattr(g, field), err_msg=field)
     assert h.num_classes == g.num_classes
+
+
+def test_load_graph_builds_what_a_configuration_names():
+    from jdirect.graph import DATASETS, PRESETS, load_graph
+    from jdirect.graph.training import TrainConfig
+
+    assert set(PRESETS) | {"ogb", "reddit"} == set(DATASETS)
+    cfg = TrainConfig(dataset="tiny", seed=3, feature_dtype="bfloat16", progress=False)
+    assert_same_graph(load_graph(cfg), synthetic("tiny", seed=3, feature_dtype="bfloat16",
+                                                 progress=False))
+    with pytest.raises(ValueError, match="data-dir"):
+        load_graph(cfg.replace(dataset="reddit"))

@@ -15,5 +15,6 @@ __all__ = [
     "Batch", "DATASETS", "DeviceSampler", "Graph", "NeighborSampler", "PRESETS", "Prefetcher",
     "load_dataset", "load_graph", "load_ogb_node", "load_reddit", "synthetic",
 ]
-# Feature sources, models, training and checkpoints (jdirect.graph.features,
-# .models, .training, .io) need flax and optax: import them from there.
+# Feature sources (jdirect.graph.features), run files (.io), metric names
+# (.metrics), models (.models) and training (.training) are imported from
+# their packages; the last two need flax and optax.
