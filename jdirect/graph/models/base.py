@@ -1,37 +1,133 @@
-"""What the trainer and the samplers need from a model: `GNNModel`.
+"""What the trainer, the samplers and layer-wise inference need from a model.
 
-A model is a Flax NNX module built by `models.build(name, ...)`. The
-trainer never switches on its name; it reads:
+A model (`GNNModel`) is a Flax NNX module built by `models.build(name, ...)`;
+nothing outside this package switches on its name. It reads:
 
   * `uses_neighbors` (class attribute): whether the model aggregates over
-    sampled neighbours. A model that does is sampled with the
-    configuration's fanouts, one per layer; one that does not (the MLP)
-    reads only the seeds' own rows. A model that uses neighbours is never
-    run with none (`fanouts_for` refuses it).
-  * `num_layers`: message-passing layers (or dense layers): the number of
-    fanouts a neighbour model needs.
-  * `rate`: the dropout rate of hidden activations.
-  * `hidden_shapes(batch)`: the shapes of the activations dropout applies
-    to (every layer's output but the last), so that a step draws the
-    keep-masks from an explicit key (`dropout_masks`) outside the model.
-  * `__call__(x, batch, keep=None)`: logits for the batch's seeds from the
-    rows `x` of `batch.input_nodes` (a `Batch` of padded blocks; masked
-    slots contribute nothing).
+    neighbours. The sampler's fanouts come from `sampling_fanouts(model,
+    fanouts)`: one positive fanout per layer for a neighbour model (it is
+    never run with none), () for one that reads only the seeds' own rows
+    (the MLP).
+  * `num_layers`, `dims` ((in, hidden, ..., hidden, classes): the width of
+    each layer's input and of the last one's output), `rate` (dropout of
+    hidden activations).
+  * `hidden_shapes(batch)`: the shapes dropout applies to (every layer's
+    output but the last), so that a step draws the keep-masks from an
+    explicit key (`dropout_masks`) outside the model: reproducible,
+    resumable, and free of RNG state inside the pipelined step.
+  * `__call__(x, batch, keep=None)`: logits of the batch's seeds from the
+    rows `x` of `batch.input_nodes` (the sampled, padded blocks of
+    `jdirect.graph.batch.Batch`).
+  * `convs` and `activation`: the layers, each a `Conv` (the MLP's read
+    no neighbours), and the function between them (dropout follows it in
+    training). Layer
+    l maps the rows of layer l's table to layer l + 1's; layer-wise
+    inference (`jdirect.graph.inference`) runs the same `Conv`s over every
+    neighbour of every node, so the same weights serve both modes.
 
-Dropout masks come from outside the model so that a training step draws
-them from a pure function of (seed, step): reproducible, resumable, and
-free of RNG state inside the stream-annotated region of the pipelined step.
+How a layer aggregates (`Conv`): in four row-wise or per-edge pieces, so
+that one definition serves sampled blocks and full neighbourhoods split
+into edge windows of bounded size:
+
+  s = source(h)                    per node: what edges read (h itself, or
+                                   a projection such as GAT's W h and its
+                                   attention terms)
+  state = init(h_dst, s_dst)       per destination: the empty aggregate
+  state = reduce(state, s_dst, e)  adds the messages of a set of edges `e`
+                                   (an `Edges`); called once per edge window,
+                                   so a destination's neighbours may arrive
+                                   in several calls (partial sums, an
+                                   online softmax)
+  out = finish(state, h_dst, s_dst)  the layer's output rows
+
+On a sampled block (`block`), the destinations are the first rows of the
+block's sources and `e` holds each one's sampled neighbours in the dense
+layout; in full inference `e` is a window of the CSR in the flat layout.
+With fanouts at least the largest degree a sampled forward therefore equals
+full inference (tests/test_inference.py checks it).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 Masks = Sequence[jax.Array] | None
+State = Any  # a pytree of per-destination arrays
+
+
+class Edges(NamedTuple):
+    """Messages into `num_dst` destinations, in one of two layouts.
+
+    Dense (a sampled block): `rows` [n, f, w] are the source rows of each
+    destination's f neighbour slots, `valid` bool[n, f] marks real ones,
+    `seg` is None. Flat (full inference): `rows` [E, w] one per edge,
+    `valid` bool[E], `seg` int32[E] the destination of each edge in [0, n),
+    non-decreasing. Invalid slots and edges contribute nothing.
+    """
+
+    rows: jax.Array
+    valid: jax.Array
+    seg: jax.Array | None
+    num_dst: int
+
+    def _mask(self, x: jax.Array, fill: Any) -> jax.Array:
+        valid = self.valid.reshape(self.valid.shape + (1,) * (x.ndim - self.valid.ndim))
+        return jnp.where(valid, x, fill)
+
+    def total(self, x: jax.Array) -> jax.Array:
+        """Per destination: the sum of per-edge values `x` over valid edges."""
+        x = self._mask(x, 0)
+        if self.seg is None:
+            return x.sum(axis=1)
+        return jax.ops.segment_sum(x, self.seg, self.num_dst, indices_are_sorted=True)
+
+    def top(self, x: jax.Array) -> jax.Array:
+        """Per destination: the max of `x` over valid edges (-inf for none)."""
+        x = self._mask(x, -jnp.inf)
+        if self.seg is None:
+            return x.max(axis=1)
+        return jax.ops.segment_max(x, self.seg, self.num_dst, indices_are_sorted=True)
+
+    def count(self) -> jax.Array:
+        """float32[num_dst]: valid edges per destination."""
+        return self.total(jnp.ones(self.valid.shape, jnp.float32))
+
+    def at_edges(self, y: jax.Array) -> jax.Array:
+        """A per-destination array `y` [n, ...] broadcast to the edges."""
+        return y[:, None] if self.seg is None else y[self.seg]
+
+
+@runtime_checkable
+class Conv(Protocol):
+    """One message-passing layer (see the module doc).
+
+    Attributes:
+      in_dim, out_dim: widths of the rows it reads and writes.
+      source_dim: width of `source(h)`'s rows.
+      projects: whether `source` is more than the identity (layer-wise
+        inference then writes a table of sources before aggregating).
+    """
+
+    in_dim: int
+    out_dim: int
+    source_dim: int
+    projects: ClassVar[bool]
+
+    def source(self, h: jax.Array) -> jax.Array:
+        ...
+
+    def init(self, h_dst: jax.Array, s_dst: jax.Array) -> State:
+        ...
+
+    def reduce(self, state: State, s_dst: jax.Array, edges: Edges) -> State:
+        ...
+
+    def finish(self, state: State, h_dst: jax.Array, s_dst: jax.Array) -> jax.Array:
+        ...
 
 
 @runtime_checkable
@@ -40,6 +136,7 @@ class GNNModel(Protocol):
 
     uses_neighbors: ClassVar[bool]
     num_layers: int
+    dims: tuple[int, ...]
     rate: float
 
     def hidden_shapes(self, batch: Any) -> list[tuple[int, ...]]:
@@ -49,6 +146,85 @@ class GNNModel(Protocol):
         ...
 
 
+def block(conv: Conv, h: jax.Array, nbrs: jax.Array, mask: jax.Array) -> jax.Array:
+    """One layer on a sampled block: rows `h` of the block's sources (the
+    destinations first), neighbour positions `nbrs` int32[n, f] into them
+    and `mask` bool[n, f]; returns the n destinations' output rows."""
+    n = nbrs.shape[0]
+    s = conv.source(h)
+    h_dst, s_dst = h[:n], s[:n]
+    state = conv.reduce(conv.init(h_dst, s_dst), s_dst, Edges(s[nbrs], mask, None, n))
+    return conv.finish(state, h_dst, s_dst)
+
+
+class MessagePassing(nnx.Module):
+    """The layers, forward pass and dropout shapes shared by the neighbour
+    models: `convs` with `activation` and dropout between them.
+
+    `make(din, dout, last)` builds each layer, input side first.
+    """
+
+    uses_neighbors = True
+    activation: ClassVar[Callable[[jax.Array], jax.Array]] = staticmethod(jax.nn.relu)
+
+    def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,
+                 dropout: float, make: Callable[[int, int, bool], Conv]):
+        self.dims = layer_dims(in_dim, hidden, num_classes, num_layers)
+        self.convs = nnx.List(make(a, b, i + 1 == num_layers)
+                              for i, (a, b) in enumerate(zip(self.dims[:-1], self.dims[1:])))
+        self.num_layers = num_layers
+        self.rate = dropout
+
+    def hidden_shapes(self, batch: Any) -> list[tuple[int, int]]:
+        """Shapes of the activations dropout applies to (all but the last layer)."""
+        return [(n.shape[0], conv.out_dim) for n, conv in zip(batch.nbrs[:-1], self.convs)]
+
+    def __call__(self, x: jax.Array, batch: Any, keep: Masks = None) -> jax.Array:
+        """Logits of the seeds (the first rows of the result) from rows `x`
+        of `batch.input_nodes`.
+
+        Raises:
+          ValueError: the batch has a block count other than num_layers.
+        """
+        if len(batch.nbrs) != self.num_layers:
+            raise ValueError(f"a {self.num_layers}-layer model needs {self.num_layers} sampled "
+                             f"blocks (one fanout per layer), got {len(batch.nbrs)}")
+        h = x.astype(jnp.float32)
+        for i, conv in enumerate(self.convs):
+            h = block(conv, h, batch.nbrs[i], batch.masks[i])
+            if i + 1 < len(self.convs):
+                h = dropout(self.activation(h), None if keep is None else keep[i], self.rate)
+        return h
+
+
+def add_sums(state: tuple[jax.Array, jax.Array], edges: Edges) -> tuple[jax.Array, jax.Array]:
+    """`reduce` of a sum-and-count aggregate (mean aggregators): adds the
+    edges' float32 rows and their number per destination."""
+    total, count = state
+    return total + edges.total(edges.rows.astype(jnp.float32)), count + edges.count()
+
+
+def sampling_fanouts(model: GNNModel | type, fanouts: Sequence[int]) -> tuple[int, ...]:
+    """The sampler's fanouts for `model` (an instance or a class): `fanouts`
+    for a model that uses neighbours, () for one that does not.
+
+    Raises:
+      ValueError: a neighbour model with no fanouts, a fanout below 1, or
+        (for an instance) a count other than its num_layers.
+    """
+    if not model.uses_neighbors:
+        return ()
+    fanouts = tuple(int(f) for f in fanouts)
+    name = getattr(model, "__name__", type(model).__name__)
+    if not fanouts or min(fanouts) < 1:
+        raise ValueError(f"{name} aggregates over neighbours: it needs one fanout >= 1 per "
+                         f"layer, got {list(fanouts)}")
+    layers = getattr(model, "num_layers", None)
+    if isinstance(layers, int) and len(fanouts) != layers:
+        raise ValueError(f"{name} has {layers} layers but {len(fanouts)} fanouts were given")
+    return fanouts
+
+
 def dropout(h: jax.Array, keep: jax.Array | None, rate: float) -> jax.Array:
     """Inverted dropout with an explicit keep-mask (None or rate 0: identity)."""
     if keep is None or rate == 0.0:
@@ -56,9 +232,10 @@ def dropout(h: jax.Array, keep: jax.Array | None, rate: float) -> jax.Array:
     return jnp.where(keep, h / (1.0 - rate), 0.0)
 
 
-def layer_dims(in_dim: int, hidden: int, num_classes: int, num_layers: int) -> list[int]:
-    """[in, hidden, ..., hidden, classes]: num_layers + 1 widths."""
-    return [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
+def layer_dims(in_dim: int, hidden: int, num_classes: int, num_layers: int) -> tuple[int, ...]:
+    """(in, hidden, ..., hidden, classes): num_layers + 1 widths (a tuple:
+    a model's static attributes stay hashable for jit)."""
+    return (in_dim,) + (hidden,) * (num_layers - 1) + (num_classes,)
 
 
 def dropout_masks(model: nnx.Module, batch: Any, key: jax.Array) -> list[jax.Array]:

@@ -6,21 +6,51 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .base import Masks, dropout, layer_dims
+from .base import Edges, Masks, dropout, layer_dims
+
+
+class Dense:
+    """A dense layer seen as a `Conv` that reads no neighbours, so that
+    layer-wise inference runs the MLP like any model (it never reads
+    edges for a model with `uses_neighbors` False)."""
+
+    projects = False
+
+    def __init__(self, layer: nnx.Linear):
+        self.layer = layer
+        self.in_dim = self.source_dim = layer.in_features
+        self.out_dim = layer.out_features
+
+    def source(self, h: jax.Array) -> jax.Array:
+        return h
+
+    def init(self, h_dst: jax.Array, s_dst: jax.Array) -> tuple:
+        return ()
+
+    def reduce(self, state: tuple, s_dst: jax.Array, edges: Edges) -> tuple:
+        return state
+
+    def finish(self, state: tuple, h_dst: jax.Array, s_dst: jax.Array) -> jax.Array:
+        return self.layer(h_dst)
 
 
 class MLP(nnx.Module):
     """`num_layers` dense layers on a seed's own features (no neighbours)."""
 
     uses_neighbors = False
+    activation = staticmethod(jax.nn.relu)
 
     def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, rngs: nnx.Rngs):
-        dims = layer_dims(in_dim, hidden, num_classes, num_layers)
+        self.dims = dims = layer_dims(in_dim, hidden, num_classes, num_layers)
         self.layers = nnx.List(nnx.Linear(a, b, rngs=rngs) for a, b in zip(dims[:-1], dims[1:]))
         self.num_layers = num_layers
         self.rate = dropout
         self.hidden = hidden
+
+    @property
+    def convs(self) -> list[Dense]:
+        return [Dense(layer) for layer in self.layers]
 
     def hidden_shapes(self, batch) -> list[tuple[int, int]]:
         return [(batch.labels.shape[0], self.hidden)] * (len(self.layers) - 1)
@@ -30,5 +60,5 @@ class MLP(nnx.Module):
         for i, layer in enumerate(self.layers):
             h = layer(h)
             if i + 1 < len(self.layers):
-                h = dropout(jax.nn.relu(h), None if keep is None else keep[i], self.rate)
+                h = dropout(self.activation(h), None if keep is None else keep[i], self.rate)
         return h

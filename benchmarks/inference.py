@@ -1,0 +1,148 @@
+"""Layer-wise full-graph inference: every node, every neighbour, per model.
+
+For each model (random weights: the time does not depend on them) and
+device budget, `jdirect.graph.inference.layerwise` runs over all nodes of
+a preset whose features stay in host memory (a HostTable), and reports:
+  first_s      the first run (compilation included)
+  s            the median of the later runs
+  read_gb      bytes the device read from host memory (features staged or
+               read per edge, host layer tables, CSR windows)
+  written_gb   bytes written from the device to host tables
+  floor_s      (read + written) over the link rate: the pinned memcpy rate
+               measured in the same run on a GPU (or --link-gbps)
+  vs_floor     s / floor_s
+  tables       where each table lived (device or host)
+Prints a table, writes JSON and a PNG. Examples:
+  python benchmarks/inference.py --smoke                      # CPU, seconds
+  python benchmarks/inference.py --dataset products --json $OUT/inference.json
+  python benchmarks/inference.py --dataset papers100m --feature-dtype bfloat16 \\
+      --table-dtype bfloat16 --models sage --reps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jdirect
+from jdirect.graph import load_dataset
+from jdirect.graph.inference import layerwise
+from jdirect.graph.models import build
+from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
+from gather import memcpy_gbps
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", default="products")
+    p.add_argument("--smoke", action="store_true",
+                   help="the tiny preset, hidden 32, small chunks: seconds on a CPU")
+    p.add_argument("--models", default="sage,gcn,gat")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--feature-dtype", default=None, help="e.g. bfloat16 (papers100m)")
+    p.add_argument("--table-dtype", default="float32", help="dtype of the layer tables")
+    p.add_argument("--chunk-nodes", type=int, default=65_536)
+    p.add_argument("--chunk-edges", type=int, default=1 << 20)
+    p.add_argument("--budgets", default="auto",
+                   help="device budgets in GB, comma-separated; 'auto' = layerwise's default")
+    p.add_argument("--reps", type=int, default=3, help="runs per setting, the first included")
+    p.add_argument("--link-gbps", type=float, default=None,
+                   help="link rate for the floor (default: measured pinned memcpy on a GPU)")
+    p.add_argument("--json", type=Path, default=Path("results/inference.json"))
+    args = p.parse_args()
+    if args.smoke:
+        args.dataset, args.hidden = "tiny", 32
+        args.chunk_nodes, args.chunk_edges = 4096, 16_384
+    return args
+
+
+def run(model, graph, features, args, budget: int | None, link: float | None) -> dict:
+    times, result = [], None
+    for _ in range(max(args.reps, 1)):
+        if result is not None and isinstance(result.logits, jdirect.HostTable):
+            result.logits.close()
+        start = time.perf_counter()
+        result = layerwise(model, graph, features, chunk_nodes=args.chunk_nodes,
+                           chunk_edges=args.chunk_edges, device_budget=budget,
+                           dtype=jnp.dtype(args.table_dtype))
+        jax.block_until_ready(result.logits)
+        times.append(time.perf_counter() - start)
+    report = result.report
+    if isinstance(result.logits, jdirect.HostTable):
+        result.logits.close()
+    moved = report.bytes_read + report.bytes_written
+    s = statistics.median(times[1:]) if len(times) > 1 else times[0]
+    floor = moved / (link * 1e9) if link else None
+    return dict(first_s=times[0], s=s, read_gb=report.bytes_read / 1e9,
+                written_gb=report.bytes_written / 1e9, floor_s=floor,
+                vs_floor=s / floor if floor else None,
+                nodes_per_s=graph.num_nodes / s, tables=report.tables)
+
+
+def main() -> None:
+    args = parse_args()
+    start = time.perf_counter()
+    overrides = {"feature_dtype": args.feature_dtype} if args.feature_dtype else {}
+    graph = load_dataset(args.dataset, progress=False, **overrides)
+    generation_peak = host_peak_gb()
+    print(f"{graph} [{time.perf_counter() - start:.1f}s]", flush=True)
+    on_gpu = jax.default_backend() == "gpu"
+    link = args.link_gbps or (memcpy_gbps(jax.devices()[0], 5) if on_gpu else None)
+    records = []
+    with jdirect.HostTable(graph.features) as features:
+        for name in args.models.split(","):
+            model = build(name, graph.features.shape[1], args.hidden, graph.num_classes,
+                          args.layers, dropout=0.0, seed=0)
+            for b in args.budgets.split(","):
+                budget = None if b == "auto" else int(float(b) * 1e9)
+                rec = dict(model=name, budget=b, **run(model, graph, features, args, budget,
+                                                      link))
+                records.append(rec)
+                print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in rec.items()), flush=True)
+    peaks = memory_peaks(graph, generation_peak)
+    print(f"\n{graph.name}: {graph.num_nodes:,} nodes, {args.layers} layers, hidden "
+          f"{args.hidden}, tables {args.table_dtype}"
+          + (f"; link {link:.1f} GB/s" if link else "")
+          + "; " + " ".join(f"{k} {v:.2f}" for k, v in peaks.items()))
+    keys = ("s", "first_s", "read_gb", "written_gb", "floor_s", "vs_floor")
+    rows = [dict(k=k, col=f"{r['model']}/{r['budget']}", v=r[k]) for r in records for k in keys
+            if r.get(k) is not None]
+    print_table(rows, ("k",), [f"{r['model']}/{r['budget']}" for r in records], "col", "v",
+                fmt="{:.3f}")
+    meta = run_meta(dataset=graph.name, graph=repr(graph), link_gbps=link,
+                    config=vars(args) | {"json": str(args.json)}, **peaks)
+    write_json(args.json, meta, records)
+    plot(records, args.json.with_suffix(".png"))
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    x = np.arange(len(records))
+    ax.bar(x, [r["s"] for r in records], 0.6, label="full inference, all nodes")
+    floors = [r["floor_s"] for r in records]
+    if any(f is not None for f in floors):
+        ax.scatter(x, [f if f is not None else np.nan for f in floors], color="k", marker="_",
+                   s=400, label="link floor (bytes / memcpy rate)", zorder=3)
+    ax.set_xticks(x, [f"{r['model']}\nbudget {r['budget']}" for r in records], fontsize=8)
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Where layer-wise inference keeps its tables, and what they move.
+
+A table inference makes lives in device memory when its bytes fit what is
+left of the budget, else in host memory (a HostTable); `Report` counts
+the bytes that cross the link. Private to `jdirect.graph.inference`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import placement
+from ..gather import gather
+from ..host_table import HostTable
+from ..table import Table
+
+Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
+
+
+@dataclasses.dataclass
+class Report:
+    """What one inference moved and where it put each table.
+
+    Attributes:
+      tables: per table made, "<what>: <device|host> <shape> <dtype>".
+      bytes_read: bytes read from host memory by the device (host input
+        rows gathered or staged, CSR windows copied).
+      bytes_written: bytes written from the device to host tables.
+    """
+
+    tables: list[str] = dataclasses.field(default_factory=list)
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+
+def rows_of(table: Input, span: jax.Array, size: int) -> jax.Array:
+    """Rows of nodes span[0] .. span[1] - 1 of `table`, padded to `size` rows
+    of zeros (the padding reads id num_nodes, out of range)."""
+    ids = span[0] + jnp.arange(size, dtype=jnp.int32)
+    return gather(table, jnp.where(ids < span[1], ids, table.shape[0]), fill_value=0)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def read(size: int, table: Input, span: jax.Array) -> jax.Array:
+    return rows_of(table, span, size)
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def put(table: jax.Array, rows: jax.Array, span: jax.Array) -> jax.Array:
+    """`table` with rows span[0] .. span[1] - 1 set to the first rows of `rows`."""
+    ids = span[0] + jnp.arange(rows.shape[0], dtype=jnp.int32)
+    ids = jnp.where(ids < span[1], ids, table.shape[0])
+    return table.at[ids].set(rows.astype(table.dtype), mode="drop")
+
+
+def write_host(table: HostTable, start: int, rows: np.ndarray) -> None:
+    """Rows start .. start + len(rows) of a host table, from the device.
+
+    The one host write of inference: a contiguous device-to-host copy.
+    (`jdirect.write_rows(table, idx, rows, op="set")` writes from inside
+    compiled code; it would let a chunk's write join its compiled step.)
+    """
+    table.numpy()[start:start + rows.shape[0]] = rows
+
+
+class Output:
+    """A table being filled chunk by chunk: in device memory if its bytes
+    fit `budget`, else a HostTable written one chunk behind (the copy of
+    chunk k waits for chunk k + 1 to be dispatched, so it overlaps it)."""
+
+    def __init__(self, what: str, shape: tuple[int, ...], dtype: Any, budget: float,
+                 report: Report):
+        dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
+        self.on_device = nbytes(shape, dtype) <= budget
+        self.device_bytes = nbytes(shape, dtype) if self.on_device else 0
+        self.table: Any = (jnp.zeros(shape, dtype) if self.on_device
+                           else HostTable.empty(shape, dtype))
+        self.report = report
+        self.pending: tuple[int, int, jax.Array] | None = None
+        where = "device" if self.on_device else "host"
+        report.tables.append(f"{what}: {where} {list(shape)} {dtype.name}")
+
+    def write(self, a: int, b: int, rows: jax.Array) -> None:
+        if self.on_device:
+            self.table = put(self.table, rows, span(a, b))
+            return
+        self._flush()
+        self.pending = (a, b, rows)
+
+    def _flush(self) -> None:
+        if self.pending is not None:
+            a, b, rows = self.pending
+            write_host(self.table, a, np.asarray(rows)[: b - a])
+            self.report.bytes_written += (b - a) * self.table.row_bytes
+            self.pending = None
+
+    def done(self) -> jax.Array | HostTable:
+        self._flush()
+        return self.table
+
+
+def span(a: int, b: int) -> np.ndarray:
+    return np.asarray([a, b], np.int32)
+
+
+def budget(device_budget: int | None, working: int) -> float:
+    if device_budget is not None:
+        if not isinstance(device_budget, int) or device_budget < 0:
+            raise ValueError(f"device_budget must be None or an integer >= 0, "
+                             f"got {device_budget!r}")
+        return device_budget
+    free = placement.device_free_bytes()
+    return float("inf") if free is None else max(0, int(0.8 * free) - working)
+
+
+def nbytes(shape: Sequence[int], dtype: Any) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def on_host(table: Input) -> bool:
+    """Whether reading `table` crosses the link (its rows live in host memory)."""
+    if isinstance(table, jax.Array):
+        return table.sharding.memory_kind == "pinned_host"
+    return isinstance(table, Table) and table.memory != "device"
+
+
+def link_row_bytes(table: Input) -> int:
+    """Bytes a row read from `table` moves over the link: the stored row
+    (an Int8Table's packed one; a CachedTable's rows all counted as misses)."""
+    while not isinstance(table, HostTable) and hasattr(table, "table"):
+        table = table.table
+    if isinstance(table, HostTable):
+        return table.row_bytes
+    return nbytes(table.shape[1:], table.dtype)
+
+
+def release(table: Input, owned: bool, after: Any = None) -> None:
+    """Frees a table this module made (never a caller's), once `after`, the
+    arrays computed from it, are ready: a dispatched step still to read a
+    closed HostTable would fail."""
+    if not owned:
+        return
+    jax.block_until_ready(after)
+    if isinstance(table, HostTable):
+        table.close()
+    elif isinstance(table, jax.Array):
+        table.delete()

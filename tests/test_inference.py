@@ -1,0 +1,227 @@
+"""Layer-wise full-graph inference against a dense float64 reference:
+every model, every table kind, chunk sizes, host outputs, and the tie to
+the sampled forward pass."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jdirect
+from jdirect.graph import NeighborSampler
+from jdirect.graph.data.csr import Graph, csr_from_edges
+from jdirect.graph.inference import Result, accuracy, evaluate, layerwise, logits_of
+from jdirect.graph.models import MODELS, build, sampling_fanouts
+
+NEIGHBOUR_MODELS = ("sage", "gcn", "gat")
+HUB_DEGREE = 60
+
+
+def make_graph(seed=0, n=90, m=200, dim=6, classes=4) -> Graph:
+    """A random undirected graph with one hub (node 5, degree HUB_DEGREE),
+    isolated nodes, and a 40/20/30 split."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n - 4, m), rng.integers(0, n - 4, m)  # the last 4: isolated
+    hub = rng.choice(np.setdiff1d(np.arange(n - 4), [5]), HUB_DEGREE, replace=False)
+    indptr, indices = csr_from_edges(np.concatenate([src, np.full(HUB_DEGREE, 5)]),
+                                     np.concatenate([dst, hub]), n, symmetrize=True)
+    order = rng.permutation(n)
+    return Graph(indptr, indices, rng.normal(size=(n, dim)).astype(np.float32),
+                 rng.integers(0, classes, n).astype(np.int32), order[:40], order[40:60],
+                 order[60:90], classes, name="random")
+
+
+def adjacency(g: Graph) -> np.ndarray:
+    a = np.zeros((g.num_nodes, g.num_nodes))
+    a[np.repeat(np.arange(g.num_nodes), np.diff(g.indptr)), g.indices] = 1
+    return a
+
+
+def p64(x) -> np.ndarray:
+    return np.asarray(x[...], np.float64)
+
+
+def reference(model, g: Graph, x: np.ndarray) -> np.ndarray:
+    """The model on the whole graph in float64 NumPy, from its definition."""
+    a = adjacency(g)
+    deg = a.sum(1)
+    h = np.asarray(x, np.float64)
+    convs = list(model.convs)
+    for i, conv in enumerate(convs):
+        if hasattr(conv, "self_lin"):  # GraphSAGE: mean over neighbours
+            mean = a @ h / np.maximum(deg, 1)[:, None]
+            h = (h @ p64(conv.self_lin.kernel) + p64(conv.self_lin.bias)
+                 + mean @ p64(conv.neigh_lin.kernel))
+        elif hasattr(conv, "att_src"):  # GAT: softmax over {i} + N(i)
+            heads, width = conv.heads, conv.head_dim
+            z = (h @ p64(conv.lin.kernel)).reshape(-1, heads, width)
+            a_src = (z * p64(conv.att_src)).sum(-1)
+            a_dst = (z * p64(conv.att_dst)).sum(-1)
+            e = a_dst[:, None, :] + a_src[None, :, :]  # [dst, src, head]
+            e = np.where(e > 0, e, 0.2 * e)
+            e = np.where((a + np.eye(len(a)))[..., None] > 0, e, -np.inf)
+            alpha = np.exp(e - e.max(1, keepdims=True))
+            alpha /= alpha.sum(1, keepdims=True)
+            out = np.einsum("ijh,jhf->ihf", alpha, z)
+            out = out.reshape(len(a), -1) if conv.concat else out.mean(1)
+            h = out + p64(conv.bias)
+        elif hasattr(conv, "lin"):  # GCN: D~^-1 A~
+            h = ((a + np.eye(len(a))) @ h / (deg + 1)[:, None]) @ p64(conv.lin.kernel)
+            h = h + p64(conv.lin.bias)
+        else:  # MLP
+            h = h @ p64(conv.layer.kernel) + p64(conv.layer.bias)
+        if i + 1 < len(convs):
+            h = np.asarray(model.activation(h))
+    return h
+
+
+def logits(result: Result) -> np.ndarray:
+    return logits_of(result.logits, np.arange(result.logits.shape[0]))
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return make_graph()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_equals_dense_reference(graph, name):
+    model = build(name, 6, 8, 4, 3, dropout=0.5, seed=1)
+    result = layerwise(model, graph, jnp.asarray(graph.features))
+    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", NEIGHBOUR_MODELS)
+@pytest.mark.parametrize("chunk_nodes, chunk_edges", [(1, 2), (7, 5), (16, 40), (1000, 10**6)])
+def test_chunking_does_not_change_results(graph, name, chunk_nodes, chunk_edges):
+    """Chunks far below the hub's degree split it over many windows."""
+    model = build(name, 6, 8, 4, 2, dropout=0.5, seed=2)
+    want = reference(model, graph, graph.features)
+    result = layerwise(model, graph, jnp.asarray(graph.features), chunk_nodes=chunk_nodes,
+                       chunk_edges=chunk_edges)
+    np.testing.assert_allclose(logits(result), want, rtol=1e-4, atol=1e-4)
+
+
+def table_of(kind: str, features: np.ndarray):
+    """(table, the rows it reads as) for each kind layerwise reads."""
+    if kind == "host":
+        return jdirect.HostTable(features), features
+    if kind == "cached":
+        return jdirect.CachedTable.from_counts(jdirect.HostTable(features),
+                                               np.arange(features.shape[0]),
+                                               features.nbytes // 3), features
+    if kind == "int8":
+        return (jdirect.Int8Table(features),
+                np.asarray(jdirect.decode_rows(jdirect.quantize_rows(features))))
+    return (jnp.asarray(features) if kind == "device" else features), features
+
+
+def close(table) -> None:
+    while hasattr(table, "table"):  # a cache or an encoding over a HostTable
+        table = table.table
+    if isinstance(table, jdirect.HostTable):
+        table.close()
+
+
+@pytest.mark.parametrize("kind, budget", [("host", None), ("host", 0), ("cached", 0),
+                                          ("int8", None), ("int8", 0), ("device", 0),
+                                          ("numpy", None)])
+def test_reads_every_table_kind(graph, kind, budget):
+    """Budget None stages a host input on the device; 0 reads it per edge."""
+    table, rows = table_of(kind, graph.features)
+    model = build("gat", 6, 8, 4, 2, dropout=0.5, seed=3)
+    result = layerwise(model, graph, table, device_budget=budget, chunk_nodes=16, chunk_edges=32)
+    np.testing.assert_allclose(logits(result), reference(model, graph, rows), rtol=1e-4,
+                               atol=1e-4)
+    close(table)
+    close(result.logits)
+
+
+@pytest.mark.parametrize("name", NEIGHBOUR_MODELS)
+def test_outputs_over_the_budget_go_to_host_tables(graph, name):
+    model = build(name, 6, 8, 7, 3, dropout=0.5, seed=4)
+    # Room for the staged input (90 x 6 float32), none for a wider table.
+    budget = graph.num_nodes * 6 * 4
+    with jdirect.HostTable(graph.features) as features:
+        on_device = layerwise(model, graph, features)
+        on_host = layerwise(model, graph, features, device_budget=budget, chunk_nodes=16,
+                            chunk_edges=20)
+    assert isinstance(on_device.logits, jax.Array)
+    assert isinstance(on_host.logits, jdirect.HostTable)
+    assert on_host.report.tables[0].startswith("layer 0 input (staged): device")
+    assert all(": host" in t for t in on_host.report.tables[1:])
+    written = sum(graph.num_nodes * c.out_dim * 4 for c in model.convs)
+    written += sum(graph.num_nodes * c.source_dim * 4 for c in model.convs if c.projects)
+    assert on_host.report.bytes_written == written
+    assert on_device.report.bytes_written == 0
+    np.testing.assert_allclose(logits(on_host), logits(on_device), rtol=1e-5, atol=1e-5)
+    on_host.logits.close()
+
+
+def test_a_host_input_that_does_not_fit_is_read_per_edge(graph):
+    """Budget 0: nothing is staged; every edge reads its source row."""
+    model = build("sage", 6, 8, 4, 1, dropout=0.5, seed=5)
+    with jdirect.HostTable(graph.features) as features:
+        result = layerwise(model, graph, features, device_budget=0, chunk_nodes=16,
+                           chunk_edges=1 << 10)
+    row = 6 * 4
+    windows = sum(4 * (1 << 10) for _ in range(-(-graph.num_nodes // 16)))
+    want = (graph.num_edges + graph.num_nodes) * row + windows
+    assert result.report.bytes_read == want
+    result.logits.close()
+
+
+@pytest.mark.parametrize("name", NEIGHBOUR_MODELS)
+def test_sampled_forward_with_every_neighbour_equals_full_inference(graph, name):
+    model = build(name, 6, 8, 4, 3, dropout=0.0, seed=6)
+    full = logits(layerwise(model, graph, jnp.asarray(graph.features), chunk_nodes=8,
+                            chunk_edges=16))
+    max_degree = int(np.diff(graph.indptr).max())
+    sampler = NeighborSampler(graph, sampling_fanouts(model, (max_degree,) * 3), 32, seed=0)
+    seeds = np.union1d([5], graph.test[:25])  # the hub among them
+    batch = sampler.sample(seeds, (0, 0))
+    x = jnp.take(jnp.asarray(graph.features), batch.input_nodes, axis=0, mode="fill",
+                 fill_value=0)
+    np.testing.assert_allclose(model(x, batch)[: seeds.size], full[seeds], rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_accuracy_and_evaluate(graph):
+    model = build("gcn", 6, 8, 4, 2, dropout=0.5, seed=7)
+    want = reference(model, graph, graph.features).argmax(-1)
+    result = layerwise(model, graph, jnp.asarray(graph.features))
+    for split in ("val", "test"):
+        nodes = getattr(graph, split)
+        expect = float((want[nodes] == graph.labels[nodes]).mean())
+        assert accuracy(result.logits, graph.labels, nodes) == pytest.approx(expect)
+    scores = evaluate(model, graph, jnp.asarray(graph.features), device_budget=0)
+    assert scores == pytest.approx({s: float((want[getattr(graph, s)]
+                                              == graph.labels[getattr(graph, s)]).mean())
+                                    for s in ("val", "test")})
+    assert np.isnan(accuracy(result.logits, graph.labels, []))
+
+
+def test_bfloat16_tables(graph):
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=8)
+    result = layerwise(model, graph, jnp.asarray(graph.features), dtype=jnp.bfloat16)
+    assert result.logits.dtype == jnp.bfloat16
+    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                               rtol=0.05, atol=0.05)
+
+
+def test_bad_arguments(graph):
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=0)
+    x = jnp.asarray(graph.features)
+    with pytest.raises(TypeError, match="graph"):
+        layerwise(model, (graph.indptr, graph.indices), x)
+    with pytest.raises(TypeError, match="model"):
+        layerwise(object(), graph, x)
+    with pytest.raises(ValueError, match="features must have shape"):
+        layerwise(model, graph, x[:, :5])
+    with pytest.raises(ValueError, match="chunk_nodes"):
+        layerwise(model, graph, x, chunk_edges=0)
+    with pytest.raises(ValueError, match="device_budget"):
+        layerwise(model, graph, x, device_budget=-1)
