@@ -39,6 +39,7 @@ import jax  # noqa: E402
 
 from jdirect.graph.data import DATASETS  # noqa: E402
 from jdirect.graph.features import SOURCES  # noqa: E402
+from jdirect.graph.models import MODELS  # noqa: E402
 from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E402
                               check_metrics_path)
 from jdirect.graph.training import parallel  # noqa: E402
@@ -116,6 +117,7 @@ def parser() -> argparse.ArgumentParser:
     add("--dataset", choices=sorted(DATASETS),
         help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
     add("--data-dir", help="directory of an OGB or Reddit dataset")
+    add("--model", choices=list(MODELS), help="the GNN (mlp: the seeds' own features only)")
     add("--features", choices=list(SOURCES), help="where the feature table lives")
     add("--sampler", choices=SAMPLERS, help="where neighbours are sampled (auto: GPU if present)")
     add("--no-overlap", dest="overlap", action="store_false", default=None,
@@ -157,6 +159,9 @@ def parser() -> argparse.ArgumentParser:
     add("--checkpoint-read-only", action="store_true", default=None,
         help="resume from --checkpoint-dir without saving to it")
     add("--no-baseline", action="store_true", help="skip the features-only MLP")
+    add("--no-full-eval", dest="full_eval", action="store_false", default=None,
+        help="report the sampled accuracies only, skipping the final evaluation of every "
+             "validation and test node with full neighbourhoods (layer-wise inference)")
     add("--metrics", type=Path, default=Path("metrics.json"),
         help="JSON file of the run's settings, per-epoch metrics and results "
              "(rewritten after every epoch)")

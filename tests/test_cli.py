@@ -32,7 +32,7 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     devices = jax.device_count()
     assert saved["sage"]["devices"] == devices and saved["sage"]["processes"] == 1
     printed = capsys.readouterr().out
-    assert "best validation" in printed and "GraphSAGE - MLP" in printed
+    assert "best validation" in printed and "sage - mlp" in printed
     assert f"devices: {devices} in 1 process(es)" in printed
 
 
@@ -47,10 +47,11 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     (["--fanouts", "5,0"], "fanouts"), (["--lr", "0"], "--lr"),
     (["--features", "gpu-magic"], "--features"), (["--config", "nope"], "nope"),
     (["--sampler", "device", "--features", "host"], "sampler"),
-    (["--devices", "0"], "--devices"), (["--devices", "2", "--sampler", "cpu"], "CPU sampler"),
+    (["--devices", "0"], "--devices"), (["--devices", "2", "--sampler", "cpu"],
+     "CPU sampler" if jax.device_count() > 1 else "this run has 1"),
     (["--steps-per-call", "2", "--sampler", "cpu"], "steps_per_call"),
     (["--steps-per-call", "0", "--sampler", "device"], "steps_per_call"),
-    (["--devices", "64", "--sampler", "device"], "cannot be spread"),
+    (["--devices", "64", "--sampler", "device"], "devices 64: this run has"),
     (["--process-id", "0"], "--num-processes"), (["--num-processes", "2"], "--process-id"),
     (["--num-processes", "2", "--process-id", "2"], "process_id"),
     (["--num-processes", "0"], "--num-processes"), (["--local-device-ids", "a"], "--local-device-ids"),

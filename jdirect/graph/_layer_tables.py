@@ -59,20 +59,20 @@ def put(table: jax.Array, rows: jax.Array, span: jax.Array) -> jax.Array:
     return table.at[ids].set(rows.astype(table.dtype), mode="drop")
 
 
-def write_host(table: HostTable, start: int, rows: np.ndarray) -> None:
-    """Rows start .. start + len(rows) of a host table, from the device.
-
-    The one host write of inference: a contiguous device-to-host copy.
-    (`jdirect.write_rows(table, idx, rows, op="set")` writes from inside
-    compiled code; it would let a chunk's write join its compiled step.)
-    """
-    table.numpy()[start:start + rows.shape[0]] = rows
+@jax.jit
+def write_host(table: HostTable, rows: jax.Array, span: jax.Array) -> HostTable:
+    """Rows span[0] .. span[1] - 1 of a host table set to the first rows of
+    `rows`, stored by the device into host memory (`jdirect.write_rows`);
+    returns the table's next version."""
+    ids = span[0] + jnp.arange(rows.shape[0], dtype=jnp.int32)
+    ids = jnp.where(ids < span[1], ids, table.shape[0])  # padding rows: dropped
+    return table.at[ids].set(rows.astype(table.dtype), unique_indices=True)
 
 
 class Output:
     """A table being filled chunk by chunk: in device memory if its bytes
-    fit `budget`, else a HostTable written one chunk behind (the copy of
-    chunk k waits for chunk k + 1 to be dispatched, so it overlaps it)."""
+    fit `budget`, else a HostTable that the device writes each chunk into
+    from the compiled step's outputs (`write_host`), with no host copy."""
 
     def __init__(self, what: str, shape: tuple[int, ...], dtype: Any, budget: float,
                  report: Report):
@@ -81,8 +81,8 @@ class Output:
         self.device_bytes = nbytes(shape, dtype) if self.on_device else 0
         self.table: Any = (jnp.zeros(shape, dtype) if self.on_device
                            else HostTable.empty(shape, dtype))
+        self.version = self.table  # a host table: its latest write
         self.report = report
-        self.pending: tuple[int, int, jax.Array] | None = None
         where = "device" if self.on_device else "host"
         report.tables.append(f"{what}: {where} {list(shape)} {dtype.name}")
 
@@ -90,18 +90,14 @@ class Output:
         if self.on_device:
             self.table = put(self.table, rows, span(a, b))
             return
-        self._flush()
-        self.pending = (a, b, rows)
-
-    def _flush(self) -> None:
-        if self.pending is not None:
-            a, b, rows = self.pending
-            write_host(self.table, a, np.asarray(rows)[: b - a])
-            self.report.bytes_written += (b - a) * self.table.row_bytes
-            self.pending = None
+        self.version = write_host(self.version, rows, span(a, b))
+        self.report.bytes_written += (b - a) * self.table.row_bytes
 
     def done(self) -> jax.Array | HostTable:
-        self._flush()
+        if not self.on_device:
+            # The writes are in flight; the next layer reads the table (not
+            # its version) in later programs, so they must have landed.
+            jax.block_until_ready(self.version)
         return self.table
 
 

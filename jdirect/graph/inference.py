@@ -24,15 +24,16 @@ layer's output, GAT's source rows) lives in device memory while the
 tables on the device fit `device_budget` bytes, else in host memory:
 first a host input is staged on the device (read once over the link
 instead of once per edge), then the source rows, then the output. Host
-outputs are written one chunk behind the computation, so the copy
-overlaps the next chunk (`_layer_tables.write_host`).
+outputs are stored by the device straight into host memory, chunk by
+chunk, from the compiled step's results (`jdirect.write_rows`; no host
+copy, `_layer_tables.write_host`).
 
 GPU memory, beyond the tables on the device (at most `device_budget`) and
 the model: with E = chunk_edges, B = chunk_nodes, w = the widest row read
 (a layer's input or source width) and 4-byte floats, a window holds about
 E * (3 * w * 4 + 16) bytes (gathered rows, messages, indices) and a chunk
 3 * B * w * 4 (its rows, state and output); with one window in flight and
-one host write pending, peak working memory is about
+one chunk's output being written to a host table, peak working memory is about
 (3 * E + 6 * B) * w * 4 + 16 * E bytes. The defaults (B = 65,536, E = 2**20)
 take ~3.4 GB at w = 256 (GAT's source rows at hidden 256 are w = 264).
 

@@ -18,8 +18,16 @@ METRICS: dict[str, str] = {
     "epoch": "the epoch's index, from 0",
     "loss": "mean cross-entropy over the epoch's training seeds",
     "train_acc": "accuracy over the epoch's training seeds, as trained on (dropout on)",
-    "val_acc": "accuracy on the validation nodes after the epoch (None: none)",
-    "test_acc": "accuracy on the test nodes of the best epoch's model (None: none)",
+    "val_acc": "per epoch: accuracy on the validation nodes after the epoch, sampled (at "
+               "most eval_max nodes); per run: the best epoch's model on every validation "
+               "node, full neighbourhoods (None: none; the run's `protocol` says which)",
+    "test_acc": "accuracy on the test nodes of the best epoch's model: every test node with "
+                "full neighbourhoods (layer-wise inference), or sampled without full_eval "
+                "(None: none; the run's `protocol` says which)",
+    "sampled_test_acc": "test_acc measured as in training: sampled neighbours, at most "
+                        "eval_max nodes",
+    "protocol": "per accuracy of a run, how it was measured",
+    "epochs": "epochs the run trained (min_steps can raise it above the configuration's)",
     "best_epoch": "the epoch of the best validation accuracy (the last without validation "
                   "nodes; -1 before any)",
     "epoch_s": "wall time of one training epoch, end to end: from its first dispatch to its "

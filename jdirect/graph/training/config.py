@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from ..data import DATASETS
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
 from ..features import SOURCES
-from ..models import MODELS
+from ..models import MODELS, sampling_fanouts
 
 # The run configurations of a source checkout: configs/NAME.py.
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -64,7 +64,12 @@ class TrainConfig:
         one device, 8 on several (`device_feed.default_steps_per_call`).
         The CPU sampler runs one step per batch and refuses a value.
       prefetch, workers: the CPU sampler's batches in flight and threads.
-      eval_max: evaluate on at most this many val/test nodes (None: all).
+      eval_max: per-epoch (sampled) evaluation: at most this many val/test
+        nodes (None: all).
+      full_eval: after training, the best epoch's model is evaluated on every
+        validation and test node with full neighbourhoods (layer-wise
+        inference, the OGB protocol): the reported accuracies. False: the
+        sampled figures only (faster on huge graphs).
       log_every: optimizer steps between reads of the running metrics (the
         only times the host waits for the device within an epoch).
       checkpoint_dir: save after every epoch and resume from it.
@@ -95,6 +100,7 @@ class TrainConfig:
     prefetch: int = 4
     workers: int = 4
     eval_max: int | None = None
+    full_eval: bool = True
     log_every: int = 50
     checkpoint_dir: str | None = None
     checkpoint_read_only: bool = False
@@ -275,6 +281,7 @@ def as_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def fanouts_for(cfg: TrainConfig) -> Sequence[int]:
-    """The sampler's fanouts: the configuration's for a model that uses
-    neighbours, none for one that reads only the seeds (the MLP)."""
-    return cfg.fanouts if MODELS[cfg.model].uses_neighbors else ()
+    """The sampler's fanouts, from the model's needs (`models.sampling_fanouts`):
+    the configuration's for a model that uses neighbours (never none), none
+    for one that reads only the seeds (the MLP)."""
+    return sampling_fanouts(MODELS[cfg.model], cfg.fanouts)
