@@ -81,19 +81,19 @@ class HostTable(RegisteredTable):
     `jax.errors.JaxRuntimeError` instead of reading it. A table collected
     while open is released too, with a ResourceWarning.
 
-    A HostTable is a JAX pytree: pass it to jitted functions as an argument.
-    Which table it is belongs to the compiled program (its handle is an
-    attribute of the program's reads and writes, checked against the open
-    tables when the program runs), so a function compiles once per table,
-    and a table a jitted function returns (say, the next version from
-    `write_rows`) is that same table: pass it to the next call, it keeps the
-    table's memory alive. Its leaves are a one-element handle kept in host
-    memory (committed to the first device on a GPU; it places the table on
-    devices) and the token of its latest `jdirect.write_rows` (later reads
-    take it as an input, so they follow the write); do not `device_put` or
-    vmap over them. It cannot be pickled or copied (the copy would name the
-    same registration): make a new table from `numpy()` instead. A
-    `jdirect.CachedTable` can keep some of its rows in device memory.
+    A HostTable is a JAX pytree: pass it to a jitted function as an argument
+    and another table of the same shape, dtype and memory reuses the
+    compiled code. Its leaves are a one-element handle kept in host memory
+    (committed to the first device on a GPU) and the token of its latest
+    `jdirect.write_rows` (later reads take it as an input, so they follow
+    the write); do not vmap over them. A table a jitted function returns
+    (say, the next version from `write_rows`) is rebuilt as a version of the
+    same table: it holds the table open and can be passed to the next call,
+    at the cost of one wait for the call that returned it (its handle is
+    read then; pass the table itself to avoid the wait). It cannot be
+    pickled or copied (the copy would name the same registration): make a
+    new table from `numpy()` instead. A `jdirect.CachedTable` can keep some
+    of its rows in device memory.
 
     Attributes:
       shape: the table's shape.
@@ -191,10 +191,13 @@ class HostTable(RegisteredTable):
 
     @property
     def closed(self) -> bool:
-        """Whether the table is closed (a version of it: whether the table is)."""
-        if self._finalizer is None:
-            return self._owner is None or self._owner.closed
-        return not self._finalizer.alive
+        """Whether the table is closed (a version of it: whether its table
+        is; a view inside a trace: False, the program checks when it runs)."""
+        if self._finalizer is not None:
+            return not self._finalizer.alive
+        if self._owner is not None:
+            return self._owner.closed
+        return self._handle_id is not None  # a version whose table is gone
 
     @property
     def ndim(self) -> int:
@@ -228,7 +231,12 @@ class HostTable(RegisteredTable):
         """The registered read, started (a Pending) unless `max_blocks` is None."""
         _dtypes.check_canonical(self.dtype)
         idx = self.after_writes(idx)
-        handle = self._call_handle(idx)
+        handle: jax.Array | int = self._handle
+        if self._handle_id is not None and isinstance(idx, jax.core.Tracer) \
+                and not isinstance(self._handle, jax.core.Tracer):
+            # A concrete table inside a trace (closed over): its handle is a
+            # constant of that program, like the table itself.
+            handle = self._handle_id
         if max_blocks is None:
             rows = read_registered(handle, self.shape, self.dtype, self.memory, idx, request,
                                    cache)
@@ -243,22 +251,6 @@ class HostTable(RegisteredTable):
             self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
         return rows
 
-
-    def _call_handle(self, *operands: Any) -> jax.Array | int:
-        """The handle a read or write of this table passes to its FFI call.
-
-        Inside a trace, its int value: an attribute of the program (see the
-        class doc). Eager, the table's own handle array: an operand, so one
-        compiled call serves every table of the shape (a version a jitted
-        call returned passes its table's array, never the copy of it that
-        the call produced, which may not be written yet when the next call
-        is enqueued).
-        """
-        leaves = (self._handle, self._after, *operands)
-        table = self if self._finalizer is not None else self._owner
-        if table is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return self._handle_id
-        return table._handle
 
     def after_writes(self, idx: jax.Array) -> jax.Array:
         """Integer `idx` made to depend on this version's latest write, so
@@ -339,19 +331,24 @@ class HostTable(RegisteredTable):
         return f"HostTable(shape={self.shape}, dtype={self.dtype.name}, {self.memory}, {state})"
 
     # Pytree protocol: the handle and the write token are the leaves; shape,
-    # dtype, memory, writability and which table it is are static (see the
-    # class doc): a version rebuilt from a jitted call's outputs knows its
-    # table, and holds it.
+    # dtype, memory and writability are static, so tables that differ only in
+    # their data share compiled code.
     def _tree_flatten(self):
-        return ((self._handle, self._after),
-                (self.shape, self.dtype, self.memory, self.writable, self._handle_id))
+        return (self._handle, self._after), (self.shape, self.dtype, self.memory, self.writable)
 
     @classmethod
     def _tree_unflatten(cls, aux, children) -> "HostTable":
         view = object.__new__(cls)
-        view.shape, view.dtype, view.memory, view.writable, view._handle_id = aux
+        view.shape, view.dtype, view.memory, view.writable = aux
         view._handle, view._after = children
-        view._owner = _OPEN.get(view._handle_id)  # None once it is closed
+        view._handle_id = view._owner = None
+        if isinstance(view._handle, jax.Array) and not isinstance(view._handle, jax.core.Tracer):
+            # A version rebuilt from arrays (a jitted call's outputs): which
+            # table it is. Reading the handle waits for the call, whose copy
+            # of it a GPU handler (reading handles on the host when a call is
+            # enqueued) must not see unwritten.
+            view._handle_id = int(np.asarray(view._handle).reshape(-1)[0])
+            view._owner = _OPEN.get(view._handle_id)  # holds the table open
         view._written = True  # a write may precede it
         view._reads = []
         view._array = None

@@ -62,8 +62,8 @@ def _memory(leaf: Any, name: str) -> np.ndarray:
         return leaf.numpy()
     except ValueError:
         raise TableCheckpointError(
-            f"{name or 'the tree'} is a view of a HostTable (as a jitted function returns "
-            "it); pass the HostTable you created, which owns the memory") from None
+            f"{name or 'the tree'} is a version of a HostTable that is closed (or a view "
+            "inside a traced function); pass an open HostTable") from None
 
 
 def _bytes(array: np.ndarray) -> np.ndarray:

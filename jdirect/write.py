@@ -114,15 +114,19 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         return table  # nothing to write
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("jdirect.write_rows on a GPU")
+    traced = any(isinstance(x, jax.core.Tracer)
+                 for x in (idx, rows, *jax.tree_util.tree_leaves(table)))
     config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op,
                   unique=bool(unique_indices))
-    handle = table._call_handle(idx, rows)  # as for the table's reads
-    if isinstance(handle, int):
-        write = _write_ops.cached_write(handle_id=handle, **config)
+    if table._handle_id is not None and traced \
+            and not isinstance(table._handle, jax.core.Tracer):
+        # A concrete table inside a trace: its handle is a constant of the
+        # program, as for its reads (HostTable._read).
+        write = _write_ops.cached_write(handle_id=table._handle_id, **config)
         token = write(table._after, idx, rows, *table.reads_to_follow())
     else:
         write = _write_ops.cached_write(**config)
-        token = write(handle, table._after, idx, rows, *table.reads_to_follow())
+        token = write(table._handle, table._after, idx, rows, *table.reads_to_follow())
     return table.next_version(token)
 
 

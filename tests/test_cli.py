@@ -32,7 +32,7 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     devices = jax.device_count()
     assert saved["sage"]["devices"] == devices and saved["sage"]["processes"] == 1
     printed = capsys.readouterr().out
-    assert "best validation" in printed and "sage - mlp" in printed
+    assert "best sampled validation" in printed and "sage - mlp" in printed
     assert f"devices: {devices} in 1 process(es)" in printed
 
 

@@ -148,9 +148,11 @@ def test_a_batch_the_devices_cannot_share_evenly_is_refused(graph):
 
 
 def test_settings_the_devices_cannot_serve_are_refused(graph):
-    with pytest.raises(ValueError, match="CPU sampler"):
-        Trainer(graph, config(devices=2, sampler="cpu"))
-    with pytest.raises(ValueError, match="cannot be spread"):
+    # More devices than there are is named first (no advice that cannot help).
+    with pytest.raises(ValueError, match=f"this run has {jax.device_count()}"):
         Trainer(graph, config(devices=jax.device_count() + 1))
+    if jax.device_count() >= 2:
+        with pytest.raises(ValueError, match="CPU sampler"):
+            Trainer(graph, config(devices=2, sampler="cpu"))
     with pytest.raises(ValueError, match="devices"):
         config(devices=0).validate()

@@ -51,12 +51,10 @@ def test_write_after_read_in_one_program():
         for k in range(5):
             _, before = step(t, i)
             np.testing.assert_array_equal(before, np.full((4096, 256), k, np.float32))
-        # The write takes the rows read as an operand (token, keys, rows,
-        # read; the handle is an attribute), the dependency that orders it
-        # after the read.
-        call = re.search(r"custom_call @jdirect_write_host_static\(([^)]*)\)",
-                         step.lower(t, i).as_text())
-        assert len(call.group(1).split(",")) == 4
+        # The write takes the rows read as an operand (handle, token, keys,
+        # rows, read), the dependency that orders it after the read.
+        call = re.search(r"custom_call @jdirect_write_host\(([^)]*)\)", step.lower(t, i).as_text())
+        assert len(call.group(1).split(",")) == 5
 
 
 def test_reads_of_nested_traces_and_eager_reads_are_not_kept():
