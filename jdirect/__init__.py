@@ -9,15 +9,16 @@ host memory where those reads are fastest.
 from . import _ffi  # registers the FFI targets
 from .async_gather import Pending, gather_done, gather_start
 from .cached_table import CachedTable
+from .environment import build_info
 from .gather import gather
 from .host_memory import host_empty
 from .host_table import HostTable
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
-           "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
-           "replicated"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "build_info",
+           "decode_rows", "gather", "gather_done", "gather_start", "has_cuda", "host_empty",
+           "quantize_rows", "replicated"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"
