@@ -12,6 +12,7 @@ memory; `save_tables` and `restore_tables` checkpoint host tables in pieces.
 from . import _ffi  # registers the FFI targets
 from .async_gather import Pending, gather_done, gather_start
 from .cached_table import CachedTable
+from .environment import build_info
 from .gather import gather
 from .host_memory import host_empty
 from .host_table import HostTable
@@ -22,9 +23,9 @@ from .write import write_rows
 from . import embeddings  # after the table kinds and writes it builds on
 
 __all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "TableCheckpointError",
-           "decode_rows", "embeddings", "gather", "gather_done", "gather_start", "has_cuda",
-           "host_empty", "quantize_rows", "replicated", "restore_tables", "save_tables",
-           "write_rows"]
+           "build_info", "decode_rows", "embeddings", "gather", "gather_done", "gather_start",
+           "has_cuda", "host_empty", "quantize_rows", "replicated", "restore_tables",
+           "save_tables", "write_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

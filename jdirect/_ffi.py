@@ -1,7 +1,8 @@
 """Loads jdirect's native libraries and registers their XLA FFI targets.
 
 The CPU library (handlers and the HostTable registry) is always built; the
-CUDA library (handlers and pinning) only where a CUDA compiler was found.
+CUDA library (handlers and pinning) only where a CUDA compiler was found: a
+system toolkit's or NVIDIA's CUDA wheels' (CMakeLists.txt).
 Its absence is reported when a GPU needs it, never at import.
 """
 
@@ -111,7 +112,8 @@ def require_cuda(what: str) -> None:
         raise RuntimeError(
             f"{what} needs jdirect's CUDA library, but jdirect was not compiled "
             "with GPU support (no CUDA compiler was found when it was built); "
-            "reinstall it on a machine with nvcc"
+            "install jdirect's wheel, or a CUDA 13 compiler (a system toolkit, or "
+            "`pip install -r build-requirements-cuda13.txt`) and reinstall jdirect"
         )
 
 

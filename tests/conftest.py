@@ -51,7 +51,10 @@ def run_tests_on_cpu_devices(test_file: str, devices: int) -> subprocess.Complet
 
 
 def pytest_report_header(config):
+    info = jdirect.build_info()
     return (
-        f"jax {jax.__version__}, backend {jax.default_backend()}, "
-        f"devices {[d.device_kind for d in jax.devices()]}, jdirect CUDA {jdirect.has_cuda()}"
+        f"jax {info['jax']}, jaxlib {info['jaxlib']}, backend {jax.default_backend()}, "
+        f"devices {[d.device_kind for d in jax.devices()]}, "
+        f"jdirect CUDA library {'built' if info['cuda_library'] else 'not built'}, "
+        f"GPU {'present' if info['gpu'] else 'absent'}"
     )
