@@ -12,12 +12,13 @@ from .cached_table import CachedTable
 from .gather import gather
 from .host_memory import host_empty
 from .host_table import HostTable
+from .partitioned_cache import PartitionedCache
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "decode_rows", "gather",
-           "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
-           "replicated"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "PartitionedCache", "Pending", "Table",
+           "decode_rows", "gather", "gather_done", "gather_start", "has_cuda", "host_empty",
+           "quantize_rows", "replicated"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"
