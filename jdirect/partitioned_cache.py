@@ -318,15 +318,22 @@ class PartitionedCache(TableBase):
                                   jax.tree.leaves(self.spec, is_leaf=lambda x: isinstance(x, P)))
         mapped = jax.shard_map(local, mesh=self.mesh, in_specs=(spec, P(self.axis), P(self.axis)),
                                out_specs=P(self.axis))
-        split = NamedSharding(self.mesh, P(self.axis))
-        out = mapped(parts, jax.reshard(flat, split), jax.reshard(mask, split))
+        out = mapped(parts, self._place(flat, P(self.axis)), self._place(mask, P(self.axis)))
         if row_shape is None:
             return out
         if pad or idx.ndim != 1:
             # Unpadding and reshaping rows split over the devices has no
             # sharding of its own: they are made whole on every device.
-            out = jax.reshard(out, NamedSharding(self.mesh, P()))[:m]
+            out = self._place(out, P())[:m]
         return out.reshape(idx.shape + row_shape)
+
+    def _place(self, x: jax.Array, spec: P) -> jax.Array:
+        """`x` sharded as `spec` on the mesh (eagerly or traced)."""
+        sharding = NamedSharding(self.mesh, spec)
+        types = dict(zip(self.mesh.axis_names, self.mesh.axis_types))
+        if types[self.axis] == jax.sharding.AxisType.Explicit:
+            return jax.reshard(x, sharding)  # the sharding is part of the type
+        return jax.lax.with_sharding_constraint(x, sharding)
 
     def _check_open(self) -> None:
         if self._slots is None:

@@ -81,6 +81,24 @@ def test_gather_matches_jnp_take(mesh, host, table, mode):
     assert_same(out, ref_of(flat))
 
 
+def test_on_a_mesh_of_automatic_axes(host, table):
+    """The trainer's mesh (jax.sharding.Mesh: automatic axes), 2-D with the
+    cache split over one axis and copied along the other."""
+    devices = np.array(jax.devices()).reshape(-1, 2) if DEVICES % 2 == 0 else None
+    meshes = [jax.sharding.Mesh(np.array(jax.devices()), ("d",))]
+    if devices is not None:
+        meshes.append(jax.sharding.Mesh(devices, ("d", "copy")))
+    rng = np.random.default_rng(5)
+    for mesh in meshes:
+        cache = jdirect.PartitionedCache(table, rng.permutation(ROWS)[:40], mesh, "d")
+        idx = indices(rng, ROWS, (16 * DEVICES,), np.int32)
+        ref = jnp.take(host, idx, axis=0)
+        assert_same(jax.jit(jdirect.gather)(cache, split(mesh, idx)), ref)
+        per_device = jax.jit(jax.shard_map(jdirect.gather, mesh=mesh,
+                                           in_specs=(cache.spec, P("d")), out_specs=P("d")))
+        assert_same(per_device(cache, split(mesh, idx)), ref)
+
+
 def test_duplicates_and_zipf_batches_overflowing_a_small_capacity(mesh, host, table):
     rng = np.random.default_rng(2)
     counts = zipf_counts(rng)
