@@ -5,7 +5,13 @@ devices, where rows really travel between devices."""
 
 from __future__ import annotations
 
+import sys
+
 import jax
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    # A process of the two-process test: before anything starts JAX's backend.
+    jax.distributed.initialize(sys.argv[3], 2, int(sys.argv[2]))
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -13,6 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jdirect
 from conftest import ON_GPU, run_tests_on_cpu_devices
+from test_distributed import _env, _free_port, _run_all
 from test_gather import MODES, assert_same, indices
 
 DEVICES = jax.device_count()
@@ -25,6 +32,36 @@ def test_on_virtual_cpu_devices(devices):
     run = run_tests_on_cpu_devices(__file__, devices)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and "skipped" in run.stdout, run.stdout[-1000:]
+
+
+@pytest.mark.skipif(DEVICES > 1, reason="runs from the one-device process")
+def test_two_processes_exchange_rows_through_a_cross_process_collective():
+    """Two processes of one CPU device each (jax.distributed, gloo): the
+    all_to_all crosses processes; each process checks its own rows."""
+    port = _free_port()
+    _run_all([([sys.executable, __file__, "worker", str(i), f"localhost:{port}"], _env())
+              for i in range(2)])
+
+
+def worker(process_id: int) -> None:
+    """One of the two processes of the test above (jax.distributed is
+    initialised on import)."""
+    mesh = jax.make_mesh((2,), ("d",))
+    rng = np.random.default_rng(0)
+    host = rng.standard_normal((ROWS, WIDTH)).astype(np.float32)
+    ids = indices(rng, ROWS, (2 * 64,), np.int32)
+    idx = jax.make_array_from_callback(ids.shape, NamedSharding(mesh, P("d")), lambda s: ids[s])
+    with jdirect.HostTable.copy_of(host) as table:
+        cache = jdirect.PartitionedCache.from_counts(table, zipf_counts(rng), budget(40), mesh)
+        per_device = jax.jit(jax.shard_map(jdirect.gather, mesh=mesh,
+                                           in_specs=(cache.spec, P("d")), out_specs=P("d")))
+        expected = jnp.take(host, ids, axis=0)
+        (rows,) = per_device(cache, idx).addressable_shards
+        assert_same(rows.data, expected[rows.index])
+        (counts,) = cache.source_counts(idx).addressable_shards
+        np.testing.assert_array_equal(
+            counts.data, expected_sources(cache, ids, None, None)[process_id:process_id + 1])
+        assert counts.data[0, 1] > 0  # rows came from the other process
 
 
 @pytest.fixture(scope="module")
@@ -243,3 +280,9 @@ def test_bad_arguments_and_closing(mesh, table):
     with pytest.raises(ValueError, match="PartitionedCache is closed"):
         jdirect.gather(cache, [1])
     assert isinstance(cache, jdirect.Table)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["worker"]:
+        sys.exit("usage: test_partitioned_cache.py worker PROCESS_ID COORDINATOR")
+    worker(int(sys.argv[2]))
