@@ -12,7 +12,25 @@ from ._ops import DeviceCache, Pending, ReadRequest
 from ._table_base import RegisteredTable, TableBase
 
 
-class CachedTable(TableBase):
+class TableCache(TableBase):
+    """A cache of some rows of a registered table, `self.table`, which it
+    wraps: its shape, dtype and memory are that table's."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.table.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.table.dtype
+
+    @property
+    def memory(self) -> str:
+        """Where the uncached rows live (the wrapped table's memory)."""
+        return self.table.memory
+
+
+class CachedTable(TableCache):
     """A registered table (a `HostTable` or an `Int8Table`) plus copies of
     chosen rows in device memory.
 
@@ -77,19 +95,6 @@ class CachedTable(TableBase):
             NaN, or a negative budget.
         """
         return cls(table, hottest_rows(table, counts, budget_bytes, "CachedTable"))
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.table.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.table.dtype
-
-    @property
-    def memory(self) -> str:
-        """Where the uncached rows live (the wrapped table's memory)."""
-        return self.table.memory
 
     @property
     def closed(self) -> bool:

@@ -62,8 +62,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ._ops import FILL, DeviceCache, ReadRequest
-from ._table_base import RegisteredTable, TableBase
-from .cached_table import check_rows, check_table, hottest_rows
+from ._table_base import RegisteredTable
+from .cached_table import TableCache, check_rows, check_table, hottest_rows
 from .placement import put
 from .table import replicated
 
@@ -81,7 +81,7 @@ class _Plan(NamedTuple):
     place: jax.Array  # the place in that peer's bucket (0 where not asked)
 
 
-class PartitionedCache(TableBase):
+class PartitionedCache(TableCache):
     """A registered table plus its hottest rows, partitioned across the
     devices along one axis of a mesh.
 
@@ -157,19 +157,6 @@ class PartitionedCache(TableBase):
         counts = np.asarray(counts).ravel()
         hottest_first = rows[np.argsort(counts[rows], kind="stable")[::-1]]
         return cls(table, hottest_first, mesh, axis, peer_capacity=peer_capacity)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.table.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.table.dtype
-
-    @property
-    def memory(self) -> str:
-        """Where the uncached rows live (the wrapped table's memory)."""
-        return self.table.memory
 
     @property
     def closed(self) -> bool:
