@@ -206,6 +206,11 @@ class PartitionedCache(TableCache):
         rows received over the exchange: peer x the rows' decoded bytes
         (the collective itself moves (devices - 1) x capacity(m) rows a
         device per read, see the module doc).
+
+        Raises:
+          TypeError: indices are not int32/int64.
+          ValueError: unknown mode; `valid` not a bool array of idx's
+            shape; the cache is closed.
         """
         self._check_open()
         request = ReadRequest.make(mode, None, None)
