@@ -258,7 +258,7 @@ class PartitionedCache(TableCache):
                                     owner[:, None], axis=1)[:, 0] - 1
         asked = peer & (place < self.capacity(idx.shape[0]))
         return _Plan(rows, ok, slot >= 0, asked, jnp.where(asked, owner, 0),
-                          jnp.where(asked, place, 0))
+                     jnp.where(asked, place, 0))
 
     def _read_local(self, parts, idx: jax.Array, valid: jax.Array,
                     request: ReadRequest) -> jax.Array:
@@ -306,8 +306,7 @@ class PartitionedCache(TableCache):
         flat = jnp.pad(idx.reshape(-1), (0, pad))
         mask = jnp.ones(m, bool) if valid is None else valid.reshape(-1)
         mask = jnp.pad(mask, (0, pad))
-        spec = jax.tree.unflatten(jax.tree.structure(parts),
-                                  jax.tree.leaves(self.spec, is_leaf=lambda x: isinstance(x, P)))
+        spec = (jax.tree.map(lambda _: P(), self._fallback), P(self.axis), P(self.axis))
         mapped = jax.shard_map(local, mesh=self.mesh, in_specs=(spec, P(self.axis), P(self.axis)),
                                out_specs=P(self.axis))
         out = mapped(parts, self._place(flat, P(self.axis)), self._place(mask, P(self.axis)))
