@@ -16,16 +16,17 @@ from .environment import build_info
 from .gather import gather
 from .host_memory import host_empty
 from .host_table import HostTable
+from .partitioned_cache import PartitionedCache
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
 from .table_checkpoint import TableCheckpointError, restore_tables, save_tables
 from .write import write_rows
 from . import embeddings  # after the table kinds and writes it builds on
 
-__all__ = ["CachedTable", "HostTable", "Int8Table", "Pending", "Table", "TableCheckpointError",
-           "build_info", "decode_rows", "embeddings", "gather", "gather_done", "gather_start",
-           "has_cuda", "host_empty", "quantize_rows", "replicated", "restore_tables",
-           "save_tables", "write_rows"]
+__all__ = ["CachedTable", "HostTable", "Int8Table", "PartitionedCache", "Pending", "Table",
+           "TableCheckpointError", "build_info", "decode_rows", "embeddings", "gather",
+           "gather_done", "gather_start", "has_cuda", "host_empty", "quantize_rows",
+           "replicated", "restore_tables", "save_tables", "write_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

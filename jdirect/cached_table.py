@@ -12,7 +12,25 @@ from ._ops import DeviceCache, Pending, ReadRequest
 from ._table_base import RegisteredTable, TableBase
 
 
-class CachedTable(TableBase):
+class TableCache(TableBase):
+    """A cache of some rows of a registered table, `self.table`, which it
+    wraps: its shape, dtype and memory are that table's."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.table.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.table.dtype
+
+    @property
+    def memory(self) -> str:
+        """Where the uncached rows live (the wrapped table's memory)."""
+        return self.table.memory
+
+
+class CachedTable(TableCache):
     """A registered table (a `HostTable` or an `Int8Table`) plus copies of
     chosen rows in device memory.
 
@@ -52,19 +70,9 @@ class CachedTable(TableBase):
     _COPY_ADVICE = "make a new one over a new table"
 
     def __init__(self, table: RegisteredTable, rows: Any):
-        _check_table(table)
+        check_table(table, "CachedTable")
         nrows = table.shape[0]
-        rows = np.asarray(rows)
-        if rows.size and rows.dtype.kind not in "iu":
-            hint = " (for a boolean mask m, pass np.flatnonzero(m))" if rows.dtype == bool else ""
-            raise TypeError(f"rows must be integer row ids, got dtype {rows.dtype.name}{hint}")
-        rows = rows.astype(np.int64).ravel()
-        if rows.size and (rows.min() < 0 or rows.max() >= nrows):
-            raise ValueError(f"cached row ids must lie in [0, {nrows})")
-        if np.unique(rows).size != rows.size:
-            raise ValueError("cached row ids must be distinct")
-        if rows.size >= 2**31:
-            raise ValueError("at most 2**31 - 1 rows can be cached")
+        rows = check_rows(rows, nrows)
         slots = np.full(nrows, -1, np.int32)
         slots[rows] = np.arange(rows.size, dtype=np.int32)
         self.table = table
@@ -86,35 +94,7 @@ class CachedTable(TableBase):
           ValueError: `counts` does not have one entry per row, holds
             NaN, or a negative budget.
         """
-        _check_table(table)
-        if not isinstance(budget_bytes, numbers.Integral) or isinstance(budget_bytes, bool):
-            raise TypeError(f"budget_bytes must be an int, got {budget_bytes!r}")
-        if budget_bytes < 0:
-            raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
-        counts = np.asarray(counts)
-        if counts.dtype.kind not in "biuf":
-            raise TypeError(f"counts must be real numbers, got dtype {counts.dtype.name}")
-        counts = counts.ravel()
-        if counts.shape != (table.shape[0],):
-            raise ValueError(f"counts needs {table.shape[0]} entries, got {counts.shape}")
-        per_row = table.row_bytes + 4  # the row and its share of the slot map
-        k = min(table.shape[0], budget_bytes // per_row)
-        if counts.dtype.kind == "f" and np.isnan(counts).any():
-            raise ValueError("counts must not be NaN")
-        return cls(table, _top_rows(counts, k))
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.table.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.table.dtype
-
-    @property
-    def memory(self) -> str:
-        """Where the uncached rows live (the wrapped table's memory)."""
-        return self.table.memory
+        return cls(table, hottest_rows(table, counts, budget_bytes, "CachedTable"))
 
     @property
     def closed(self) -> bool:
@@ -158,13 +138,53 @@ class CachedTable(TableBase):
         return view
 
 
-def _check_table(table: Any) -> None:
-    """Raises TypeError or ValueError unless `table` is an open registered table."""
+def check_table(table: Any, kind: str) -> None:
+    """Raises TypeError or ValueError unless `table` is an open registered
+    table that the cache `kind` (its class name) can wrap."""
     if not isinstance(table, RegisteredTable):
-        raise TypeError(f"CachedTable caches a HostTable or an Int8Table, got "
-                        f"{type(table).__name__}")
+        raise TypeError(f"{kind} caches a HostTable or an Int8Table, got {type(table).__name__}")
     if table.closed:
-        raise ValueError(f"CachedTable needs an open {type(table).__name__}, got {table!r}")
+        raise ValueError(f"{kind} needs an open {type(table).__name__}, got {table!r}")
+
+
+def check_rows(rows: Any, nrows: int) -> np.ndarray:
+    """`rows` as int64 ids to cache, in their order; raises as the
+    CachedTable constructor."""
+    rows = np.asarray(rows)
+    if rows.size and rows.dtype.kind not in "iu":
+        hint = " (for a boolean mask m, pass np.flatnonzero(m))" if rows.dtype == bool else ""
+        raise TypeError(f"rows must be integer row ids, got dtype {rows.dtype.name}{hint}")
+    rows = rows.astype(np.int64).ravel()
+    if rows.size and (rows.min() < 0 or rows.max() >= nrows):
+        raise ValueError(f"cached row ids must lie in [0, {nrows})")
+    if np.unique(rows).size != rows.size:
+        raise ValueError("cached row ids must be distinct")
+    if rows.size >= 2**31:
+        raise ValueError("at most 2**31 - 1 rows can be cached")
+    return rows
+
+
+def hottest_rows(table: RegisteredTable, counts: Any, budget_bytes: int, kind: str,
+                 devices: int = 1) -> np.ndarray:
+    """Sorted ids of the rows with the highest `counts` that fit in
+    `devices` budgets of `budget_bytes` (a row takes `table.row_bytes` plus
+    4 bytes); checks the arguments as `CachedTable.from_counts` says."""
+    check_table(table, kind)
+    if not isinstance(budget_bytes, numbers.Integral) or isinstance(budget_bytes, bool):
+        raise TypeError(f"budget_bytes must be an int, got {budget_bytes!r}")
+    if budget_bytes < 0:
+        raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
+    counts = np.asarray(counts)
+    if counts.dtype.kind not in "biuf":
+        raise TypeError(f"counts must be real numbers, got dtype {counts.dtype.name}")
+    counts = counts.ravel()
+    if counts.shape != (table.shape[0],):
+        raise ValueError(f"counts needs {table.shape[0]} entries, got {counts.shape}")
+    per_row = table.row_bytes + 4  # the row and its share of the slot map
+    k = min(table.shape[0], devices * (budget_bytes // per_row))
+    if counts.dtype.kind == "f" and np.isnan(counts).any():
+        raise ValueError("counts must not be NaN")
+    return _top_rows(counts, k)
 
 
 def _top_rows(counts: np.ndarray, k: int) -> np.ndarray:
