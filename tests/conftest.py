@@ -13,11 +13,21 @@ from pathlib import Path
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_gpu_deterministic_ops=true").strip()
 
+import tempfile
+
+# The CLI's persistent compilation cache, kept out of the user's home (the
+# CLI tests run the script in this process and in subprocesses).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="jdirect-test-xla-"))
+
 import jax
 import numpy as np
 import pytest
 
 import jdirect
+
+# Float32 matrix products at full precision: tests compare models with
+# float64 references, and GPUs default to TF32 (errors near 1e-3).
+jax.config.update("jax_default_matmul_precision", "highest")
 
 ON_GPU = jax.default_backend() == "gpu"
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")

@@ -28,9 +28,11 @@ def run_environment() -> dict[str, Any]:
 
     import jdirect
 
+    info = jdirect.build_info()
     return dict(backend=jax.default_backend(), device=jax.devices()[0].device_kind,
                 device_count=jax.device_count(), jax=jax.__version__, flax=flax.__version__,
-                numpy=np.__version__, jdirect=jdirect.__version__, cuda=jdirect.has_cuda(),
+                numpy=np.__version__, jdirect=info["jdirect"],
+                cuda_library=info["cuda_library"], gpu=info["gpu"],
                 python=platform.python_version(), host=platform.node())
 
 
