@@ -75,3 +75,14 @@ def memory_peaks(graph, generation_peak_gb: float) -> dict:
     return dict(generation_host_peak_gb=generation_peak_gb, host_peak_gb=host_peak_gb(),
                 device_peak_gb=stats.get("peak_bytes_in_use", 0) / 1e9,
                 features_and_csr_gb=graph_bytes / 1e9)
+
+
+def finish_figure(fig, ax, path: Path, ticks: Sequence[str], ylabel: str) -> None:
+    """Labels a bar chart's x ticks (0, 1, ...) and y axis, adds the legend
+    and writes the figure to `path`."""
+    ax.set_xticks(range(len(ticks)), ticks, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")

@@ -37,7 +37,8 @@ from jdirect.graph.training import steps
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
+from _common import (finish_figure, host_peak_gb, memory_peaks, print_table, run_meta,
+                     write_json)
 from gather import memcpy_gbps
 
 
@@ -215,12 +216,8 @@ def plot(records: list[dict], floor: float | None, path: Path) -> None:
         bottom += vals
     if floor:
         ax.axhline(floor, color="k", ls="--", label="PCIe floor")
-    ax.set_xticks(x, [f"{r['sampler']}\n{r['mode']}" for r in records], fontsize=8)
-    ax.set_ylabel("seconds per epoch")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    finish_figure(fig, ax, path, [f"{r['sampler']}\n{r['mode']}" for r in records],
+                  "seconds per epoch")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ import jdirect
 from jdirect.graph import load_dataset
 from jdirect.graph.inference import layerwise
 from jdirect.graph.models import build
-from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
+from _common import (finish_figure, host_peak_gb, memory_peaks, print_table, run_meta,
+                     write_json)
 from gather import memcpy_gbps
 
 
@@ -136,12 +137,8 @@ def plot(records: list[dict], path: Path) -> None:
     if any(f is not None for f in floors):
         ax.scatter(x, [f if f is not None else np.nan for f in floors], color="k", marker="_",
                    s=400, label="link floor (bytes / memcpy rate)", zorder=3)
-    ax.set_xticks(x, [f"{r['model']}\nbudget {r['budget']}" for r in records], fontsize=8)
-    ax.set_ylabel("seconds")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    finish_figure(fig, ax, path, [f"{r['model']}\nbudget {r['budget']}" for r in records],
+                  "seconds")
 
 
 if __name__ == "__main__":
