@@ -8,7 +8,11 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.extend.core import get_opaque_trace_state as trace_state
+
+try:
+    from jax.extend.core import get_opaque_trace_state as trace_state
+except ImportError:  # jax < 0.10 has the same function, not yet exported
+    from jax._src.core import get_opaque_trace_state as trace_state
 
 from . import _dtypes, _ffi, host_memory, write
 from ._ops import DeviceCache, Pending, ReadRequest, read_registered, start_registered
