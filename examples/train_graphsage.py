@@ -32,6 +32,8 @@ from pathlib import Path
 # pinned memory. Half the GPU holds every preset's device arrays (31 GB
 # peak for papers100m); the variable still overrides it.
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+# The configurations beside this script, named by --config.
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # Compiled programs are kept here between runs (JAX's persistent cache).
 COMPILATION_CACHE = Path.home() / ".cache" / "jdirect" / "jax-compilation"
 
@@ -43,7 +45,7 @@ from jdirect.graph.models import MODELS  # noqa: E402
 from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E402
                               check_metrics_path)
 from jdirect.graph.training import parallel  # noqa: E402
-from jdirect.graph.training.config import (CONFIGS, FEATURE_DTYPES, MAX_SEED,  # noqa: E402
+from jdirect.graph.training.config import (FEATURE_DTYPES, MAX_SEED,  # noqa: E402
                                            SAMPLERS, apply_flags, load_config,
                                            parse_fanouts)
 from jdirect.graph.training.trainer import (TrainingDiverged, make_mesh,  # noqa: E402
@@ -177,7 +179,7 @@ class _Defaults(argparse.HelpFormatter):
     """Help that shows each setting's value in the 'default' configuration
     (the flags' own defaults are None: 'not given, keep the configuration's')."""
 
-    _DEFAULTS = dataclasses.asdict(load_config("default"))
+    _DEFAULTS = dataclasses.asdict(load_config("default", configs=CONFIGS))
 
     def _get_help_string(self, action: argparse.Action) -> str:
         value = self._DEFAULTS.get(action.dest)
@@ -196,7 +198,8 @@ def main(argv=None) -> dict:
     if args.compilation_cache != "none":
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     try:  # every check that needs no data, before loading any
-        cfg = apply_flags(load_config(args.config, dataset=args.dataset), flags)
+        cfg = apply_flags(load_config(args.config, dataset=args.dataset, configs=CONFIGS),
+                          flags)
         make_mesh(cfg)
         check_metrics_path(args.metrics)
         if cfg.checkpoint_dir:

@@ -220,23 +220,26 @@ def _check(ok: bool, name: str, message: str) -> None:
         raise ValueError(f"{name} {message}")
 
 
-def load_config(name_or_path: str | Path | None = None, *,
-                dataset: str | None = None) -> TrainConfig:
-    """The `get_config()` of configs/NAME.py, or of a .py file's path.
+def load_config(name_or_path: str | Path | None = None, *, dataset: str | None = None,
+                configs: Path = CONFIGS) -> TrainConfig:
+    """The `get_config()` of `configs`/NAME.py, or of a .py file's path.
 
-    None: the configuration named after `dataset` if configs/ has one, else
-    "default". Not validated (apply flags first, then `validate`).
+    None: the configuration named after `dataset` if `configs` has one, else
+    "default". `configs`: the folder of named configurations (default: the
+    source checkout's configs/; an installed package has none, so a script
+    passes its own). Not validated (apply flags first, then `validate`).
 
     Raises:
-      ValueError: no such configuration (the message lists configs/).
+      ValueError: no such configuration (the message lists `configs`).
     """
+    configs = Path(configs)
     if name_or_path is None:
-        name_or_path = dataset if dataset and (CONFIGS / f"{dataset}.py").is_file() \
+        name_or_path = dataset if dataset and (configs / f"{dataset}.py").is_file() \
             else "default"
     name = str(name_or_path)
-    path = Path(name) if name.endswith(".py") else CONFIGS / f"{name}.py"
+    path = Path(name) if name.endswith(".py") else configs / f"{name}.py"
     if not path.is_file():
-        known = sorted(p.stem for p in CONFIGS.glob("*.py"))
+        known = sorted(p.stem for p in configs.glob("*.py"))
         raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
     spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
