@@ -67,6 +67,9 @@ from .cached_table import TableCache, check_rows, check_table, hottest_rows
 from .placement import put
 from .table import replicated
 
+MIN_JAX = (0, 10)  # the oldest jax PartitionedCache runs on (the package's is 0.9)
+_JAX = tuple(int(p) for p in jax.__version__.split(".")[:2])
+
 _CLIP, _WRAP = 1, 2  # ReadRequest.mode values (ffi/index.h)
 
 
@@ -128,6 +131,11 @@ class PartitionedCache(TableCache):
 
     def __init__(self, table: RegisteredTable, rows: Any, mesh: Mesh, axis: str | None = None,
                  *, peer_capacity: float = 1.5):
+        if _JAX < MIN_JAX:
+            # jax 0.9 refuses its indexing on Explicit-axis meshes outside
+            # jax.set_mesh (seen in CI with jax 0.9.0).
+            raise RuntimeError(f"PartitionedCache needs jax >= {'.'.join(map(str, MIN_JAX))}; "
+                               f"this is jax {jax.__version__}")
         check_table(table, "PartitionedCache")
         axis = _check_mesh(mesh, axis)
         if not isinstance(peer_capacity, numbers.Real) or isinstance(peer_capacity, bool):

@@ -23,6 +23,9 @@ from test_distributed import _env, _free_port, _run_all
 from test_gather import MODES, assert_same, indices
 
 DEVICES = jax.device_count()
+pytestmark = pytest.mark.skipif(
+    tuple(int(p) for p in jax.__version__.split(".")[:2]) < jdirect.partitioned_cache.MIN_JAX,
+    reason="PartitionedCache needs jax >= 0.10")
 ROWS, WIDTH = 300, 5
 
 
