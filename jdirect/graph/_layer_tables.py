@@ -60,13 +60,14 @@ def put(table: jax.Array, rows: jax.Array, span: jax.Array) -> jax.Array:
 
 
 @jax.jit
-def write_host(table: HostTable, rows: jax.Array, span: jax.Array) -> HostTable:
+def write_host(table: HostTable, rows: jax.Array, span: jax.Array) -> jax.Array:
     """Rows span[0] .. span[1] - 1 of a host table set to the first rows of
     `rows`, stored by the device into host memory (`jdirect.write_rows`);
-    returns the table's next version."""
+    returns the write's token only: a table returned from jit waits for the
+    call when rebuilt (its handle is read), which would serialise the chunks."""
     ids = span[0] + jnp.arange(rows.shape[0], dtype=jnp.int32)
     ids = jnp.where(ids < span[1], ids, table.shape[0])  # padding rows: dropped
-    return table.at[ids].set(rows.astype(table.dtype), unique_indices=True)
+    return table.at[ids].set(rows.astype(table.dtype), unique_indices=True)._after
 
 
 class Output:
@@ -81,7 +82,7 @@ class Output:
         self.device_bytes = nbytes(shape, dtype) if self.on_device else 0
         self.table: Any = (jnp.zeros(shape, dtype) if self.on_device
                            else HostTable.empty(shape, dtype))
-        self.version = self.table  # a host table: its latest write
+        self.writes: list[jax.Array] = []  # a host table: its chunks' write tokens
         self.report = report
         where = "device" if self.on_device else "host"
         report.tables.append(f"{what}: {where} {list(shape)} {dtype.name}")
@@ -90,14 +91,16 @@ class Output:
         if self.on_device:
             self.table = put(self.table, rows, span(a, b))
             return
-        self.version = write_host(self.version, rows, span(a, b))
+        # Chunks write disjoint rows, so each write takes the table itself.
+        self.writes.append(write_host(self.table, rows, span(a, b)))
         self.report.bytes_written += (b - a) * self.table.row_bytes
 
     def done(self) -> jax.Array | HostTable:
-        if not self.on_device:
-            # The writes are in flight; the next layer reads the table (not
-            # its version) in later programs, so they must have landed.
-            jax.block_until_ready(self.version)
+        if self.writes:
+            # The writes are in flight; the next layer reads the table in
+            # later programs, so they must have landed.
+            jax.block_until_ready(self.writes)
+            self.writes = []
         return self.table
 
 
