@@ -6,8 +6,15 @@
 # tests/, examples/ and configs/ are copied to a folder without the sources,
 # so that `import jdirect` finds the wheel's. Logs go to $OUT (or ./out).
 # The newest jax[cuda13] wheels (jax, jaxlib, jax-cuda13-plugin,
-# jax-cuda13-pjrt: about 233 MB for Python 3.12) do not fit a 64 MiB carry:
-# the machine's installed jax is used.
+# jax-cuda13-pjrt: 223 MiB for Python 3.12) exceed one call's 64 MiB carry:
+# they travel as a tar split into 58 MiB parts, one part a call, each in its
+# own ignored folder .jw1 ... .jw4, copied on the machine to /tmp/jwp
+# (kept between the calls of one warm machine). When the parts are there they are installed in front of the
+# machine's jax (its CUDA library wheels stay); otherwise the machine's
+# installed jax is used. Making the parts (here, with network):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --platform manylinux_2_27_x86_64 -d jaxwh jax jaxlib jax-cuda13-plugin jax-cuda13-pjrt
+#   (cd jaxwh && tar cf - *.whl) | split -b 58M - part.   # then part.a? into .jw1 ... .jw4
 set -uo pipefail
 OUT=$(mkdir -p "${OUT:-out}" && cd "${OUT:-out}" && pwd)
 WHEEL_DIR=${WHEEL_DIR:-.whl}
@@ -23,6 +30,16 @@ if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir 
   python3 -m zipfile -e "$(ls "$WHEEL_DIR"/jdirect-*.whl)" "$site"
 fi
 cat "$OUT/install.log"
+# A call's carry replaces the folders of the last one: each call copies its
+# part to JAX_PARTS (default /tmp/jwp, outside the checkout) first.
+JAX_PARTS=${JAX_PARTS:-/tmp/jwp}
+if ls "$JAX_PARTS"/part.* > /dev/null 2>&1; then
+  jaxwh=$(mktemp -d)
+  cat "$JAX_PARTS"/part.* | tar xf - -C "$jaxwh" || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$site" "$jaxwh"/*.whl >> "$OUT/install.log" 2>&1 || exit 1
+  echo "installed $(cd "$jaxwh" && ls *.whl | tr '\n' ' ')" | tee -a "$OUT/install.log"
+fi
 export PYTHONPATH=$site
 suite=$(mktemp -d)
 cp -r tests examples configs pyproject.toml "$suite"/
@@ -31,7 +48,7 @@ python3 - <<'PY' 2>&1 | tee "$OUT/device.txt"
 import jax, jdirect
 print("jdirect from", jdirect.__file__)
 print("build_info", jdirect.build_info())
-print("devices", jax.devices())
+print("jax", jax.__version__, "devices", jax.devices())
 assert jdirect.__file__.startswith(__import__("os").environ["PYTHONPATH"]), "not the wheel's jdirect"
 info = jdirect.build_info()
 assert info["cuda_library"] and info["gpu"], "the wheel's CUDA library and a GPU are both needed"

@@ -48,13 +48,22 @@ def place(array: np.ndarray, placement: str):
     raise ValueError(placement)
 
 
+def child_env(*paths: str | Path, **extra: str) -> dict[str, str]:
+    """This process's environment for a child Python, with the repository
+    (and `paths`) in front of PYTHONPATH: the caller's own PYTHONPATH stays
+    (a jdirect installed there, e.g. a wheel in a target folder, is the one
+    the child imports when the repository holds no built library)."""
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(str(p) for p in (root, *paths, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def run_tests_on_cpu_devices(test_file: str, devices: int) -> subprocess.CompletedProcess:
     """Runs the tests of `test_file` with pytest in a subprocess on
     `devices` virtual CPU devices (for tests that need several devices)."""
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get(
-        "PYTHONPATH", "")]), XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-        + f" --xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    env = child_env(XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+                    + f" --xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            test_file], cwd=root, env=env, capture_output=True, text=True,
                           timeout=240)

@@ -22,6 +22,7 @@ import optax
 import pytest
 from flax import nnx
 
+from conftest import child_env
 from jdirect.graph.io.checkpoint import (RESUME_KEYS, CheckpointError, Checkpoints,
                                      check_checkpoint_dir, resume_settings)
 
@@ -389,7 +390,7 @@ def python(script: str, *args: str) -> subprocess.Popen:
     root = Path(__file__).resolve().parents[1]
     return subprocess.Popen([sys.executable, "-c", script, *args], cwd=root,
                             stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(root), JAX_PLATFORMS="cpu"))
+                            env=child_env(JAX_PLATFORMS="cpu"))
 
 
 def test_run_in_another_process_is_refused_and_its_lock_taken_over_once_killed(tmp_path):

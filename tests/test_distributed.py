@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from conftest import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240
@@ -23,8 +24,7 @@ TIMEOUT_S = 240
 def _env(**extra: str) -> dict[str, str]:
     """This process's environment (NCCL and other settings are inherited) with
     the repository importable, on the CPU."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=path, JAX_PLATFORMS="cpu", **extra)
+    return child_env(JAX_PLATFORMS="cpu", **extra)
 
 
 def _free_port() -> int:

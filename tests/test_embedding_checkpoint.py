@@ -3,7 +3,6 @@ damaged files and mismatched restores."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ import pytest
 import jdirect
 from jdirect import embeddings, table_checkpoint
 from jdirect.dir_lock import DirectoryLock
+from conftest import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,8 +143,7 @@ def test_a_save_killed_mid_write_leaves_the_previous_file(tmp_path):
     path = tmp_path / "emb.npz"
     with embeddings.create_table(4096, 256, seed=4) as good:
         jdirect.save_tables(path, good)
-        env = dict(os.environ, JAX_PLATFORMS="cpu",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        env = child_env(JAX_PLATFORMS="cpu")
         done = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILLED_SAVE), str(path)],
                               env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == -9, done.stderr

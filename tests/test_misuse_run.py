@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from jdirect.graph.training import trainer as trainer_module
 from jdirect.graph.training.trainer import Trainer, TrainingDiverged
 
 from test_cli import train_graphsage  # the CLI script, loaded from its path
+from conftest import child_env
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -221,6 +221,6 @@ def test_progress_bars_are_not_drawn_into_a_log_file(tmp_path):
                         "--dataset", "tiny", "--epochs", "1", "--min-steps", "0",
                         "--no-baseline", "--metrics", str(tmp_path / "m.json")],
                        stdout=f, stderr=subprocess.STDOUT, check=True, cwd=tmp_path,
-                       env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+                       env=child_env(), timeout=300)
     text = log.read_text()
     assert "epoch 0: loss" in text and "%|" not in text and "\r" not in text

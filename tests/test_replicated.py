@@ -5,7 +5,6 @@ a GPU machine) and, in a subprocess, on 4 virtual CPU devices."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jdirect
 
-from conftest import ON_GPU
+from conftest import ON_GPU, child_env
 
 
 def check_replicated() -> None:
@@ -62,10 +61,8 @@ def test_replicated_on_local_devices():
 @pytest.mark.skipif(ON_GPU, reason="virtual CPU devices")
 def test_replicated_on_four_cpu_devices():
     tests = Path(__file__).resolve().parent
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([str(tests.parent), str(tests),
-                                           os.environ.get("PYTHONPATH", "")]))
+    env = child_env(tests, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+                    JAX_PLATFORMS="cpu")
     done = subprocess.run(
         [sys.executable, "-c", "import test_replicated as t; t.check_replicated(); print('ok')"],
         env=env, capture_output=True, text=True, timeout=300)

@@ -4,15 +4,13 @@ where each device must read the rows of its own index shard."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from conftest import ON_GPU
+from conftest import ON_GPU, child_env
 
 SCRIPT = textwrap.dedent(r"""
     import re
@@ -122,10 +120,7 @@ SCRIPT = textwrap.dedent(r"""
 
 @pytest.mark.skipif(ON_GPU, reason="virtual CPU devices; one table on several GPUs is untested")
 def test_gathers_on_several_cpu_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
-    root = Path(__file__).resolve().parents[1]
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]

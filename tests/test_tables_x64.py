@@ -8,13 +8,13 @@ JAX starts; `pytest` with JAX_ENABLE_X64=1 runs the same modules directly.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import jax
 import pytest
+from conftest import child_env
 
 # Every module that tests a table kind, gather or their inputs. The
 # property tests that run with x64 on already (test_matches_jnp_take_x64,
@@ -27,8 +27,7 @@ TABLE_TESTS = ["test_table_kinds.py", "test_host_table.py", "test_gather.py",
 @pytest.mark.skipif(jax.config.jax_enable_x64, reason="this run already has x64 on")
 def test_table_tests_pass_with_x64_on():
     tests = Path(__file__).resolve().parent
-    env = dict(os.environ, JAX_ENABLE_X64="1", PYTHONPATH=os.pathsep.join(
-        [str(tests.parent), os.environ.get("PYTHONPATH", "")]))
+    env = child_env(JAX_ENABLE_X64="1")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "-k", "not matches_jnp_take", *(str(tests / name) for name in TABLE_TESTS)]
     done = subprocess.run(command, cwd=tests.parent, env=env, capture_output=True, text=True,
