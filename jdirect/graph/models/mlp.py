@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .base import Edges, Masks, dropout, layer_dims
+from .base import Edges, Masks, dropout, layer_dims, linear
 
 
 class Dense:
@@ -35,7 +35,9 @@ class Dense:
 
 
 class MLP(nnx.Module):
-    """`num_layers` dense layers on a seed's own features (no neighbours)."""
+    """`num_layers` dense layers on a seed's own features (no neighbours),
+    initialised as GraphSAGE's (`base.linear`), so that the two compare
+    like for like."""
 
     uses_neighbors = False
     activation = staticmethod(jax.nn.relu)
@@ -43,7 +45,7 @@ class MLP(nnx.Module):
     def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, rngs: nnx.Rngs):
         self.dims = dims = layer_dims(in_dim, hidden, num_classes, num_layers)
-        self.layers = nnx.List(nnx.Linear(a, b, rngs=rngs) for a, b in zip(dims[:-1], dims[1:]))
+        self.layers = nnx.List(linear(a, b, rngs=rngs) for a, b in zip(dims[:-1], dims[1:]))
         self.num_layers = num_layers
         self.rate = dropout
         self.hidden = hidden

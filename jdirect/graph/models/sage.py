@@ -1,4 +1,6 @@
-"""GraphSAGE with the mean aggregator (Hamilton et al., 2017)."""
+"""GraphSAGE with the mean aggregator (Hamilton et al., 2017), as PyG's and
+DGL's SAGEConv: separate maps of the node and of its neighbours' mean,
+summed, with PyG's initialisation (`base.linear`)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .base import Edges, MessagePassing, add_sums
+from .base import Edges, MessagePassing, add_sums, linear
 
 
 class SAGEConv(nnx.Module):
@@ -17,8 +19,8 @@ class SAGEConv(nnx.Module):
     projects = False
 
     def __init__(self, din: int, dout: int, *, rngs: nnx.Rngs):
-        self.self_lin = nnx.Linear(din, dout, rngs=rngs)
-        self.neigh_lin = nnx.Linear(din, dout, use_bias=False, rngs=rngs)
+        self.self_lin = linear(din, dout, rngs=rngs)
+        self.neigh_lin = linear(din, dout, use_bias=False, rngs=rngs)
         self.in_dim = self.source_dim = din
         self.out_dim = dout
 
