@@ -196,17 +196,17 @@ def test_accuracy_and_evaluate(graph):
     for split in ("val", "test"):
         nodes = getattr(graph, split)
         expect = float((want[nodes] == graph.labels[nodes]).mean())
-        assert accuracy(result.logits, graph.labels, nodes) == pytest.approx(expect)
+        assert accuracy(result, graph.labels, nodes) == pytest.approx(expect)
     scores = evaluate(model, graph, jnp.asarray(graph.features), device_budget=0)
     assert scores == pytest.approx({s: float((want[getattr(graph, s)]
                                               == graph.labels[getattr(graph, s)]).mean())
                                     for s in ("val", "test")})
-    assert np.isnan(accuracy(result.logits, graph.labels, []))
+    assert np.isnan(accuracy(result, graph.labels, []))
 
 
 def test_bfloat16_tables(graph):
     model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=8)
-    result = layerwise(model, graph, jnp.asarray(graph.features), dtype=jnp.bfloat16)
+    result = layerwise(model, graph, jnp.asarray(graph.features), table_dtype=jnp.bfloat16)
     assert result.logits.dtype == jnp.bfloat16
     np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
                                rtol=0.05, atol=0.05)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import placement
+from .. import host_memory, placement
 from ..gather import gather
 from ..host_table import HostTable
 from ..table import Table
@@ -78,8 +78,13 @@ class Output:
     def __init__(self, what: str, shape: tuple[int, ...], dtype: Any, budget: float,
                  report: Report):
         dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
-        self.on_device = nbytes(shape, dtype) <= budget
-        self.device_bytes = nbytes(shape, dtype) if self.on_device else 0
+        size = nbytes(shape, dtype)
+        self.on_device = size <= budget
+        self.device_bytes = size if self.on_device else 0
+        if not self.on_device:
+            host_memory.check_host_room(
+                size, f"{what} ({list(shape)} {dtype.name}; it fits no device budget of "
+                      f"{budget:,.0f} bytes)")
         self.table: Any = (jnp.zeros(shape, dtype) if self.on_device
                            else HostTable.empty(shape, dtype))
         self.writes: list[jax.Array] = []  # a host table: its chunks' write tokens
@@ -109,12 +114,17 @@ def span(a: int, b: int) -> np.ndarray:
 
 
 def budget(device_budget: int | None, working: int) -> float:
+    """Bytes of device memory the tables may take: `device_budget`, or 80 %
+    of what the device has free (the CPU backend: the host memory
+    available) less the working memory."""
     if device_budget is not None:
         if not isinstance(device_budget, int) or device_budget < 0:
             raise ValueError(f"device_budget must be None or an integer >= 0, "
                              f"got {device_budget!r}")
         return device_budget
     free = placement.device_free_bytes()
+    if free is None:  # the CPU backend: device arrays are host memory
+        free = host_memory.host_available_bytes()
     return float("inf") if free is None else max(0, int(0.8 * free) - working)
 
 
