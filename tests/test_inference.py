@@ -12,7 +12,7 @@ import pytest
 import jdirect
 from jdirect.graph import NeighborSampler
 from jdirect.graph.data.csr import Graph, csr_from_edges
-from jdirect.graph.inference import Result, accuracy, evaluate, layerwise, logits_of
+from jdirect.graph.inference import Result, accuracy, evaluate, layerwise
 from jdirect.graph.models import MODELS, build, sampling_fanouts
 
 NEIGHBOUR_MODELS = ("sage", "gcn", "gat")
@@ -78,7 +78,7 @@ def reference(model, g: Graph, x: np.ndarray) -> np.ndarray:
 
 
 def logits(result: Result) -> np.ndarray:
-    return logits_of(result.logits, np.arange(result.logits.shape[0]))
+    return result.rows(np.arange(result.logits.shape[0]))
 
 
 @pytest.fixture(scope="module")
@@ -202,14 +202,6 @@ def test_accuracy_and_evaluate(graph):
                                               == graph.labels[getattr(graph, s)]).mean())
                                     for s in ("val", "test")})
     assert np.isnan(accuracy(result, graph.labels, []))
-
-
-def test_bfloat16_tables(graph):
-    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=8)
-    result = layerwise(model, graph, jnp.asarray(graph.features), table_dtype=jnp.bfloat16)
-    assert result.logits.dtype == jnp.bfloat16
-    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
-                               rtol=0.05, atol=0.05)
 
 
 def test_bad_arguments(graph):
