@@ -152,7 +152,8 @@ def test_outputs_over_the_budget_go_to_host_tables(graph, name):
     assert isinstance(on_device.logits, jax.Array)
     assert isinstance(on_host.logits, jdirect.HostTable)
     assert on_host.report.tables[0].startswith("layer 0 input (staged): device")
-    assert all(": host" in t for t in on_host.report.tables[1:])
+    made = [t for t in on_host.report.tables[1:] if " cache: " not in t]
+    assert all(": host" in t for t in made)
     written = sum(graph.num_nodes * c.out_dim * 4 for c in model.convs)
     written += sum(graph.num_nodes * c.source_dim * 4 for c in model.convs if c.projects)
     assert on_host.report.bytes_written == written

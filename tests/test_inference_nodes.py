@@ -178,3 +178,28 @@ def test_bad_nodes_and_table_dtype(graph):
         layerwise(model, graph, x, nodes=[0.5])
     with pytest.raises(ValueError, match="table_dtype must be a float type"):
         layerwise(model, graph, x, table_dtype=np.int8)
+
+
+def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hubs(graph):
+    """Room for a third of a host layer table: its highest-degree rows are
+    cached on the device, and only the other edges' reads cross the link."""
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=18)
+    layer = graph.num_nodes * 8 * 4
+    budget = layer // 3 + 4 * graph.num_nodes
+    features = jnp.asarray(graph.features)  # on the device: only layer 1's table is cached
+    plain = layerwise(model, graph, features, device_budget=0, chunk_nodes=16, chunk_edges=32)
+    cached = layerwise(model, graph, features, device_budget=budget, chunk_nodes=16,
+                       chunk_edges=32)
+    assert [t for t in cached.report.tables if " cache: " in t] == [
+        "layer 1 input cache: device 26 of 90 rows (highest degree)"]
+    want = reference(model, graph, graph.features)
+    every = np.arange(graph.num_nodes)
+    np.testing.assert_allclose(cached.rows(every), want, rtol=1e-4, atol=1e-4)
+    # The hub (node 5, degree 60+) is cached: layer 2's reads of its row stay on the device.
+    degrees = np.diff(graph.indptr)
+    rows = (layer // 3) // (8 * 4 + 4)
+    hot = np.sort(np.argsort(-degrees, kind="stable")[:rows])
+    saved = (degrees[hot].sum() - rows) * 8 * 4  # per-edge reads avoided, less the copy
+    assert plain.report.bytes_read - cached.report.bytes_read == saved
+    plain.close()
+    cached.close()

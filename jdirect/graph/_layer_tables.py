@@ -18,6 +18,7 @@ import numpy as np
 from .. import host_memory, placement
 from ..gather import gather
 from ..host_table import HostTable
+from ..cached_table import CachedTable
 from ..table import Table
 
 Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
@@ -109,6 +110,32 @@ class Output:
         return self.table
 
 
+# A host input too large to stage is cached in part only when the cache can
+# hold at least this share of its rows (a smaller one saves little).
+MIN_CACHED_SHARE = 0.01
+
+
+def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
+                  report: Report) -> tuple[Input, np.ndarray | None]:
+    """(`table` read through a device cache of its rows of highest `counts`
+    in `room` bytes, bool[rows] marking them) for a HostTable (one that
+    did not fit whole), else (`table`, None). Counts the cached rows' copy
+    in `report`."""
+    if not isinstance(table, HostTable):
+        return table, None
+    rows = table.shape[0]
+    room = int(min(room, table.nbytes)) - 4 * rows  # less the cache's slot of each row
+    if room < MIN_CACHED_SHARE * table.nbytes:
+        return table, None
+    cached = CachedTable.from_counts(table, counts, room)
+    hot = np.zeros(rows, bool)
+    hot[cached.cached_rows] = True
+    report.bytes_read += cached.cached_rows.size * table.row_bytes
+    report.tables.append(f"{what} cache: device {cached.cached_rows.size:,} of {rows:,} rows "
+                         f"(highest degree)")
+    return cached, hot
+
+
 def span(a: int, b: int) -> np.ndarray:
     return np.asarray([a, b], np.int32)
 
@@ -156,7 +183,7 @@ def release(table: Input, owned: bool, after: Any = None) -> None:
     if not owned:
         return
     jax.block_until_ready(after)
-    if isinstance(table, HostTable):
-        table.close()
+    if isinstance(table, (HostTable, CachedTable)):
+        table.close()  # a CachedTable: its cache only
     elif isinstance(table, jax.Array):
         table.delete()

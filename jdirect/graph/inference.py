@@ -214,6 +214,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             source = out.done()
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
+        edges_from, hot = table if source is None else source, None
+        if source is None and model.uses_neighbors and reads > src.rows:
+            edges_from, hot = tables.cache_hottest(
+                f"layer {i} input", table, _degrees(graph, src),
+                budget - spent - out.device_bytes, report)
         for a, b in layer_nodes.chunks(dst, size, chunk_edges if model.uses_neighbors else None):
             chunk = _Chunk(steps, params, report, a, b)
             rows = src.positions(dst.node_ids(a, b))
@@ -221,9 +226,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             if model.uses_neighbors:
                 offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
                 for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, chunk_edges):
-                    chunk.reduce(table if source is None else source, nbrs, lo, count, offsets)
+                    chunk.reduce(edges_from, nbrs, lo, count, offsets, hot)
             out.write(a, b, chunk.close())
         done = out.done()
+        if edges_from is not table and edges_from is not source:
+            tables.release(edges_from, True, done)  # the cache's device memory
         tables.release(table, owned, done)
         if source is not None:
             tables.release(source, True, done)
@@ -277,6 +284,14 @@ def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:
     return nodes
 
 
+def _degrees(graph: Graph, nodes: layer_nodes.Nodes) -> np.ndarray:
+    """Degrees of the rows of `nodes`' table: how often a layer over every
+    edge reads each row (exactly so in an undirected graph, which stores
+    each edge both ways)."""
+    ids = slice(None) if nodes.ids is None else nodes.ids
+    return (graph.indptr[1:] - graph.indptr[:-1])[ids]
+
+
 def _table_dtype(table_dtype: Any, features_dtype: Any) -> np.dtype:
     if table_dtype is not None:
         dtype = np.dtype(table_dtype)
@@ -313,15 +328,17 @@ class _Chunk:
         self.opened = self.steps.open(self.params, table, source, rows)
 
     def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, count: int,
-               offsets: jax.Array) -> None:
+               offsets: jax.Array, hot: np.ndarray | None = None) -> None:
         """Adds the chunk's edges lo .. lo + count (`nbrs`: their source rows
         in `read_from`, padded past it); `offsets` are the chunk's edge
-        offsets (`_layer_nodes.offsets`)."""
+        offsets (`_layer_nodes.offsets`); `hot` marks the rows of
+        `read_from` that its device cache holds (their reads cross no link)."""
         h, s, state = self.opened
         state = self.steps.reduce(self.params, state, s, read_from, nbrs, offsets, np.int32(lo))
         self.opened = h, s, state
         self.report.bytes_read += nbrs.nbytes
-        self._count_read(read_from, count)
+        cached = 0 if hot is None else int(np.count_nonzero(hot[nbrs[:count]]))
+        self._count_read(read_from, count - cached)
 
     def close(self) -> jax.Array:
         return self.steps.close(self.params, *self.opened)
