@@ -23,13 +23,16 @@ def get_config() -> TrainConfig:
     #     line, before allocating, if MemAvailable lacks it).
     #   layer 2, only the 339,603 val + test nodes and their neighbours:
     #     ~6.6M nodes (with ~1.47B of the 3.23B edges, from the preset's
-    #     degree law), 6.6M x 256 x 2 B = 3.4 GB on the device; layer 1's
-    #     host table is freed once it is written.
+    #     degree law), 6.6M x 256 x 2 B = 3.4 GB on the device; the ~27 GB
+    #     of budget left cache layer 1's highest-degree rows (~47 % of them)
+    #     for its per-edge reads; layer 1's host table is freed once layer 2
+    #     is written.
     #   layer 3, the 339,603 nodes only: float32 logits, 0.23 GB.
-    # Peaks: host ~105 GB, GPU ~31 + 28.4 + 3.6 = ~63 GB of JAX's ~75 GB.
-    # Before (float32 tables of every node, 2 x 114 GB) the run was killed
-    # for host memory (H200, 2026-11-25). Time not yet measured: layer 2
-    # reads its 1.47B source rows from the host table (pinned memory: the
-    # GPU's free memory is below jdirect's managed-memory rule).
+    # Peaks: host ~105 GB, GPU within the budget: ~31 + 31 + 3.6 = ~66 GB
+    # of JAX's ~75 GB. Before (float32 tables of every node, 2 x 114 GB)
+    # the run was killed for host memory (H200, 2026-11-25). Time not yet
+    # measured: layer 2's uncached reads of its 1.47B source rows come from
+    # the host table (pinned memory: the GPU's free memory is below
+    # jdirect's managed-memory rule).
     return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
                        batch_size=1024, epochs=1, eval_max=50_000, full_eval=True)

@@ -32,14 +32,16 @@ input in host memory, a layer's output, GAT's source rows) lives in
 device memory while the tables on the device fit `device_budget` bytes,
 else in host memory: first a host input is staged on the device (read
 once over the link instead of once per edge, when its edges read more
-rows than it has), then the source rows, then the output. Host outputs are
+rows than it has), then the source rows, then the output; a host input
+read per edge is then read through a device cache of its highest-degree
+rows in what is left of the budget (`jdirect.CachedTable`). Host outputs are
 stored by the device straight into host memory, chunk by chunk, from the
 compiled step's results (`jdirect.write_rows`; no host copy,
 `_layer_tables.write_host`). A layer's input and source tables are freed
 as soon as its output is written.
 
 GPU memory: the tables on the device (at most `device_budget` bytes; at
-most one layer's input, source and output tables at a time) and the
+most one layer's input or its cache, source and output tables at a time) and the
 model, plus working memory: with E = chunk_edges, B = chunk_nodes and w
 the widest row read (a layer's input or source width; rows are computed
 in float32), a window holds about E * (3 * w * 4 + 16) bytes (gathered
