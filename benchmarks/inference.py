@@ -22,7 +22,7 @@ table, writes JSON and a PNG. Examples:
   # papers100M-sized, as the papers100m configuration evaluates (bfloat16
   # features and tables; ~43 GB of host memory for the graph, and one
   # 57 GB layer table in device or host memory):
-  python benchmarks/inference.py --dataset papers100m --nodes eval --models sage --reps 2
+  python benchmarks/inference.py --dataset papers100m --models sage --reps 2
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ def parse_args() -> argparse.Namespace:
                         "preset's")
     p.add_argument("--table-dtype", default=None,
                    help="dtype of the hidden layer tables (default: the features')")
-    p.add_argument("--nodes", choices=("all", "eval"), default="all",
-                   help="logits of every node, or of the val and test nodes only")
+    p.add_argument("--nodes", choices=("all", "eval"), default=None,
+                   help="logits of every node, or of the val and test nodes only (default: "
+                        "eval for papers100m, whose float32 logits of every node would be "
+                        "76 GB, else all)")
     p.add_argument("--chunk-nodes", type=int, default=65_536)
     p.add_argument("--chunk-edges", type=int, default=1 << 20)
     p.add_argument("--budgets", default="auto",
@@ -74,6 +76,8 @@ def parse_args() -> argparse.Namespace:
         args.chunk_nodes, args.chunk_edges = 4096, 16_384
     if args.feature_dtype is None and args.dataset == "papers100m":
         args.feature_dtype = "bfloat16"
+    if args.nodes is None:
+        args.nodes = "eval" if args.dataset == "papers100m" else "all"
     return args
 
 
