@@ -1,8 +1,11 @@
 """Layer-wise full-graph inference: every node, every neighbour, per model.
 
 For each model (random weights: the time does not depend on them) and
-device budget, `jdirect.graph.inference.layerwise` runs over all nodes of
-a preset whose features stay in host memory (a HostTable), and reports:
+device budget, `jdirect.graph.inference.layerwise` runs over a preset
+whose features stay in host memory (a HostTable): for every node
+(`--nodes all`) or, as the trainer's full-split evaluation does, for the
+val and test nodes (`--nodes eval`: the last layer for those nodes only,
+the one before it for their neighbourhood when small). It reports:
   first_s      the first run (compilation included)
   s            the median of the later runs
   read_gb      bytes the device read from host memory (features staged or
@@ -11,12 +14,15 @@ a preset whose features stay in host memory (a HostTable), and reports:
   floor_s      (read + written) over the link rate: the pinned memcpy rate
                measured in the same run on a GPU (or --link-gbps)
   vs_floor     s / floor_s
-  tables       where each table lived (device or host)
-Prints a table, writes JSON and a PNG. Examples:
+  tables       where each table lived (device or host), its rows and dtype
+Each timing is printed with its floor and the ratio to it. Prints a
+table, writes JSON and a PNG. Examples:
   python benchmarks/inference.py --smoke                      # CPU, seconds
   python benchmarks/inference.py --dataset products --json $OUT/inference.json
-  python benchmarks/inference.py --dataset papers100m --feature-dtype bfloat16 \\
-      --table-dtype bfloat16 --models sage --reps 1
+  # papers100M-sized, as the papers100m configuration evaluates (bfloat16
+  # features and tables; ~43 GB of host memory for the graph, and one
+  # 57 GB layer table in device or host memory):
+  python benchmarks/inference.py --dataset papers100m --models sage --reps 2
 """
 
 from __future__ import annotations
@@ -47,8 +53,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--models", default="sage,gcn,gat")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--feature-dtype", default=None, help="e.g. bfloat16 (papers100m)")
-    p.add_argument("--table-dtype", default="float32", help="dtype of the layer tables")
+    p.add_argument("--feature-dtype", default=None,
+                   help="default: bfloat16 for papers100m (as its configuration), else the "
+                        "preset's")
+    p.add_argument("--table-dtype", default=None,
+                   help="dtype of the hidden layer tables (default: the features')")
+    p.add_argument("--nodes", choices=("all", "eval"), default=None,
+                   help="logits of every node, or of the val and test nodes only (default: "
+                        "eval for papers100m, whose float32 logits of every node would be "
+                        "76 GB, else all)")
     p.add_argument("--chunk-nodes", type=int, default=65_536)
     p.add_argument("--chunk-edges", type=int, default=1 << 20)
     p.add_argument("--budgets", default="auto",
@@ -61,23 +74,28 @@ def parse_args() -> argparse.Namespace:
     if args.smoke:
         args.dataset, args.hidden = "tiny", 32
         args.chunk_nodes, args.chunk_edges = 4096, 16_384
+    if args.feature_dtype is None and args.dataset == "papers100m":
+        args.feature_dtype = "bfloat16"
+    if args.nodes is None:
+        args.nodes = "eval" if args.dataset == "papers100m" else "all"
     return args
 
 
 def run(model, graph, features, args, budget: int | None, link: float | None) -> dict:
+    nodes = None if args.nodes == "all" else np.concatenate([graph.val, graph.test])
+    table_dtype = None if args.table_dtype is None else jnp.dtype(args.table_dtype)
     times, result = [], None
     for _ in range(max(args.reps, 1)):
-        if result is not None and isinstance(result.logits, jdirect.HostTable):
-            result.logits.close()
+        if result is not None:
+            result.close()
         start = time.perf_counter()
-        result = layerwise(model, graph, features, chunk_nodes=args.chunk_nodes,
+        result = layerwise(model, graph, features, nodes=nodes, chunk_nodes=args.chunk_nodes,
                            chunk_edges=args.chunk_edges, device_budget=budget,
-                           dtype=jnp.dtype(args.table_dtype))
+                           table_dtype=table_dtype)
         jax.block_until_ready(result.logits)
         times.append(time.perf_counter() - start)
     report = result.report
-    if isinstance(result.logits, jdirect.HostTable):
-        result.logits.close()
+    result.close()
     moved = report.bytes_read + report.bytes_written
     s = statistics.median(times[1:]) if len(times) > 1 else times[0]
     floor = moved / (link * 1e9) if link else None
@@ -106,11 +124,11 @@ def main() -> None:
                 rec = dict(model=name, budget=b, **run(model, graph, features, args, budget,
                                                       link))
                 records.append(rec)
-                print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in rec.items()), flush=True)
+                print(timing_line(rec, link), flush=True)
     peaks = memory_peaks(graph, generation_peak)
     print(f"\n{graph.name}: {graph.num_nodes:,} nodes, {args.layers} layers, hidden "
-          f"{args.hidden}, tables {args.table_dtype}"
+          f"{args.hidden}, logits of {args.nodes} nodes, hidden tables "
+          f"{args.table_dtype or graph.features.dtype}"
           + (f"; link {link:.1f} GB/s" if link else "")
           + "; " + " ".join(f"{k} {v:.2f}" for k, v in peaks.items()))
     keys = ("s", "first_s", "read_gb", "written_gb", "floor_s", "vs_floor")
@@ -122,6 +140,17 @@ def main() -> None:
                     config=vars(args) | {"json": str(args.json)}, **peaks)
     write_json(args.json, meta, records)
     plot(records, args.json.with_suffix(".png"))
+
+
+def timing_line(rec: dict, link: float | None) -> str:
+    """The run's time beside its floor and the ratio to it, then where its
+    tables lived."""
+    moved = rec["read_gb"] + rec["written_gb"]
+    floor = ("no floor: no link rate (CPU backend; pass --link-gbps)" if rec["floor_s"] is None
+             else f"floor {rec['floor_s']:.3f} s ({moved:.1f} GB over the link at {link:.1f} "
+                  f"GB/s), {rec['vs_floor']:.2f}x floor")
+    return (f"{rec['model']} budget {rec['budget']}: {rec['s']:.3f} s (first run "
+            f"{rec['first_s']:.2f} s); {floor}\n  tables: {'; '.join(rec['tables'])}")
 
 
 def plot(records: list[dict], path: Path) -> None:

@@ -11,10 +11,28 @@ from jdirect.graph.training import TrainConfig
 
 
 def get_config() -> TrainConfig:
-    # full_eval off: layer-wise inference of all 111M nodes keeps two layer
-    # tables of 111M x 256 (57 GB each in bfloat16, 114 GB in float32) beside
-    # the graph, more than the 128 GB hosts it is run on hold (measured on an
-    # H200 machine, 2026-11-25: killed for memory); the accuracies are the
-    # sampled ones, on eval_max nodes.
+    # full_eval on: full-split accuracy by layer-wise inference (3 layers,
+    # hidden 256, bfloat16 tables as the features), arithmetic for the
+    # H200 CLI run (128 GiB = 137 GB host; the CLI gives JAX half the GPU,
+    # ~75 GB, of which training keeps ~31 GB: a device budget of
+    # 0.8 * 44 - 3.6 GB of working memory ~ 31 GB):
+    #   host: features 28.4 GB + CSR 13.8 + labels, splits, runtime ~5 = ~48 GB.
+    #   layer 1, every node: features staged on the device (28.4 GB, freed
+    #     after the layer), output 111M x 256 x 2 B = 56.9 GB: fits no
+    #     budget, so a host table: 48 + 57 = ~105 GB of 137 (refused in one
+    #     line, before allocating, if MemAvailable lacks it).
+    #   layer 2, only the 339,603 val + test nodes and their neighbours:
+    #     ~6.6M nodes (with ~1.47B of the 3.23B edges, from the preset's
+    #     degree law), 6.6M x 256 x 2 B = 3.4 GB on the device; the ~27 GB
+    #     of budget left cache layer 1's highest-degree rows (~47 % of them)
+    #     for its per-edge reads; layer 1's host table is freed once layer 2
+    #     is written.
+    #   layer 3, the 339,603 nodes only: float32 logits, 0.23 GB.
+    # Peaks: host ~105 GB, GPU within the budget: ~31 + 31 + 3.6 = ~66 GB
+    # of JAX's ~75 GB. Before (float32 tables of every node, 2 x 114 GB)
+    # the run was killed for host memory (H200, 2026-11-25). Time not yet
+    # measured: layer 2's uncached reads of its 1.47B source rows come from
+    # the host table (pinned memory: the GPU's free memory is below
+    # jdirect's managed-memory rule).
     return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
-                       batch_size=1024, epochs=1, eval_max=50_000, full_eval=False)
+                       batch_size=1024, epochs=1, eval_max=50_000, full_eval=True)

@@ -7,6 +7,10 @@ host-resident CUDA managed memory is mapped in 64 KB / 2 MB entries and
 reaches the PCIe link's rate. jdirect therefore allocates the tables it
 creates as managed memory that stays on the host, and pins memory it is
 given in place.
+
+Every host allocation of jdirect first checks that the host has the bytes
+available (`check_host_room`): past that, the kernel's OOM killer would end
+the process later, with no error to catch.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ MEMORY_CHOICES = ("auto", "managed", "pinned")
 # driver allocate after the table does.
 _MIN_MARGIN = 512 << 20
 _MARGIN_FRACTION = 16  # 1/16 of the GPU's memory, if larger
+
+# Kept available when jdirect allocates host memory: the process's own
+# later allocations (NumPy temporaries, the runtime) must not meet the
+# kernel's OOM killer, which ends a process without an error to catch.
+HOST_RESERVE = 2 << 30
 
 _lock = threading.Lock()
 # address -> (end, memory) of every live jdirect allocation.
@@ -68,16 +77,59 @@ def host_empty(shape: int | tuple[int, ...], dtype: Any = np.float32, *,
       RuntimeError: memory="managed" does not fit (the message gives bytes
         needed and free), the allocation failed, or jdirect was built
         without CUDA on a GPU backend.
+      MemoryError: the host has not the array's bytes available
+        (`check_host_room`), on any backend and for every `memory`.
     """
     shape = _check_shape(shape)
     dtype = _dtypes.check_table_dtype(dtype)
     if memory not in MEMORY_CHOICES:
         raise ValueError(f"memory must be one of {MEMORY_CHOICES}, got {memory!r}")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    check_host_room(nbytes, f"a host array {list(shape)} {dtype.name}")
     if jax.default_backend() != "gpu":
         return np.empty(shape, dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     kind = _choose(memory, nbytes)
     return _allocate(shape, dtype, nbytes, kind)
+
+
+def host_available_bytes() -> int | None:
+    """Bytes of host memory this process can still take without swapping or
+    the OOM killer: Linux's MemAvailable, or less where a cgroup (v2)
+    limit leaves less (its limit less its usage, page cache counted as
+    free); None where neither can be read."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            found += [int(line.split()[1]) * 1024 for line in f
+                      if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                current = int(f.read())
+            with open("/sys/fs/cgroup/memory.stat") as f:
+                cache = sum(int(line.split()[1]) for line in f if line.startswith("file "))
+            found.append(max(0, int(limit) - current + cache))
+    except (OSError, ValueError, IndexError):
+        pass
+    return min(found) if found else None
+
+
+def check_host_room(nbytes: int, what: str) -> None:
+    """Raises MemoryError, in one line naming `what`, its bytes and the
+    bytes available, unless `nbytes` fit in the host memory available
+    (`host_available_bytes`) less `HOST_RESERVE`. Call it before
+    allocating: an allocation beyond it can succeed and the process be
+    killed later, when the pages are touched. Unknown availability passes."""
+    available = host_available_bytes()
+    if available is not None and nbytes + HOST_RESERVE > available:
+        raise MemoryError(
+            f"jdirect: refusing {what}: {nbytes:,} bytes ({nbytes / 1e9:.1f} GB) of host memory "
+            f"needed, {available:,} bytes ({available / 1e9:.1f} GB) available, less a "
+            f"{HOST_RESERVE / 1e9:.1f} GB reserve")
 
 
 def memory_of(array: np.ndarray) -> str | None:

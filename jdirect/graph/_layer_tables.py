@@ -15,9 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import placement
+from .. import host_memory, placement
 from ..gather import gather
 from ..host_table import HostTable
+from ..cached_table import CachedTable
 from ..table import Table
 
 Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
@@ -78,8 +79,13 @@ class Output:
     def __init__(self, what: str, shape: tuple[int, ...], dtype: Any, budget: float,
                  report: Report):
         dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
-        self.on_device = nbytes(shape, dtype) <= budget
-        self.device_bytes = nbytes(shape, dtype) if self.on_device else 0
+        size = nbytes(shape, dtype)
+        self.on_device = size <= budget
+        self.device_bytes = size if self.on_device else 0
+        if not self.on_device:
+            host_memory.check_host_room(
+                size, f"{what} ({list(shape)} {dtype.name}; it fits no device budget of "
+                      f"{budget:,.0f} bytes)")
         self.table: Any = (jnp.zeros(shape, dtype) if self.on_device
                            else HostTable.empty(shape, dtype))
         self.writes: list[jax.Array] = []  # a host table: its chunks' write tokens
@@ -104,17 +110,48 @@ class Output:
         return self.table
 
 
+# A host input too large to stage is cached in part only when the cache can
+# hold at least this share of its rows (a smaller one saves little).
+MIN_CACHED_SHARE = 0.01
+
+
+def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
+                  report: Report) -> tuple[Input, np.ndarray | None]:
+    """(`table` read through a device cache of its rows of highest `counts`
+    in `room` bytes, bool[rows] marking them) for a HostTable (one that
+    did not fit whole), else (`table`, None). Counts the cached rows' copy
+    in `report`."""
+    if not isinstance(table, HostTable):
+        return table, None
+    rows = table.shape[0]
+    room = int(min(room, table.nbytes)) - 4 * rows  # less the cache's slot of each row
+    if room < MIN_CACHED_SHARE * table.nbytes:
+        return table, None
+    cached = CachedTable.from_counts(table, counts, room)
+    hot = np.zeros(rows, bool)
+    hot[cached.cached_rows] = True
+    report.bytes_read += cached.cached_rows.size * table.row_bytes
+    report.tables.append(f"{what} cache: device {cached.cached_rows.size:,} of {rows:,} rows "
+                         f"(highest degree)")
+    return cached, hot
+
+
 def span(a: int, b: int) -> np.ndarray:
     return np.asarray([a, b], np.int32)
 
 
 def budget(device_budget: int | None, working: int) -> float:
+    """Bytes of device memory the tables may take: `device_budget`, or 80 %
+    of what the device has free (the CPU backend: the host memory
+    available) less the working memory."""
     if device_budget is not None:
         if not isinstance(device_budget, int) or device_budget < 0:
             raise ValueError(f"device_budget must be None or an integer >= 0, "
                              f"got {device_budget!r}")
         return device_budget
     free = placement.device_free_bytes()
+    if free is None:  # the CPU backend: device arrays are host memory
+        free = host_memory.host_available_bytes()
     return float("inf") if free is None else max(0, int(0.8 * free) - working)
 
 
@@ -146,7 +183,7 @@ def release(table: Input, owned: bool, after: Any = None) -> None:
     if not owned:
         return
     jax.block_until_ready(after)
-    if isinstance(table, HostTable):
-        table.close()
+    if isinstance(table, (HostTable, CachedTable)):
+        table.close()  # a CachedTable: its cache only
     elif isinstance(table, jax.Array):
         table.delete()

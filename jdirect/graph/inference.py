@@ -17,28 +17,46 @@ aggregated over several windows with partial sums (mean, GCN) or an online
 softmax (GAT). A model whose `Conv` projects (GAT) first writes a table of
 each node's source rows, so each edge reads a projected row once.
 
-Tables. Layer l reads its input (the features for l = 0) through
-`jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array. Each
-table that inference makes (a staged copy of an input in host memory, a
-layer's output, GAT's source rows) lives in device memory while the
-tables on the device fit `device_budget` bytes, else in host memory:
-first a host input is staged on the device (read once over the link
-instead of once per edge), then the source rows, then the output. Host
-outputs are stored by the device straight into host memory, chunk by
-chunk, from the compiled step's results (`jdirect.write_rows`; no host
-copy, `_layer_tables.write_host`).
+Asked for the logits of some nodes only (`nodes`: an evaluation's val and
+test nodes), the last layer runs for those nodes alone, and the layer
+before it for them and their neighbours while that set is small
+(`_layer_nodes`): a restricted layer's table has a row per node it
+computes, so no [num_nodes, classes] table is made.
 
-GPU memory, beyond the tables on the device (at most `device_budget`) and
-the model: with E = chunk_edges, B = chunk_nodes, w = the widest row read
-(a layer's input or source width) and 4-byte floats, a window holds about
-E * (3 * w * 4 + 16) bytes (gathered rows, messages, indices) and a chunk
-3 * B * w * 4 (its rows, state and output); with one window in flight and
-one chunk's output being written to a host table, peak working memory is about
-(3 * E + 6 * B) * w * 4 + 16 * E bytes. The defaults (B = 65,536, E = 2**20)
-take ~3.4 GB at w = 256 (GAT's source rows at hidden 256 are w = 264).
+Tables. Layer l reads its input (the features for l = 0) through
+`jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array. The
+hidden tables inference makes are of `table_dtype` (by default the
+features' floating dtype: bfloat16 features give bfloat16 tables); the
+logits are float32. Each table that inference makes (a staged copy of an
+input in host memory, a layer's output, GAT's source rows) lives in
+device memory while the tables on the device fit `device_budget` bytes,
+else in host memory: first a host input is staged on the device (read
+once over the link instead of once per edge, when its edges read more
+rows than it has), then the source rows, then the output; a host input
+read per edge is then read through a device cache of its highest-degree
+rows in what is left of the budget (`jdirect.CachedTable`). Host outputs are
+stored by the device straight into host memory, chunk by chunk, from the
+compiled step's results (`jdirect.write_rows`; no host copy,
+`_layer_tables.write_host`). A layer's input and source tables are freed
+as soon as its output is written.
+
+GPU memory: the tables on the device (at most `device_budget` bytes; at
+most one layer's input or its cache, source and output tables at a time) and the
+model, plus working memory: with E = chunk_edges, B = chunk_nodes and w
+the widest row read (a layer's input or source width; rows are computed
+in float32), a window holds about E * (3 * w * 4 + 16) bytes (gathered
+rows, messages, indices) and a chunk 3 * B * w * 4 (its rows, state and
+output); with one window in flight and one chunk's output being written
+to a host table, peak working memory is about (3 * E + 6 * B) * w * 4 +
+16 * E bytes. The defaults (B = 65,536, E = 2**20) take ~3.6 GB at
+w = 256 (GAT's source rows at hidden 256 are w = 264).
+
+Host memory: a host table is allocated only where the host has its bytes
+available (`jdirect.host_memory.check_host_room`: MemAvailable, less a
+reserve); otherwise MemoryError, before anything is allocated.
 
 The same code runs on the CPU backend (device memory is host memory there;
-the budget is then unlimited unless given).
+the default budget is then the host memory available).
 """
 
 from __future__ import annotations
@@ -54,6 +72,7 @@ from flax import nnx
 
 from ..gather import gather
 from ..host_table import HostTable
+from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._layer_tables import Input, Report
 from .data import Graph
@@ -64,22 +83,50 @@ __all__ = ["Report", "Result", "accuracy", "evaluate", "layerwise", "logits_of"]
 
 @dataclasses.dataclass
 class Result:
-    """`logits`: [num_nodes, classes] of every node, a jax.Array on the
-    device or a HostTable (close it when done); `report`: a `Report`."""
+    """What `layerwise` computed.
+
+    Attributes:
+      logits: float32[len(nodes) or num_nodes, classes]: a jax.Array on
+        the device or a HostTable (`close()` it when done).
+      report: a `Report`.
+      nodes: int64 ascending node id of each row of `logits`; None: row i
+        is node i (every node).
+    """
 
     logits: jax.Array | HostTable
     report: Report
+    nodes: np.ndarray | None = None
+
+    def rows(self, nodes: Any) -> np.ndarray:
+        """float32[len(nodes), classes]: the logits of node ids `nodes`.
+
+        Raises:
+          ValueError: a node whose logits were not computed.
+        """
+        nodes = np.asarray(nodes, np.int64).reshape(-1)
+        if self.nodes is None:
+            return logits_of(self.logits, nodes)
+        at = np.minimum(np.searchsorted(self.nodes, nodes), max(self.nodes.size - 1, 0))
+        missing = nodes[self.nodes[at] != nodes] if self.nodes.size else nodes
+        if missing.size:
+            raise ValueError(f"logits of nodes {missing[:5].tolist()} were not computed "
+                             f"(layerwise(..., nodes=...) did not ask for them)")
+        return logits_of(self.logits, at)
+
+    def close(self) -> None:
+        """Frees the logits (a HostTable's host memory; a device array's buffer)."""
+        tables.release(self.logits, True)
 
 
-def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: int = 65_536,
-              chunk_edges: int = 1 << 20, device_budget: int | None = None,
-              dtype: Any = jnp.float32) -> Result:
-    """Logits of every node of `graph` by layer-wise inference of `model`.
+def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
+              chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
+              device_budget: int | None = None, table_dtype: Any = None) -> Result:
+    """Logits of every node of `graph` (or of `nodes`) by layer-wise inference.
 
     Equals `model` on sampled blocks whose fanouts are at least the
     largest degree, without dropout (`keep=None`), up to float rounding and
-    `dtype`. Each step is jitted (one compilation per layer and chunk
-    shape); call it outside jit.
+    `table_dtype`. Each step is jitted (one compilation per layer and
+    chunk shape); call it outside jit.
 
     Args:
       model: a `models.GNNModel` (its `convs` and `activation` are read).
@@ -87,20 +134,32 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
       features: [num_nodes, model.dims[0]] rows: a jdirect Table (e.g. a
         HostTable over `graph.features`) or a jax.Array. A NumPy array is
         copied to the device.
+      nodes: node ids whose logits to compute (any order, repeats
+        allowed); None: every node. The last layer then runs for these
+        nodes only (see the module doc).
       chunk_nodes, chunk_edges: most destination nodes and edges per step
         (see the module doc for the memory they bound).
       device_budget: bytes of device memory for the tables inference makes;
         None: 80 % of the device's free memory less the working memory
-        (unlimited on the CPU backend); 0 puts every table in host memory.
-      dtype: element type of the tables made (a staged input keeps its own).
+        (on the CPU backend: of the host memory available); 0 puts every
+        table in host memory.
+      table_dtype: element type of the hidden tables made (a staged input
+        keeps its own); None: the features' dtype if it is a float type
+        (bfloat16 features: bfloat16 tables, half the bytes of float32),
+        else float32. The logits are float32 (rounding them would decide
+        near-ties of the argmax).
 
     Returns:
       A `Result`; its `logits` are a HostTable when they did not fit.
 
     Raises:
-      TypeError: `graph` is not a Graph, `model` has no `convs`.
+      TypeError: `graph` is not a Graph, `model` has no `convs`, `nodes`
+        are not integers.
       ValueError: features of the wrong shape, chunk sizes below 1, a
-        negative budget, or 2**31 - 1 nodes or more (int32 ids).
+        negative budget, `nodes` outside [0, num_nodes), or 2**31 - 1
+        nodes or more (int32 ids).
+      MemoryError: a table that fits neither the device budget nor the
+        host memory available (one line: its bytes and those available).
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a jdirect.graph Graph, got {type(graph).__name__}")
@@ -117,80 +176,132 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, chunk_nodes: 
                          f"{chunk_edges}")
     if n >= 2**31 - 1:
         raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
-    size, dtype = min(chunk_nodes, max(n, 1)), np.dtype(dtype)
+    nodes = _check_nodes(nodes, n)
+    hidden_dtype = _table_dtype(table_dtype, features.dtype)
+    size = min(chunk_nodes, max(n, 1))
     width = max(max(c.in_dim, c.source_dim) for c in convs)
     working = (3 * chunk_edges + 6 * size) * width * 4 + 16 * chunk_edges
     budget = tables.budget(device_budget, working)
-    chunks = _chunks(graph.indptr, size, chunk_edges)
+    plans = layer_nodes.plan(graph, nodes, len(convs), model.uses_neighbors)
     graphdef, params = nnx.split(model)
     report = Report()
-    table, owned = features, False
-    for i, conv in enumerate(convs):
+    table, owned, src = features, False, layer_nodes.Nodes(graph)
+    for i, (conv, dst) in enumerate(zip(convs, plans)):
         last = i + 1 == len(convs)
+        dtype = np.dtype(np.float32) if last else hidden_dtype
         steps = _steps(graphdef, i, size, None if last else model.activation, dtype)
-        if tables.on_host(table) and tables.nbytes(table.shape, table.dtype) <= budget:
+        ranges = layer_nodes.chunks(src, size, None)  # rows of the input's table
+        # Rows this layer reads from its input: its nodes' own, then every
+        # edge's (or, projecting, every input row once).
+        reads = dst.rows + (src.rows if conv.projects
+                            else dst.num_edges if model.uses_neighbors else 0)
+        if (tables.on_host(table) and reads > src.rows
+                and tables.nbytes(table.shape, table.dtype) <= budget):
             staged = tables.Output(f"layer {i} input (staged)", table.shape, table.dtype,
                                    budget, report)
-            for a, b in chunks:
+            for a, b in ranges:
                 staged.write(a, b, tables.read(size, table, tables.span(a, b)))
-            report.bytes_read += n * tables.link_row_bytes(table)
+            report.bytes_read += src.rows * tables.link_row_bytes(table)
             tables.release(table, owned, staged.table)
             table, owned = staged.done(), True
         spent = (tables.nbytes(table.shape, table.dtype)
                  if owned and not tables.on_host(table) else 0)
         source = None
         if conv.projects:
-            out = tables.Output(f"layer {i + 1} sources", (n, conv.source_dim), dtype,
-                                budget - spent, report)
+            out = tables.Output(f"layer {i + 1} sources", (src.rows, conv.source_dim),
+                                hidden_dtype, budget - spent, report)
             spent += out.device_bytes
-            for a, b in chunks:
+            for a, b in ranges:
                 out.write(a, b, _Chunk(steps, params, report, a, b).project(table))
             source = out.done()
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
-                            (n, conv.out_dim), dtype, budget - spent, report)
-        for a, b in chunks:
+                            (dst.rows, conv.out_dim), dtype, budget - spent, report)
+        edges_from, hot = table if source is None else source, None
+        if source is None and model.uses_neighbors and reads > src.rows:
+            edges_from, hot = tables.cache_hottest(
+                f"layer {i} input", table, _degrees(graph, src),
+                budget - spent - out.device_bytes, report)
+        for a, b in layer_nodes.chunks(dst, size, chunk_edges if model.uses_neighbors else None):
             chunk = _Chunk(steps, params, report, a, b)
-            chunk.open(table, source)
+            rows = src.positions(dst.node_ids(a, b))
+            chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
             if model.uses_neighbors:
-                offsets = jnp.asarray(_offsets(graph.indptr, a, b, size))
-                for lo, count, nbrs in _windows(graph, a, b, chunk_edges):
-                    chunk.reduce(table if source is None else source, nbrs, lo, count, offsets)
+                offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
+                for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, chunk_edges):
+                    chunk.reduce(edges_from, nbrs, lo, count, offsets, hot)
             out.write(a, b, chunk.close())
         done = out.done()
+        if edges_from is not table and edges_from is not source:
+            tables.release(edges_from, True, done)  # the cache's device memory
         tables.release(table, owned, done)
         if source is not None:
             tables.release(source, True, done)
-        table, owned = done, True
-    return Result(table, report)
+        table, owned, src = done, True, dst
+    return Result(table, report, nodes)
 
 
-def logits_of(logits: jax.Array | HostTable, nodes: Any, *, chunk: int = 1 << 20) -> np.ndarray:
-    """float32[len(nodes), classes]: rows `nodes` of a logits table
-    (`Result.logits`), read `chunk` nodes at a time."""
-    nodes = np.asarray(nodes, np.int64)
-    out = [np.asarray(gather(logits, jnp.asarray(nodes[i:i + chunk], jnp.int32)), np.float32)
-           for i in range(0, nodes.size, chunk)]
+def logits_of(logits: jax.Array | HostTable, rows: Any, *, chunk: int = 1 << 20) -> np.ndarray:
+    """float32[len(rows), classes]: rows `rows` of a logits table
+    (`Result.logits`; `Result.rows` takes node ids), read `chunk` rows at
+    a time."""
+    rows = np.asarray(rows, np.int64)
+    out = [np.asarray(gather(logits, jnp.asarray(rows[i:i + chunk], jnp.int32)), np.float32)
+           for i in range(0, rows.size, chunk)]
     return np.concatenate(out) if out else np.zeros((0, logits.shape[1]), np.float32)
 
 
-def accuracy(logits: jax.Array | HostTable, labels: np.ndarray, nodes: Any) -> float:
-    """Share of `nodes` whose largest logit is at their label (NaN for no
-    nodes)."""
+def accuracy(result: Result, labels: np.ndarray, nodes: Any) -> float:
+    """Share of `nodes` whose largest logit in `result` is at their label
+    (NaN for no nodes)."""
     nodes = np.asarray(nodes, np.int64)
     if nodes.size == 0:
         return float("nan")
-    return float((logits_of(logits, nodes).argmax(-1) == labels[nodes]).mean())
+    return float((result.rows(nodes).argmax(-1) == labels[nodes]).mean())
 
 
 def evaluate(model: nnx.Module, graph: Graph, features: Input,
              splits: Sequence[str] = ("val", "test"), **options: Any) -> dict[str, float]:
     """Full-split accuracy, the OGB way: {split: accuracy over every node of
-    `graph.<split>`}, from one `layerwise(model, graph, features, **options)`."""
-    result = layerwise(model, graph, features, **options)
+    `graph.<split>`}, from one `layerwise(model, graph, features,
+    nodes=<the splits' nodes>, **options)`: the last layer runs for the
+    splits' nodes only."""
+    ids = [np.asarray(getattr(graph, s), np.int64) for s in splits]
+    result = layerwise(model, graph, features, nodes=np.concatenate(ids), **options)
     try:
-        return {s: accuracy(result.logits, graph.labels, getattr(graph, s)) for s in splits}
+        return {s: accuracy(result, graph.labels, i) for s, i in zip(splits, ids)}
     finally:
-        tables.release(result.logits, True)
+        result.close()
+
+
+def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:
+    """`nodes` as ascending distinct int64 ids (None stays None)."""
+    if nodes is None:
+        return None
+    nodes = np.asarray(nodes)
+    if nodes.size and not np.issubdtype(nodes.dtype, np.integer):
+        raise TypeError(f"nodes must be integer node ids, got dtype {nodes.dtype}")
+    nodes = np.unique(nodes.astype(np.int64).reshape(-1))
+    if nodes.size and (nodes[0] < 0 or nodes[-1] >= n):
+        raise ValueError(f"nodes must lie in [0, {n}), got ids from {nodes[0]} to {nodes[-1]}")
+    return nodes
+
+
+def _degrees(graph: Graph, nodes: layer_nodes.Nodes) -> np.ndarray:
+    """Degrees of the rows of `nodes`' table: how often a layer over every
+    edge reads each row (exactly so in an undirected graph, which stores
+    each edge both ways)."""
+    ids = slice(None) if nodes.ids is None else nodes.ids
+    return (graph.indptr[1:] - graph.indptr[:-1])[ids]
+
+
+def _table_dtype(table_dtype: Any, features_dtype: Any) -> np.dtype:
+    if table_dtype is not None:
+        dtype = np.dtype(table_dtype)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(f"table_dtype must be a float type, got {dtype.name}")
+        return dtype
+    features_dtype = np.dtype(features_dtype)
+    return features_dtype if jnp.issubdtype(features_dtype, jnp.floating) else np.dtype(np.float32)
 
 
 class _Chunk:
@@ -210,22 +321,26 @@ class _Chunk:
         self._count_read(table, self.count)
         return self.steps.project(self.params, table, self.span)
 
-    def open(self, table: Input, source: Input | None) -> None:
+    def open(self, table: Input, source: Input | None, rows: jax.Array) -> None:
+        """Starts the chunk from rows `rows` (int32[size], padded past the
+        table) of `table` (and `source`): its nodes' own."""
         self._count_read(table, self.count)
         if source is not None:
             self._count_read(source, self.count)
-        self.opened = self.steps.open(self.params, table, source, self.span)
+        self.opened = self.steps.open(self.params, table, source, rows)
 
     def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, count: int,
-               offsets: jax.Array) -> None:
-        """Adds the chunk's edges lo .. lo + count (`nbrs`, padded with id
-        num_nodes), their source rows read from `read_from`; `offsets` are
-        the chunk's edge offsets (`_offsets`)."""
+               offsets: jax.Array, hot: np.ndarray | None = None) -> None:
+        """Adds the chunk's edges lo .. lo + count (`nbrs`: their source rows
+        in `read_from`, padded past it); `offsets` are the chunk's edge
+        offsets (`_layer_nodes.offsets`); `hot` marks the rows of
+        `read_from` that its device cache holds (their reads cross no link)."""
         h, s, state = self.opened
         state = self.steps.reduce(self.params, state, s, read_from, nbrs, offsets, np.int32(lo))
         self.opened = h, s, state
         self.report.bytes_read += nbrs.nbytes
-        self._count_read(read_from, count)
+        cached = 0 if hot is None else int(np.count_nonzero(hot[nbrs[:count]]))
+        self._count_read(read_from, count - cached)
 
     def close(self) -> jax.Array:
         return self.steps.close(self.params, *self.opened)
@@ -244,12 +359,12 @@ class _Steps:
         def project(params, table, span):
             return conv(params).source(tables.rows_of(table, span, size).astype(jnp.float32))
 
-        def open_(params, table, source, span):
-            """(h_dst, s_dst, init state) of the chunk `span`."""
+        def open_(params, table, source, rows):
+            """(h_dst, s_dst, init state) of the chunk's nodes, rows `rows`."""
             layer = conv(params)
-            h = tables.rows_of(table, span, size).astype(jnp.float32)
+            h = gather(table, rows, fill_value=0).astype(jnp.float32)
             s = (layer.source(h) if source is None
-                 else tables.rows_of(source, span, size).astype(jnp.float32))
+                 else gather(source, rows, fill_value=0).astype(jnp.float32))
             return h, s, layer.init(h, s)
 
         def reduce(params, state, s_dst, read_from, nbrs, offsets, lo):
@@ -275,41 +390,5 @@ def _steps(graphdef: Any, index: int, size: int, activation: Callable | None,
            dtype: np.dtype) -> _Steps:
     """`_Steps`, kept across calls of `layerwise` on models of one shape."""
     return _Steps(graphdef, index, size, activation, dtype)
-
-
-def _chunks(indptr: np.ndarray, size: int, max_edges: int) -> list[tuple[int, int]]:
-    """Node ranges [a, b) of at most `size` nodes and `max_edges` edges; a
-    node of more edges is a range of its own."""
-    out, a, n = [], 0, indptr.shape[0] - 1
-    while a < n:
-        fit = int(np.searchsorted(indptr, indptr[a] + max_edges, side="right")) - 1
-        b = max(min(a + size, n, fit), a + 1)
-        out.append((a, b))
-        a = b
-    return out
-
-
-def _offsets(indptr: np.ndarray, a: int, b: int, size: int) -> np.ndarray:
-    """int32[size + 1]: edge offsets of nodes a .. b - 1 within the chunk,
-    padded with the chunk's edge count (padding nodes have no edges)."""
-    out = np.empty(size + 1, np.int32)
-    out[: b - a + 1] = indptr[a:b + 1] - indptr[a]
-    out[b - a + 1:] = out[b - a]
-    return out
-
-
-def _windows(graph: Graph, a: int, b: int, size: int):
-    """(lo, count, int32[size] neighbour ids) per window of the chunk's
-    edges: lo its first edge within the chunk, count its edges; padded
-    with num_nodes (a full int32 window is a view of the CSR, no copy)."""
-    start, stop = int(graph.indptr[a]), int(graph.indptr[b])
-    for lo in range(0, stop - start, size):
-        ids = graph.indices[start + lo:min(start + lo + size, stop)]
-        if ids.shape[0] == size and ids.dtype == np.int32:
-            yield lo, size, ids
-            continue
-        nbrs = np.full(size, graph.num_nodes, np.int32)
-        nbrs[: ids.shape[0]] = ids
-        yield lo, ids.shape[0], nbrs
 
 

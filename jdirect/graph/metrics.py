@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+# How an accuracy was measured: a run's or a record's "protocol" maps each
+# accuracy it reports to one of these.
+FULL = "full split, full neighbourhoods (layer-wise inference)"
+SAMPLED = "sampled neighbours (the training fanouts), at most eval_max nodes"
+
 METRICS: dict[str, str] = {
     # The trainer, per epoch (Trainer.train_epoch) and per run (Trainer.fit).
     "epoch": "the epoch's index, from 0",
@@ -26,6 +31,8 @@ METRICS: dict[str, str] = {
                 "(None: none; the run's `protocol` says which)",
     "sampled_test_acc": "test_acc measured as in training: sampled neighbours, at most "
                         "eval_max nodes",
+    "sampled_val_acc": "the validation accuracy measured as in training: sampled "
+                       "neighbours, at most eval_max nodes",
     "protocol": "per accuracy of a run, how it was measured",
     "epochs": "epochs the run trained (min_steps can raise it above the configuration's)",
     "best_epoch": "the epoch of the best validation accuracy (the last without validation "

@@ -31,6 +31,7 @@ from ..batch import check_config, layer_caps
 from ..data import Graph, load_graph
 from ...host_table import HostTable
 from .. import inference
+from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
 from ..features import SOURCES, FeatureSource, SourceOptions
 from ..io import Checkpoints, MetricsFile
 from ..sampling import DeviceSampler, NeighborSampler
@@ -107,9 +108,6 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
                     workers=cfg.workers)
 
 
-# How each accuracy was measured (the metrics file's "protocol").
-FULL = "full split, full neighbourhoods (layer-wise inference)"
-SAMPLED = "sampled neighbours (the training fanouts), at most eval_max nodes"
 
 
 class TrainingDiverged(ArithmeticError):

@@ -1,0 +1,131 @@
+"""Which nodes each layer of layer-wise inference computes, and their edges.
+
+Asked for some nodes only (an evaluation's val and test nodes), inference
+computes the last layer for those nodes; the layer before it for them and
+their neighbours while that set is small; every earlier layer for all
+nodes. A layer's output table has one row per node it computes, in
+ascending node order (`Nodes`), so a restricted layer's table is as small
+as its node set. Private to `jdirect.graph.inference`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from .data import Graph
+
+# A layer is restricted to the nodes that the next one reads only while
+# the next one has at most this share of the graph's node count in edges
+# (collecting its neighbours costs host time per edge) and the set is at
+# most this share of the nodes (a larger one saves little, and its
+# edges are gathered on the host window by window).
+SPARSE = 0.5
+
+
+class Nodes:
+    """The destinations of one layer in the row order of its table: every
+    node (`ids` None: row r is node r) or the ascending node ids `ids`.
+
+    Attributes:
+      rows: the table's row count.
+      indptr: int64[rows + 1]: row r's edges are the layer's edges
+        indptr[r] .. indptr[r + 1] - 1 (the graph's own for every node).
+    """
+
+    def __init__(self, graph: Graph, ids: np.ndarray | None = None):
+        self.graph, self.ids = graph, ids
+        if ids is None:
+            self.rows, self.indptr = graph.num_nodes, graph.indptr
+        else:
+            self.rows = int(ids.size)
+            self.indptr = np.zeros(ids.size + 1, np.int64)
+            np.cumsum(graph.indptr[ids + 1] - graph.indptr[ids], out=self.indptr[1:])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+    def node_ids(self, a: int, b: int) -> np.ndarray:
+        """int64 node ids of rows a .. b - 1."""
+        return np.arange(a, b, dtype=np.int64) if self.ids is None else self.ids[a:b]
+
+    def positions(self, nodes: np.ndarray) -> np.ndarray:
+        """Rows of node ids `nodes` (each one of this table's nodes)."""
+        return nodes if self.ids is None else np.searchsorted(self.ids, nodes)
+
+    def edges(self, lo: int, hi: int) -> np.ndarray:
+        """Source node ids of the layer's edges lo .. hi - 1 (a view of the
+        CSR for every node, else gathered from each row's range)."""
+        graph = self.graph
+        if self.ids is None:
+            return graph.indices[lo:hi]
+        first = int(np.searchsorted(self.indptr, lo, side="right")) - 1
+        stop = int(np.searchsorted(self.indptr, hi, side="left"))
+        begin = np.maximum(self.indptr[first:stop], lo)
+        end = np.minimum(self.indptr[first + 1:stop + 1], hi)
+        # Edge e of row r lies at graph.indptr[ids[r]] + e - indptr[r] in the CSR.
+        shift = graph.indptr[self.ids[first:stop]] - self.indptr[first:stop]
+        return graph.indices[np.arange(lo, hi, dtype=np.int64) + np.repeat(shift, end - begin)]
+
+
+def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
+         uses_neighbors: bool) -> list[Nodes]:
+    """The destinations of layers 1 .. `layers` (the last: `nodes`, None
+    for all; see the module doc)."""
+    out = [Nodes(graph, nodes)]
+    while len(out) < layers:
+        top = out[0]
+        if top.ids is not None and not uses_neighbors:
+            out.insert(0, top)  # a model that reads no edges needs the same rows below
+        elif top.ids is None or top.num_edges > SPARSE * graph.num_nodes:
+            out.insert(0, Nodes(graph))
+        else:
+            ids = np.union1d(top.ids, top.edges(0, top.num_edges)).astype(np.int64)
+            out.insert(0, Nodes(graph, ids if ids.size <= SPARSE * graph.num_nodes else None))
+    return out
+
+
+def chunks(dst: Nodes, size: int, max_edges: int | None) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of at most `size` rows and `max_edges` edges (None:
+    rows only); a row of more edges is a range of its own."""
+    out, a, n = [], 0, dst.rows
+    while a < n:
+        b = min(a + size, n)
+        if max_edges is not None:
+            fit = int(np.searchsorted(dst.indptr, dst.indptr[a] + max_edges, side="right")) - 1
+            b = max(min(b, fit), a + 1)
+        out.append((a, b))
+        a = b
+    return out
+
+
+def offsets(dst: Nodes, a: int, b: int, size: int) -> np.ndarray:
+    """int32[size + 1]: edge offsets of rows a .. b - 1 within the chunk,
+    padded with the chunk's edge count (padding rows have no edges)."""
+    out = np.empty(size + 1, np.int32)
+    out[: b - a + 1] = dst.indptr[a:b + 1] - dst.indptr[a]
+    out[b - a + 1:] = out[b - a]
+    return out
+
+
+def padded(rows: np.ndarray, size: int, fill: int) -> np.ndarray:
+    """int32[size]: `rows`, then `fill` (a row id past the table: read as zeros)."""
+    if rows.shape[0] == size and rows.dtype == np.int32:
+        return rows  # a full window of an int32 CSR: a view, no copy
+    out = np.full(size, fill, np.int32)
+    out[: rows.shape[0]] = rows
+    return out
+
+
+def windows(dst: Nodes, src: Nodes, a: int, b: int,
+            size: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(lo, count, int32[size] rows) per window of the edges of rows
+    a .. b - 1 of `dst`: lo its first edge within the chunk, count its
+    edges, rows their sources' rows in `src`'s table, padded with
+    src.rows."""
+    start, stop = int(dst.indptr[a]), int(dst.indptr[b])
+    for lo in range(0, stop - start, size):
+        ids = dst.edges(start + lo, min(start + lo + size, stop))
+        yield lo, ids.shape[0], padded(src.positions(ids), size, src.rows)

@@ -1,0 +1,205 @@
+"""Layer-wise inference asked for some nodes only, in bfloat16 tables, and
+within the host's memory: against the dense reference of test_inference."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jdirect
+from jdirect import host_memory
+from jdirect.graph import _layer_tables
+from jdirect.graph.inference import evaluate, layerwise
+from jdirect.graph.models import MODELS, build
+from test_inference import make_graph, reference
+
+HUB = 5  # make_graph's hub
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return make_graph()
+
+
+def node_sets(graph):
+    return {"few": [3, 17, 3],  # a repeat; their neighbourhood is small: layer 2 restricted too
+            "hub": [HUB, 40],  # the hub's edges are many: layer 2 runs for every node
+            "eval": np.concatenate([graph.val, graph.test])}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("which", ["few", "hub", "eval"])
+def test_logits_of_some_nodes_equal_the_full_computation(graph, name, which):
+    nodes = node_sets(graph)[which]
+    model = build(name, 6, 8, 4, 3, dropout=0.5, seed=11)
+    want = reference(model, graph, graph.features)
+    result = layerwise(model, graph, jnp.asarray(graph.features), nodes=nodes, chunk_nodes=7,
+                       chunk_edges=9)
+    np.testing.assert_array_equal(result.nodes, np.unique(nodes))
+    assert result.logits.shape == (np.unique(nodes).size, 4)
+    np.testing.assert_allclose(result.rows(nodes), want[nodes], rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="were not computed"):
+        result.rows([int(np.setdiff1d(np.arange(graph.num_nodes), nodes)[0])])
+
+
+def rows_of_each_table(result) -> list[int]:
+    return [int(t.split("[")[1].split(",")[0]) for t in result.report.tables]
+
+
+def test_the_layer_before_the_last_is_restricted_to_the_nodes_neighbourhood(graph):
+    model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
+    few = node_sets(graph)["few"]
+    neighbourhood = np.union1d(few, graph.indices[np.concatenate(
+        [np.arange(graph.indptr[v], graph.indptr[v + 1]) for v in few])])
+    result = layerwise(model, graph, jnp.asarray(graph.features), nodes=few)
+    assert rows_of_each_table(result) == [graph.num_nodes, neighbourhood.size, 2]
+    # The hub's edges outnumber half the nodes: layer 2 for every node.
+    result = layerwise(model, graph, jnp.asarray(graph.features), nodes=node_sets(graph)["hub"])
+    assert rows_of_each_table(result) == [graph.num_nodes, graph.num_nodes, 2]
+    # A model that reads no edges needs only the nodes' rows in every layer.
+    result = layerwise(build("mlp", 6, 8, 4, 3, dropout=0.5, seed=12), graph,
+                       jnp.asarray(graph.features), nodes=few)
+    assert rows_of_each_table(result) == [2, 2, 2]
+
+
+@pytest.mark.parametrize("name", ["sage", "gat"])
+def test_some_nodes_with_every_table_in_host_memory(graph, name):
+    nodes = node_sets(graph)["few"]
+    model = build(name, 6, 8, 4, 3, dropout=0.5, seed=13)
+    with jdirect.HostTable(graph.features) as features:
+        result = layerwise(model, graph, features, nodes=nodes, device_budget=0,
+                           chunk_nodes=4, chunk_edges=5)
+    assert isinstance(result.logits, jdirect.HostTable)
+    np.testing.assert_allclose(result.rows(nodes),
+                               reference(model, graph, graph.features)[nodes], rtol=1e-4,
+                               atol=1e-4)
+    result.close()
+    assert result.logits.closed
+
+
+def test_evaluate_matches_the_reference_and_closes_the_logits(graph, monkeypatch):
+    model = build("gcn", 6, 8, 4, 3, dropout=0.5, seed=14)
+    made = record_host_tables(monkeypatch)
+    scores = evaluate(model, graph, jnp.asarray(graph.features), device_budget=0)
+    predicted = reference(model, graph, graph.features).argmax(-1)
+    for split in ("val", "test"):
+        ids = getattr(graph, split)
+        assert scores[split] == pytest.approx(float((predicted[ids] == graph.labels[ids]).mean()))
+    # Only the splits' logits were made, and every host table was freed.
+    assert made[-1][0].shape == (graph.val.size + graph.test.size, 4)
+    assert all(table.closed for table, _ in made)
+
+
+@pytest.mark.parametrize("name", ["sage", "gat"])
+def test_bfloat16_features_give_bfloat16_tables(graph, name):
+    """The default table dtype is the features'; logits stay float32."""
+    features = graph.features.astype(ml_dtypes.bfloat16)
+    model = build(name, 6, 8, 4, 3, dropout=0.5, seed=15)
+    result = layerwise(model, graph, jnp.asarray(features))
+    hidden = [t for t in result.report.tables if "logits" not in t]
+    assert hidden and all(t.endswith("bfloat16") for t in hidden)
+    assert result.report.tables[-1].endswith("float32")
+    want = reference(model, graph, features.astype(np.float32))
+    got = result.rows(np.arange(graph.num_nodes))
+    np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05)
+    # Asked for float32, the same run is as close as the float32 reference allows.
+    exact = layerwise(model, graph, jnp.asarray(features), table_dtype=jnp.float32)
+    np.testing.assert_allclose(exact.rows(np.arange(graph.num_nodes)), want, rtol=1e-4,
+                               atol=1e-4)
+
+
+def record_host_tables(monkeypatch) -> list:
+    """Patches the HostTable.empty that inference calls to record, for each
+    table made, (table, [whether each table made before it is closed])."""
+    made = []
+    real = jdirect.HostTable.empty
+
+    def empty(shape, dtype=np.float32, **kw):
+        before = [t.closed for t, _ in made]
+        table = real(shape, dtype, **kw)
+        made.append((table, before))
+        return table
+
+    monkeypatch.setattr(_layer_tables.HostTable, "empty", staticmethod(empty))
+    return made
+
+
+@pytest.mark.parametrize("name", ["sage", "gat"])
+def test_each_layers_input_is_freed_once_its_output_is_written(graph, name, monkeypatch):
+    made = record_host_tables(monkeypatch)
+    model = build(name, 6, 8, 4, 3, dropout=0.5, seed=16)
+    result = layerwise(model, graph, jnp.asarray(graph.features), device_budget=0)
+    outputs = [i for i, (t, _) in enumerate(made) if t.shape[1] in (8, 4)]  # not GAT's sources
+    assert len(outputs) == 3
+    # When layer 3's output is made, layer 2's input (layer 1's output)
+    # and its source rows (GAT) are closed already.
+    first, second, third = outputs
+    assert all(made[third][1][first:second])
+    assert [t.closed for t, _ in made] == [True] * (len(made) - 1) + [False]
+    assert made[-1][0] is result.logits
+    result.close()
+
+
+def test_host_memory_refusal_is_one_line_naming_bytes(graph, monkeypatch):
+    made = record_host_tables(monkeypatch)
+    monkeypatch.setattr(host_memory, "host_available_bytes", lambda: (2 << 30) + 1000)
+    model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=17)
+    with pytest.raises(MemoryError) as caught:
+        layerwise(model, graph, jnp.asarray(graph.features), device_budget=0)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "layer 1 output" in message
+    assert f"{graph.num_nodes * 8 * 4:,} bytes" in message
+    assert f"{(2 << 30) + 1000:,} bytes" in message
+    assert made == []  # refused before any host table was made
+    # host_empty itself refuses too, on every backend and memory kind.
+    for memory in host_memory.MEMORY_CHOICES:
+        with pytest.raises(MemoryError, match="host memory needed"):
+            host_memory.host_empty((1 << 20, 8), np.float32, memory=memory)
+
+
+def test_host_memory_available_is_read(monkeypatch):
+    available = host_memory.host_available_bytes()
+    assert available is None or available > 0
+    monkeypatch.setattr(host_memory, "host_available_bytes", lambda: None)
+    host_memory.check_host_room(1 << 60, "anything")  # unknown: not refused
+
+
+def test_bad_nodes_and_table_dtype(graph):
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=0)
+    x = jnp.asarray(graph.features)
+    with pytest.raises(ValueError, match=r"nodes must lie in \[0, 90\)"):
+        layerwise(model, graph, x, nodes=[0, graph.num_nodes])
+    with pytest.raises(ValueError, match="nodes must lie"):
+        layerwise(model, graph, x, nodes=[-1])
+    with pytest.raises(TypeError, match="nodes must be integer"):
+        layerwise(model, graph, x, nodes=[0.5])
+    with pytest.raises(ValueError, match="table_dtype must be a float type"):
+        layerwise(model, graph, x, table_dtype=np.int8)
+
+
+def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hubs(graph):
+    """Room for a third of a host layer table: its highest-degree rows are
+    cached on the device, and only the other edges' reads cross the link."""
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=18)
+    layer = graph.num_nodes * 8 * 4
+    budget = layer // 3 + 4 * graph.num_nodes
+    features = jnp.asarray(graph.features)  # on the device: only layer 1's table is cached
+    plain = layerwise(model, graph, features, device_budget=0, chunk_nodes=16, chunk_edges=32)
+    cached = layerwise(model, graph, features, device_budget=budget, chunk_nodes=16,
+                       chunk_edges=32)
+    assert [t for t in cached.report.tables if " cache: " in t] == [
+        "layer 1 input cache: device 26 of 90 rows (highest degree)"]
+    want = reference(model, graph, graph.features)
+    every = np.arange(graph.num_nodes)
+    np.testing.assert_allclose(cached.rows(every), want, rtol=1e-4, atol=1e-4)
+    # The hub (node 5, degree 60+) is cached: layer 2's reads of its row stay on the device.
+    degrees = np.diff(graph.indptr)
+    rows = (layer // 3) // (8 * 4 + 4)
+    hot = np.sort(np.argsort(-degrees, kind="stable")[:rows])
+    saved = (degrees[hot].sum() - rows) * 8 * 4  # per-edge reads avoided, less the copy
+    assert plain.report.bytes_read - cached.report.bytes_read == saved
+    plain.close()
+    cached.close()
