@@ -31,7 +31,7 @@ namespace jdirect {
 enum class Rule : int64_t { kSgd = 0, kAdagrad = 1, kAdam = 2 };
 constexpr int kMaxSlots = 2;
 
-inline int SlotCount(Rule rule) {
+JDIRECT_HD constexpr int SlotCount(Rule rule) {
   switch (rule) {
     case Rule::kSgd: return 0;
     case Rule::kAdagrad: return 1;

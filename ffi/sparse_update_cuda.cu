@@ -61,8 +61,8 @@ __global__ void SparseUpdateKernel(SparseUpdateArgs a, uint32_t packets_per_row,
           at[u] = r * packets_per_row + (item - k * packets_per_row);
           g[u] = grads[item];
           w[u] = given != nullptr ? given[item] : table[at[u]];
-          if (SlotCount(R) > 0) s0[u] = slot0[at[u]];
-          if (SlotCount(R) > 1) s1[u] = slot1[at[u]];
+          if constexpr (SlotCount(R) > 0) s0[u] = slot0[at[u]];
+          if constexpr (SlotCount(R) > 1) s1[u] = slot1[at[u]];
         }
       }
     }
@@ -76,8 +76,8 @@ __global__ void SparseUpdateKernel(SparseUpdateArgs a, uint32_t packets_per_row,
                                           s0[u].v[e], s1[u].v[e]));
       }
       table[at[u]] = out;
-      if (SlotCount(R) > 0) slot0[at[u]] = s0[u];
-      if (SlotCount(R) > 1) slot1[at[u]] = s1[u];
+      if constexpr (SlotCount(R) > 0) slot0[at[u]] = s0[u];
+      if constexpr (SlotCount(R) > 1) slot1[at[u]] = s1[u];
     }
   }
 }
