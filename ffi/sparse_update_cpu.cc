@@ -13,19 +13,20 @@ void UpdateRows(const SparseUpdateArgs& a) {
   const K* keys = static_cast<const K*>(a.keys);
   T* table = reinterpret_cast<T*>(a.table);
   const T* given = reinterpret_cast<const T*>(a.rows);
-  float unused = 0.0f;
   for (int64_t k = 0; k < a.n; ++k) {
     const int64_t r = static_cast<int64_t>(keys[k]);
     if (r < 0 || r >= a.nrows) continue;
     T* row = table + r * a.dim;
     const T* old = given != nullptr ? given + k * a.dim : row;
-    float* s0 = SlotCount(R) > 0 ? a.slots[0] + r * a.dim : &unused;
-    float* s1 = SlotCount(R) > 1 ? a.slots[1] + r * a.dim : &unused;
     const float* g = a.grads + k * a.dim;
     for (int64_t j = 0; j < a.dim; ++j) {
-      float& x0 = SlotCount(R) > 0 ? s0[j] : unused;
-      float& x1 = SlotCount(R) > 1 ? s1[j] : unused;
-      row[j] = FromFloat<T>(Update<R>(a.hyper, a.scalars, ToFloat(old[j]), g[j], x0, x1));
+      const int64_t at = r * a.dim + j;
+      float s0 = 0.0f, s1 = 0.0f;
+      if constexpr (SlotCount(R) > 0) s0 = a.slots[0][at];
+      if constexpr (SlotCount(R) > 1) s1 = a.slots[1][at];
+      row[j] = FromFloat<T>(Update<R>(a.hyper, a.scalars, ToFloat(old[j]), g[j], s0, s1));
+      if constexpr (SlotCount(R) > 0) a.slots[0][at] = s0;
+      if constexpr (SlotCount(R) > 1) a.slots[1][at] = s1;
     }
   }
 }
