@@ -6,9 +6,10 @@ and apply lazy Adam to the touched rows and their two moments. Methods:
 
   jdirect             one jitted program on the GPU: jdirect.gather of the
                       rows (HostTable in jdirect's default memory), the
-                      gradient, dedup, gather of the moments, Adam, and
-                      jdirect.write_rows of rows and moments back into host
-                      memory (jdirect.embeddings.sparse_adam)
+                      gradient, dedup, and one fused call that reads the
+                      touched rows' moments, applies Adam and stores rows and
+                      moments back into host memory
+                      (jdirect.embeddings.sparse_adam on HostTables)
   conventional-numpy  ids to the CPU, NumPy gather, rows to the GPU, the
                       gradient summed per id on the GPU, back to the CPU,
                       NumPy lazy Adam on the touched rows (same host tables)
@@ -24,9 +25,10 @@ and apply lazy Adam to the touched rows and their two moments. Methods:
 Each step counts `batch` lookups and `unique` row updates. GB/s counts the
 useful bytes of a step over its wall time: rows and both moments of the
 distinct ids, read (H2D) and written (D2H), i.e. 3 * unique * row bytes each
-way (jdirect's forward read of duplicate ids is not counted). Reads and
-writes of one step run one after the other, so each direction's GB/s is
-at most half its link rate; "both ways" adds them. Ids are uniform, or
+way (jdirect's forward read of duplicate ids is not counted). jdirect's
+fused update overlaps its reads (moments) with its writes (rows and
+moments); the forward lookup runs before it. "Both ways" adds the two
+directions. Ids are uniform, or
 Zipf (a=1.1) ranks scattered over the table.
 
 Prints tables, writes embeddings.json and embeddings.png under --out.

@@ -36,16 +36,14 @@ int MultiprocessorCount() {
   return counts[dev];
 }
 
-namespace {
-
-// Grid-stride kernels: enough blocks for the work, at most `max_blocks`
-// (<= 0: 16 per SM, which saturates the link with the GPU to itself).
 unsigned Blocks(int64_t work, int64_t per_block, int64_t max_blocks) {
   int64_t blocks = (work + per_block - 1) / per_block;
   const int64_t cap = max_blocks > 0 ? max_blocks
                                      : static_cast<int64_t>(MultiprocessorCount()) * 16;
   return static_cast<unsigned>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
 }
+
+namespace {
 
 // The widest access that divides the row and both base addresses.
 int VectorBytes(const GatherArgs& a) {

@@ -15,6 +15,11 @@ namespace jdirect {
 // SMs of the current device (132 if it cannot be asked).
 int MultiprocessorCount();
 
+// Blocks of a grid-stride kernel: enough for `work` items at `per_block`
+// each, at most `max_blocks` (<= 0: 16 per SM, which saturates the link
+// with the GPU to itself).
+unsigned Blocks(int64_t work, int64_t per_block, int64_t max_blocks);
+
 // Enqueues a gather on `stream`: the address-order sort when `workspace`
 // is large enough for it, then the gather kernel, then the table's read
 // event (table_events.h) on the same stream. Every kernel's grid is capped

@@ -13,6 +13,7 @@
 #define JDIRECT_FFI_WRITE_COMMON_H_
 
 #include <cstdint>
+#include <string>
 
 #include "gather_common.h"
 #include "registry.h"
@@ -33,15 +34,25 @@ struct WriteArgs {
 
 // The lease spans the runner: on the CPU the stores, on the GPU the launch
 // and the recording of the table's event, which close() waits for.
+// Checks a lease of table `handle` for a write by `op`: open, of the
+// traced shape and registered writable.
+inline ffi::Error CheckWritable(const TableLease& lease, int32_t handle, int64_t nrows,
+                                int64_t row_bytes, const char* op) {
+  if (auto e = CheckLease(lease, nrows, row_bytes); e.failure()) return e;
+  if (!lease.view().writable) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      std::string("jdirect ") + op + ": HostTable #" + std::to_string(handle) +
+                          " wraps read-only memory");
+  }
+  return ffi::Error::Success();
+}
+
 template <typename Runner>
 ffi::Error WriteToHandle(const Runner& run, int32_t handle, ffi::AnyBuffer keys,
                          ffi::AnyBuffer rows, int64_t nrows, int64_t row_bytes) {
   TableLease lease(handle);
-  if (auto e = CheckLease(lease, nrows, row_bytes); e.failure()) return e;
-  if (!lease.view().writable) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jdirect write_rows: HostTable #" + std::to_string(handle) +
-                          " wraps read-only memory");
+  if (auto e = CheckWritable(lease, handle, nrows, row_bytes, "write_rows"); e.failure()) {
+    return e;
   }
   if (keys.element_type() != ffi::DataType::S32 && keys.element_type() != ffi::DataType::S64) {
     return ffi::Error::InvalidArgument("jdirect write_rows: keys must be int32 or int64");

@@ -12,6 +12,7 @@
 #include "gather_cuda.h"  // HostHandle, MultiprocessorCount
 #include "table_events.h"
 #include "write_common.h"
+#include "write_cuda.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jdirect {
@@ -103,18 +104,23 @@ struct CudaWriter {
   }
 };
 
+}  // namespace
+
 ffi::Error ZeroToken(cudaStream_t stream, ffi::Result<ffi::Buffer<ffi::S32>>& token) {
   if (token->element_count() != 1) {
-    return ffi::Error::InvalidArgument("jdirect write_rows: a token has exactly one element");
+    return ffi::Error::InvalidArgument("jdirect: a write's token has exactly one element");
   }
   cudaError_t err = cudaMemsetAsync(token->typed_data(), 0, sizeof(int32_t), stream);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return ffi::Error::Internal(std::string("jdirect write_rows: cudaMemsetAsync failed: ") +
-                                cudaGetErrorString(err));
+    return ffi::Error::Internal(
+        std::string("jdirect: cudaMemsetAsync of a write's token failed: ") +
+        cudaGetErrorString(err));
   }
   return ffi::Error::Success();
 }
+
+namespace {
 
 ffi::Error WriteHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
                      ffi::Buffer<ffi::S32> /*token_in*/, ffi::AnyBuffer keys,

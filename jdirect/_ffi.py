@@ -25,6 +25,8 @@ GATHER_DONE = "jdirect_gather_done"
 # Row writes (jdirect.write_rows): a handle operand, or the handle as an attribute.
 WRITE_HOST = "jdirect_write_host"
 WRITE_HOST_STATIC = "jdirect_write_host_static"
+# The fused sparse optimizer step (jdirect.embeddings on HostTables).
+SPARSE_UPDATE = "jdirect_sparse_update"
 
 # Target name -> handler symbol stem; the symbol is stem + "Cpu" or "Cuda".
 _TARGETS = {
@@ -36,6 +38,7 @@ _TARGETS = {
     GATHER_DONE: "JdirectGatherDone",
     WRITE_HOST: "JdirectWriteHost",
     WRITE_HOST_STATIC: "JdirectWriteHostStatic",
+    SPARSE_UPDATE: "JdirectSparseUpdate",
 }
 
 _ERRLEN = 512

@@ -100,12 +100,7 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
         raise ValueError(f"op must be 'set' or 'add', got {op!r}")
     if not isinstance(unique_indices, (bool, np.bool_)):
         raise TypeError(f"unique_indices must be True or False, got {unique_indices!r}")
-    if table.closed:
-        raise ValueError(f"write_rows: {table!r} is closed")
-    if not table.writable:
-        raise ValueError(f"write_rows: {table!r} wraps a read-only array (flags.writeable was "
-                         "False when it was made); wrap a writable array to write it")
-    _dtypes.check_canonical(table.dtype)
+    check_writable(table, "write_rows")
     if op == "add" and table.dtype == np.bool_:
         raise TypeError("write_rows: op='add' does not accept a bool table (as jnp's .at[].add)")
     idx = _as_indices(idx)
@@ -118,16 +113,35 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
                  for x in (idx, rows, *jax.tree_util.tree_leaves(table)))
     config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op,
                   unique=bool(unique_indices))
-    if table._handle_id is not None and traced \
-            and not isinstance(table._handle, jax.core.Tracer):
-        # A concrete table inside a trace: its handle is a constant of the
-        # program, as for its reads (HostTable._read).
-        write = _write_ops.cached_write(handle_id=table._handle_id, **config)
+    handle_id = static_handle(table, traced)
+    if handle_id is not None:
+        write = _write_ops.cached_write(handle_id=handle_id, **config)
         token = write(table._after, idx, rows, *table.reads_to_follow())
     else:
         write = _write_ops.cached_write(**config)
         token = write(table._handle, table._after, idx, rows, *table.reads_to_follow())
     return table.next_version(token)
+
+
+def check_writable(table: "host_table.HostTable", what: str) -> None:
+    """Raises ValueError if `table` is closed or read-only, TypeError if
+    its dtype needs jax_enable_x64 that is off: the refusals of every write."""
+    if table.closed:
+        raise ValueError(f"{what}: {table!r} is closed")
+    if not table.writable:
+        raise ValueError(f"{what}: {table!r} wraps a read-only array (flags.writeable was "
+                         "False when it was made); wrap a writable array to write it")
+    _dtypes.check_canonical(table.dtype)
+
+
+def static_handle(table: "host_table.HostTable", traced: bool) -> int | None:
+    """The handle of a concrete table used inside a trace, which becomes a
+    constant of the program, as for its reads (HostTable._read); None when
+    the handle is an operand (a traced table, or a call outside jit)."""
+    if table._handle_id is not None and traced \
+            and not isinstance(table._handle, jax.core.Tracer):
+        return table._handle_id
+    return None
 
 
 def _as_rows(rows: Any, table: "host_table.HostTable", idx_shape: tuple[int, ...]) -> jax.Array:

@@ -3,10 +3,16 @@
 Each step touches only the rows a batch looked up. Their gradient rows are
 summed per distinct id (`dedup`); the touched rows of the table and of the
 optimizer's per-row slots (moments, which are tables of the same shape,
-also in host memory for a HostTable) are gathered, updated on the device,
-and written back in place, in the same compiled program as the forward and
-backward passes. Rows no batch touched are never read or written, and
-neither are their slots ("lazy" moments).
+also in host memory for a HostTable) are updated in place, in the same
+compiled program as the forward and backward passes. Rows no batch touched
+are never read or written, and neither are their slots ("lazy" moments).
+
+On a float32 or bfloat16 HostTable (except Adam with per_row_steps) one
+call (`jdirect.sparse_update`) reads each touched row's slot rows, applies
+the rule and stores the rows back, so on a GPU the reads of some rows
+overlap the writes of others on the full-duplex link. Otherwise (device
+arrays, other dtypes) the touched rows are gathered, updated on the device
+and written back.
 
 The optimizers mirror optax's element-wise rules, applied to the touched
 rows only:
@@ -117,6 +123,8 @@ class SparseOptimizer(NamedTuple):
 # (new rows, new slot rows), computed in the slots' precision.
 Rule = Callable[[jax.Array, jax.Array, dict[str, jax.Array], jax.Array, jax.Array],
                 tuple[jax.Array, dict[str, jax.Array]]]
+# Adam's bias corrections (1 - b1**t, 1 - b2**t) at step t, in a dtype.
+Corrections = Callable[[jax.Array, Any], tuple[jax.Array, jax.Array]]
 
 
 def _slot_dtype(dtype: Any) -> np.dtype:
@@ -142,8 +150,13 @@ def _check_table(table: Any) -> None:
                          f"{tuple(table.shape)} and dtype {np.dtype(table.dtype).name}")
 
 
-def _optimizer(rule: Rule, learning_rate: float | Schedule,
-               slots: dict[str, float], per_row_steps: bool = False) -> SparseOptimizer:
+def _optimizer(rule: Rule, learning_rate: float | Schedule, slots: dict[str, float],
+               fused: _rows.FusedRule | None, corrections: Corrections | None = None,
+               per_row_steps: bool = False) -> SparseOptimizer:
+    """`rule` on jax.Array tables; on HostTables `fused` (the same rule,
+    None if it has no fused form) when `_rows.fusable`, with `corrections`
+    of the global step."""
+
     def init(table: Any, *, memory: str | None = None) -> SparseState:
         _check_table(table)
         dtype = _slot_dtype(table.dtype)
@@ -165,15 +178,20 @@ def _optimizer(rule: Rule, learning_rate: float | Schedule,
         num, dim = table.shape
         dtype = _slot_dtype(table.dtype)
         grads = dedup(ids, row_grads, num)
-        if rows is None:
-            old = _rows.read(table, grads.ids)
-        else:
-            old = jnp.reshape(rows, (-1, dim))[grads.first]
-        slot_rows = {name: _rows.read(t, grads.ids) for name, t in state.slots.items()}
+        old = None if rows is None else jnp.reshape(rows, (-1, dim))[grads.first]
         step = state.count + 1
-        lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
-        new, new_slots = rule(old.astype(dtype), grads.rows.astype(dtype), slot_rows, step,
-                              jnp.asarray(lr, dtype))
+        lr = jnp.asarray(learning_rate(state.count) if callable(learning_rate)
+                         else learning_rate, dtype)
+        if _rows.fusable(fused, table, state.slots):
+            table, written = _rows.update(
+                fused, table, state.slots, grads.ids, grads.rows.astype(dtype),
+                None if old is None else old.astype(table.dtype), lr,
+                corrections(step, dtype) if corrections else None)
+            return table, SparseState(step, written)
+        if old is None:
+            old = _rows.read(table, grads.ids)
+        slot_rows = {name: _rows.read(t, grads.ids) for name, t in state.slots.items()}
+        new, new_slots = rule(old.astype(dtype), grads.rows.astype(dtype), slot_rows, step, lr)
         table = _rows.write(table, grads.ids, new)
         written = {name: _rows.write(state.slots[name], grads.ids, new_slots[name])
                    for name in state.slots}
@@ -190,7 +208,7 @@ def sparse_sgd(learning_rate: float | Schedule) -> SparseOptimizer:
     def rule(w, g, slots, step, lr):
         return w - lr * g, {}
 
-    return _optimizer(rule, learning_rate, {})
+    return _optimizer(rule, learning_rate, {}, _rows.FusedRule("sgd"))
 
 
 def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: float = 0.1,
@@ -212,7 +230,8 @@ def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: f
         scale = jnp.where(acc > 0, jax.lax.rsqrt(acc + eps), 0.0)
         return w - lr * (scale * g), {"sum_of_squares": acc}
 
-    return _optimizer(rule, learning_rate, {"sum_of_squares": initial_accumulator_value})
+    return _optimizer(rule, learning_rate, {"sum_of_squares": initial_accumulator_value},
+                      _rows.FusedRule("adagrad", eps=eps))
 
 
 def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.999,
@@ -229,6 +248,10 @@ def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.
         gets full-sized first updates.
     """
 
+    def corrections(t, dtype):
+        t = t.astype(dtype)
+        return 1 - b1 ** t, 1 - b2 ** t
+
     def rule(w, g, slots, step, lr):
         mu = (1 - b1) * g + b1 * slots["mu"]
         nu = (1 - b2) * (g * g) + b2 * slots["nu"]
@@ -239,11 +262,16 @@ def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.
             t = t[:, None]
         else:
             t = step
-        mu_hat = mu / (1 - b1 ** t.astype(w.dtype))
-        nu_hat = nu / (1 - b2 ** t.astype(w.dtype))
+        c1, c2 = corrections(t, w.dtype)
+        mu_hat = mu / c1
+        nu_hat = nu / c2
         return w - lr * (mu_hat / (jnp.sqrt(nu_hat) + eps)), new
 
-    return _optimizer(rule, learning_rate, {"mu": 0.0, "nu": 0.0}, per_row_steps)
+    # Per-row steps need a per-row correction: that case keeps the gather,
+    # update and write of the other kinds.
+    fused = None if per_row_steps else _rows.FusedRule("adam", b1, b2, eps)
+    return _optimizer(rule, learning_rate, {"mu": 0.0, "nu": 0.0}, fused, corrections,
+                      per_row_steps)
 
 
 def close(tree: Any) -> None:
