@@ -39,6 +39,15 @@ METRICS: dict[str, str] = {
     "stage_s": "CPU sampler: worker-seconds spent staging rows (the host source's gather and "
                "copy)",
     "wait_s": "CPU sampler: seconds the training loop waited for its next batch",
+    "cache_hits": "rows the epoch's training batches read from the device cache (summed over "
+                  "devices; padding not counted)",
+    "pcie_rows": "rows the epoch's training batches read over PCIe (cache misses; summed over "
+                 "devices)",
+    "pcie_gb": "pcie_rows x the stored row's bytes (an int8 row's packed d + 4), 1e9: the "
+               "rows' payload over PCIe, not the link's transactions",
+    "row_encoding": "how a host-resident source stored its rows (float32, bfloat16, int8: "
+                    "features/encoding.py)",
+    "cached_rows": "rows a source kept in its device cache",
     "devices": "devices trained on, over all processes",
     "processes": "processes of the run",
     # Benchmarks: one epoch split into parts, each timed alone.
