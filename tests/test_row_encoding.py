@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from jdirect import CachedTable, HostTable
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
 from jdirect.graph.features.encoding import (AUTO_SHARE, SLOT_BYTES, STORED, RowPlan,
@@ -148,6 +149,18 @@ def test_count_equals_a_numpy_count_of_the_batch(graph, name):
         assert tuple(int(c) for c in got) == numpy_counts(source, ids)
         if name == "jdirect-cache":
             assert 0 < int(got[0]) < ids.size  # some rows from each side
+
+
+def test_is_cached_matches_the_cached_rows_under_jit():
+    with HostTable(np.arange(40, dtype=np.float32).reshape(10, 4)) as host:
+        cached = CachedTable(host, [7, 2, 5])
+        ids = jnp.array([0, 2, 5, 7, 9, 10, -1, 2**31 - 1], jnp.int32)
+        want = np.isin(np.asarray(ids), [7, 2, 5])
+        np.testing.assert_array_equal(jax.jit(lambda t, i: t.is_cached(i))(cached, ids), want)
+        assert not CachedTable(host, []).is_cached(ids).any()
+        cached.close()
+        with pytest.raises(ValueError, match="closed"):
+            cached.is_cached(ids)
 
 
 def test_the_device_source_counts_nothing(graph):

@@ -68,6 +68,10 @@ METRICS: dict[str, str] = {
     "pcie_floor_s": "feature_gb over the pinned memcpy rate measured in the same run",
     "vs_device": "epoch_s over the device source's epoch_s with the same sampler",
     "vs_floor": "epoch_s over pcie_floor_s",
+    "val_acc_seeds": "val_acc of each training seed, in order (a list; the record's val_acc "
+                     "is their mean)",
+    "val_acc_std": "standard deviation of val_acc_seeds",
+    "acc_delta_pts": "val_acc minus float32 rows' val_acc of the same run, in points",
     "speedup": "the one-device epoch_s over this run's",
 }
 

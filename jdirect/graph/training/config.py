@@ -19,8 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from ..data import DATASETS
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
-from ..features import SOURCES
-from ..features.encoding import ENCODINGS
+from ..features import ENCODINGS, SOURCES
 from ..models import MODELS, sampling_fanouts
 
 # The run configurations of a source checkout: configs/NAME.py.
