@@ -46,7 +46,7 @@ def epoch_run(graph, cfg: TrainConfig, epochs: int) -> dict:
         timed = [t.train_epoch(e) for e in range(1, 1 + epochs)]
         overlapped = isinstance(t.feed, DeviceFeed) and t.feed.overlap
         rec = dict(part="epoch", mode=cfg.features + ("+overlap" if overlapped else ""),
-                   encoding=cfg.row_encoding,
+                   encoding=cfg.row_encoding if t.source.encodes_rows else "-",
                    cache="-" if cfg.features != "jdirect-cache" else
                    ("auto" if cfg.cache_fraction is None else f"{cfg.cache_fraction:.0%}"),
                    # the setting; `rows` says what it resolved to

@@ -160,4 +160,4 @@ def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype) -> str:
     per_row = row_bytes(plan.encoding, dim, dtype)
     cached = min(rows, plan.cache_bytes // (per_row + SLOT_BYTES))
     return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached "
-            f"({plan.cache_bytes / 1e9:.2f} GB)")
+            f"({plan.cache_bytes / 1e9:.3g} GB)")

@@ -443,7 +443,7 @@ def format_epoch(m: dict[str, Any]) -> str:
             f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
     if m.get("pcie_rows") or m.get("cache_hits"):
         line += (f" | rows: {m['cache_hits']:,} cached, {m['pcie_rows']:,} over PCIe "
-                 f"({m['pcie_gb']:.2f} GB)")
+                 f"({m['pcie_gb']:.3g} GB)")
     if "wait_s" in m:
         line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['cpu_sample_s']:.2f}s,"
                  f" stage {m['stage_s']:.2f}s)")
