@@ -45,9 +45,6 @@ METRICS: dict[str, str] = {
                  "devices)",
     "pcie_gb": "pcie_rows x the stored row's bytes (an int8 row's packed d + 4), 1e9: the "
                "rows' payload over PCIe, not the link's transactions",
-    "row_encoding": "how a host-resident source stored its rows (float32, bfloat16, int8: "
-                    "features/encoding.py)",
-    "cached_rows": "rows a source kept in its device cache",
     "devices": "devices trained on, over all processes",
     "processes": "processes of the run",
     # Benchmarks: one epoch split into parts, each timed alone.

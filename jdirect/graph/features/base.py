@@ -105,8 +105,9 @@ class FeatureSource(abc.ABC):
     def count(table: Any, input_nodes: jax.Array) -> jax.Array:
         """Traced inside a training step: float32[2], `COUNTERS` of the read
         of `table[input_nodes]`: (rows served from a device cache, rows read
-        over PCIe). Ids out of range (padding) are neither. Zeros by default:
-        a source whose rows never cross PCIe."""
+        over PCIe). Ids out of range (padding) are neither. Zeros by default
+        (the `device` source; the `host` source's rows cross PCIe in its
+        staging copies, outside the step, and are not counted)."""
         return jnp.zeros(2, jnp.float32)
 
     def traffic(self, counts: Any) -> dict[str, float]:
