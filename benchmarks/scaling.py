@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jdirect.graph import load_graph
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import check
-from jdirect.graph.training import parallel
+from jdirect.graph.training import parallel, steps
 from jdirect.graph.training.config import CONFIGS, TrainConfig, load_config
 from jdirect.graph.training.pipelined import read_first
 from jdirect.graph.training.trainer import Trainer
@@ -85,7 +85,8 @@ def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
     rows = 0
     first, _ = next(feed.epoch(trainer.graph.train, epoch))
     for i in range(first.at.order.shape[0]):
-        _, batch = read_first(feed.ctx, feed.data, first.at._replace(i=jnp.int32(i)))
+        (_, batch), _ = read_first(feed.ctx, steps.zero_metrics(mesh=feed.mesh), feed.data,
+                                   first.at._replace(i=jnp.int32(i)))
         rows += int(parallel.host_value(total(batch.counts)))
     return rows
 

@@ -40,7 +40,7 @@ COMPILATION_CACHE = Path.home() / ".cache" / "jdirect" / "jax-compilation"
 import jax  # noqa: E402
 
 from jdirect.graph.data import DATASETS  # noqa: E402
-from jdirect.graph.features import SOURCES  # noqa: E402
+from jdirect.graph.features import ENCODINGS, SOURCES  # noqa: E402
 from jdirect.graph.models import MODELS  # noqa: E402
 from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E402
                               check_metrics_path)
@@ -126,7 +126,11 @@ def parser() -> argparse.ArgumentParser:
         help="device sampler, jdirect modes: read each batch's rows in its own step instead "
              "of on a side stream during the previous step")
     add("--cache-fraction", type=_number(float, 0, 1),
-        help="jdirect-cache: share of the feature table kept on the device")
+        help="jdirect-cache: share of the (encoded) feature table kept on the device "
+             "(default: what fits in half the free device memory)")
+    add("--row-encoding", choices=ENCODINGS,
+        help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
+             "auto: as stored when all rows fit the device cache, else bfloat16")
     add("--feature-dtype", choices=[d for d in FEATURE_DTYPES if d],
         help="feature table dtype (default: float32, or the files' own if a table dtype)")
     add("--fanouts", type=_fanouts, help="neighbours per layer, input layer first (DGL order)")

@@ -6,6 +6,7 @@ import numbers
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._ops import DeviceCache, Pending, ReadRequest
@@ -113,6 +114,22 @@ class CachedTable(TableCache):
     def start_rows(self, idx: jax.Array, request: ReadRequest, max_blocks: int) -> Pending:
         """The table protocol's start (see `jdirect.table.Table`)."""
         return self.table.start_cached(idx, request, self._open_cache(), max_blocks)
+
+    def is_cached(self, idx: jax.Array) -> jax.Array:
+        """bool, idx's shape: whether a gather serves each id from device
+        memory (False for ids out of range). Traceable: for counting cache
+        hits inside a jitted step.
+
+        Raises:
+          ValueError: the cache is closed.
+        """
+        slots = self._open_cache().slots
+        idx = jnp.asarray(idx)
+        n = slots.shape[0]
+        if n == 0:
+            return jnp.zeros(idx.shape, bool)
+        inside = (idx >= 0) & (idx < n)
+        return inside & (slots[jnp.clip(idx, 0, n - 1)] >= 0)
 
     def _open_cache(self) -> DeviceCache:
         if self._cache is None:

@@ -46,6 +46,12 @@ METRICS: dict[str, str] = {
     "stage_s": "CPU sampler: worker-seconds spent staging rows (the host source's gather and "
                "copy)",
     "wait_s": "CPU sampler: seconds the training loop waited for its next batch",
+    "cache_hits": "rows the epoch's training batches read from the device cache (summed over "
+                  "devices; padding not counted)",
+    "pcie_rows": "rows the epoch's training batches read over PCIe (cache misses; summed over "
+                 "devices)",
+    "pcie_gb": "pcie_rows x the stored row's bytes (an int8 row's packed d + 4), 1e9: the "
+               "rows' payload over PCIe, not the link's transactions",
     "devices": "devices trained on, over all processes",
     "processes": "processes of the run",
     # Benchmarks: one epoch split into parts, each timed alone.
@@ -66,6 +72,10 @@ METRICS: dict[str, str] = {
     "pcie_floor_s": "feature_gb over the pinned memcpy rate measured in the same run",
     "vs_device": "epoch_s over the device source's epoch_s with the same sampler",
     "vs_floor": "epoch_s over pcie_floor_s",
+    "val_acc_seeds": "val_acc of each training seed, in order (a list; the record's val_acc "
+                     "is their mean)",
+    "val_acc_std": "standard deviation of val_acc_seeds",
+    "acc_delta_pts": "val_acc minus float32 rows' val_acc of the same run, in points",
     "speedup": "the one-device epoch_s over this run's",
 }
 

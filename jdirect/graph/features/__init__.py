@@ -11,6 +11,12 @@ this package plus one line here.
                  their rows with jdirect.gather, zero-copy.
   jdirect-cache  as jdirect, with the highest-degree nodes' rows also in
                  device memory (a CachedTable, `cache_fraction` of it).
+
+The two jdirect sources store their rows in `row_encoding` (float32,
+bfloat16, int8 or auto: encoding.py, where the `auto` rule and the
+measurements behind it are written down). Every training step adds the
+source's `count` of its read (cache hits, rows over PCIe) to the running
+metrics on the device; the trainer reports them per epoch (`traffic`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from .base import FeatureSource, SourceOptions
 from .cached import CachedSource
 from .device import DeviceSource
+from .encoding import ENCODINGS
 from .host_table import HostTableSource
 from .staged import StagedSource
 
@@ -30,5 +37,5 @@ SOURCES: dict[str, type[FeatureSource]] = {
     "jdirect-cache": CachedSource,
 }
 
-__all__ = ["FeatureSource", "SOURCES", "SourceOptions"]
+__all__ = ["ENCODINGS", "FeatureSource", "SOURCES", "SourceOptions"]
 

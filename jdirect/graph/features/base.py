@@ -6,7 +6,7 @@ rows. The trainer, the feeds and the step programs call only this
 interface; a source's name lives only in the registry (`SOURCES` in
 `__init__.py`), where a new source is one line beside its own file.
 
-The traced half (`read`, `start`, `finish`) is made of the class's static
+The traced half (`read`, `start`, `finish`, `count`) is made of the class's static
 methods: the step programs receive the class in their static context
 (`training.steps.StepContext`), so every source of one kind shares their
 compilations. The instance holds what the source opened (`table`, staging
@@ -20,6 +20,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 import jax
+import jax.numpy as jnp
 
 from ..batch import Batch
 from ..data.csr import Graph
@@ -32,12 +33,16 @@ class SourceOptions:
     Attributes:
       rows_per_batch: padded rows one batch reads (`layer_caps(...)[-1]`).
       staging_buffers: host staging buffers in flight (the CPU sampler's workers).
-      cache_fraction: share of the table's bytes a cache keeps on the device.
+      cache_fraction: share of the (encoded) table's bytes a cache keeps on
+        the device; None: sized by `encoding.plan_rows`'s `auto` rule.
+      row_encoding: how a host-resident source stores its rows, one of
+        `encoding.ENCODINGS` ("auto": `encoding.plan_rows`).
     """
 
     rows_per_batch: int = 0
     staging_buffers: int = 8
-    cache_fraction: float = 0.2
+    cache_fraction: float | None = None
+    row_encoding: str = "auto"
 
 
 class FeatureSource(abc.ABC):
@@ -53,10 +58,14 @@ class FeatureSource(abc.ABC):
       overlaps: `start` returns before the rows have arrived, so that a
         step can update on the previous batch while they are read; `finish`
         waits for them. Otherwise `start` reads and `finish` returns it.
+      encodes_rows: the source stores the rows in `options.row_encoding`
+        (others refuse an encoding other than "auto").
 
     Attributes:
       table: the steps' table argument, a pytree of arrays (a jax.Array or
         a jdirect table) that the feeds place on every device of the mesh.
+      link_row_bytes: bytes one row moves over PCIe (the stored row; 0 for
+        a source whose rows never cross it), for `traffic`.
 
     Args (of every source):
       graph: the graph whose `features` (float[num_nodes, dim]) to place.
@@ -65,7 +74,11 @@ class FeatureSource(abc.ABC):
 
     needs_cpu_sampler: ClassVar[bool] = False
     overlaps: ClassVar[bool] = False
+    encodes_rows: ClassVar[bool] = False
     table: Any = None
+    link_row_bytes: int = 0
+    # The figures of `count`, in its order (names of jdirect.graph.metrics).
+    COUNTERS: ClassVar[tuple[str, str]] = ("cache_hits", "pcie_rows")
 
     @abc.abstractmethod
     def __init__(self, graph: Graph, options: SourceOptions):
@@ -87,6 +100,28 @@ class FeatureSource(abc.ABC):
     def finish(pending: Any) -> jax.Array:
         """Traced: the rows of a read begun by `start`."""
         return pending
+
+    @staticmethod
+    def count(table: Any, input_nodes: jax.Array) -> jax.Array:
+        """Traced inside a training step: float32[2], `COUNTERS` of the read
+        of `table[input_nodes]`: (rows served from a device cache, rows read
+        over PCIe). Ids out of range (padding) are neither. Zeros by default
+        (the `device` source; the `host` source's rows cross PCIe in its
+        staging copies, outside the step, and are not counted)."""
+        return jnp.zeros(2, jnp.float32)
+
+    def traffic(self, counts: Any) -> dict[str, float]:
+        """An epoch's figures from its summed `count`s: cache_hits and
+        pcie_rows (rows, all devices), pcie_gb (pcie_rows x link_row_bytes,
+        1e9 bytes: the rows' payload, not the link's transactions)."""
+        hits, misses = (int(round(float(c))) for c in counts)
+        return dict(cache_hits=hits, pcie_rows=misses,
+                    pcie_gb=misses * self.link_row_bytes / 1e9)
+
+    def describe(self) -> str:
+        """How the rows are stored and cached, for the log ("" if nothing
+        to say)."""
+        return ""
 
     def stage(self, batch: Batch) -> Any:
         """On the CPU sampler's workers, per batch: what the step's `read`

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+
 from ... import CachedTable
 from ..data.csr import Graph
 from .base import SourceOptions
@@ -9,16 +12,26 @@ from .host_table import HostTableSource
 
 
 class CachedSource(HostTableSource):
-    """A `CachedTable` in front of the host table: `cache_fraction` of the
-    table's bytes, the rows of the highest-degree nodes (sampling reaches
-    nodes roughly in proportion to their degree), are read from device
-    memory, the rest over PCIe. Reads overlap an update as `jdirect`'s do."""
+    """A `CachedTable` in front of the host table: `plan.cache_bytes` of
+    device memory (encoding.py: what fits, or `cache_fraction` of the
+    encoded table's bytes) hold the rows of the highest-degree nodes
+    (sampling reaches nodes roughly in proportion to their degree), in the
+    host table's encoding; the rest are read over PCIe. Reads overlap an
+    update as `jdirect`'s do."""
+
+    caches = True
 
     def __init__(self, graph: Graph, options: SourceOptions):
         super().__init__(graph, options)
-        budget = int(options.cache_fraction * graph.features.nbytes)
         try:
-            self.table = CachedTable.from_counts(self.host, graph.degrees(), budget)
+            self.table = CachedTable.from_counts(self.host, graph.degrees(),
+                                                 self.plan.cache_bytes)
         except BaseException:
             self.host.close()
             raise
+
+    @staticmethod
+    def count(table: CachedTable, input_nodes: jax.Array) -> jax.Array:
+        inside = (input_nodes >= 0) & (input_nodes < table.shape[0])
+        hits = table.is_cached(input_nodes).sum(dtype=jnp.float32)
+        return jnp.stack([hits, inside.sum(dtype=jnp.float32) - hits])

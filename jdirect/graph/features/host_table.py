@@ -2,28 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
+import jax.numpy as jnp
 
-from ... import HostTable, gather, gather_done, gather_start
+from ... import gather, gather_done, gather_start
+from ...placement import device_free_bytes
 from ..data.csr import Graph
+from . import encoding
 from .base import FeatureSource, SourceOptions
 
 
 class HostTableSource(FeatureSource):
-    """A `HostTable` over the features (host-resident managed memory when
-    jdirect allocated them, as the generators and loaders do, else pinned
-    in place): GPU threads read each batch's rows over PCIe, zero-copy.
+    """The rows in host memory, in `options.row_encoding` (encoding.py: the
+    graph's table wrapped in place, or a bfloat16 or int8 copy): GPU threads
+    read each batch's rows over PCIe, zero-copy.
 
     Its reads can overlap an update: `start`/`finish` are
-    `jdirect.gather_start`/`gather_done` (a side stream on a GPU).
+    `jdirect.gather_start`/`gather_done` (a side stream on a GPU; an int8
+    table's read is not started ahead, see `jdirect.gather_start`).
+
+    Attributes:
+      host: the host table it opened (a HostTable or an Int8Table).
+      plan: the `encoding.RowPlan` it follows.
     """
 
     overlaps = True
+    encodes_rows = True
+    # Whether the source keeps rows in a device cache (`encoding.plan_rows`).
+    caches: ClassVar[bool] = False
 
     def __init__(self, graph: Graph, options: SourceOptions):
-        self.table = self.host = HostTable(graph.features)
+        features = graph.features
+        self.plan = encoding.plan_rows(features.shape, features.dtype, options.row_encoding,
+                                       options.cache_fraction, cached=self.caches,
+                                       free_bytes=device_free_bytes())
+        self._about = encoding.describe(self.plan, features.shape, features.dtype)
+        self.table = self.host = encoding.open_rows(features, self.plan.encoding)
+        self.link_row_bytes = self.host.row_bytes
 
     @staticmethod
     def read(table: Any, input_nodes: jax.Array, staged: Any) -> jax.Array:
@@ -36,6 +53,14 @@ class HostTableSource(FeatureSource):
     @staticmethod
     def finish(pending: Any) -> jax.Array:
         return gather_done(pending)
+
+    @staticmethod
+    def count(table: Any, input_nodes: jax.Array) -> jax.Array:
+        inside = (input_nodes >= 0) & (input_nodes < table.shape[0])
+        return jnp.stack([jnp.float32(0), inside.sum(dtype=jnp.float32)])
+
+    def describe(self) -> str:
+        return self._about
 
     def close(self) -> None:
         self.host.close()

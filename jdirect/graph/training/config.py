@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from ..data import DATASETS
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
-from ..features import SOURCES
+from ..features import ENCODINGS, SOURCES
 from ..models import MODELS, sampling_fanouts
 
 # The run configurations of a source checkout: configs/NAME.py.
@@ -50,7 +50,15 @@ class TrainConfig:
       model: "sage" or "mlp" (the seed's own features only).
       features: the feature source, a key of `features.SOURCES` (where the
         table lives and how a step reads its rows).
-      cache_fraction: jdirect-cache: share of the table's bytes on the device.
+      cache_fraction: jdirect-cache: share of the (encoded) table's bytes
+        on the device; None: as many rows as fit in half the free device
+        memory (none on the CPU backend; `features.encoding`).
+      row_encoding: jdirect, jdirect-cache: how the host-resident rows are
+        stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
+        scale) or "auto" (`features.encoding`: as stored when every row
+        fits in the device cache or there is no cache, else bfloat16).
+        `feature_dtype` converts the graph's table itself (every source,
+        and evaluation); `row_encoding` is the source's copy of it.
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
         workers feeding the step) or "auto" (device on a GPU, else cpu;
         a source that needs the CPU sampler samples there).
@@ -92,7 +100,8 @@ class TrainConfig:
     seed: int = 0
     model: str = "sage"
     features: str = "jdirect"
-    cache_fraction: float = 0.2
+    cache_fraction: float | None = None
+    row_encoding: str = "auto"
     sampler: str = "auto"
     overlap: bool = True
     devices: int | None = None
@@ -154,8 +163,8 @@ class TrainConfig:
         # and 2**32 + 5 would draw the same numbers.
         _check(0 <= self.seed <= MAX_SEED, "seed",
                f"must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
-        _check(0.0 <= self.cache_fraction <= 1.0, "cache_fraction",
-               f"must lie in [0, 1], got {self.cache_fraction!r}")
+        _check(self.cache_fraction is None or 0.0 <= self.cache_fraction <= 1.0,
+               "cache_fraction", f"must be None or lie in [0, 1], got {self.cache_fraction!r}")
         _check(self.model in MODELS, "model",
                f"must be one of {', '.join(MODELS)}, got {self.model!r}")
         _check(self.dataset in DATASETS, "dataset",
@@ -168,6 +177,13 @@ class TrainConfig:
                "sampler", f"'device' cannot feed the {self.features!r} feature source, which "
                "gathers rows on the CPU from the CPU sampler's batches; use --sampler cpu or "
                "auto")
+        _check(self.row_encoding in ENCODINGS, "row_encoding",
+               f"must be one of {ENCODINGS}, got {self.row_encoding!r}")
+        _check(self.row_encoding == "auto" or SOURCES[self.features].encodes_rows,
+               "row_encoding", f"{self.row_encoding!r} needs a source that stores its own "
+               f"rows ({', '.join(n for n, c in SOURCES.items() if c.encodes_rows)}); the "
+               f"{self.features!r} source reads the graph's table (convert it with "
+               "feature_dtype)")
         _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
                f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
         return self

@@ -28,7 +28,7 @@ from ._sharded import ALL, POSITION, Position, repeat, sample, shard_map, share
 from .feeds import EVAL_EPOCH
 from .parallel import AXIS
 from .pipelined import Pipeline
-from .steps import StepContext, count_correct, dropout_key, update
+from .steps import StepContext, count_correct, count_reads, dropout_key, update
 
 # Steps per dispatch on a mesh of several devices, by default (see DeviceFeed).
 SEVERAL_DEVICES_STEPS = 8
@@ -152,7 +152,9 @@ def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, a
         def one(j, carry):
             batch = sample(ctx.sampler, arrays, at, j)
             x = ctx.source.read(table, batch.input_nodes, None)
-            return update(ctx.graphdef, *carry, x, batch,
+            state, metrics = carry
+            metrics = count_reads(ctx.source, metrics, table, batch.input_nodes, AXIS)
+            return update(ctx.graphdef, state, metrics, x, batch,
                           dropout_key(ctx.seed, share(step + j)), AXIS)
 
         return repeat(ctx.n, one, (state, metrics))

@@ -20,7 +20,7 @@ import jax
 from ..batch import Batch
 from ._sharded import ALL, POSITION, SPLIT, Position, repeat, sample, shard_map, share
 from .parallel import AXIS
-from .steps import StepContext, dropout_key, update
+from .steps import StepContext, count_reads, dropout_key, update
 
 Ahead = tuple[jax.Array, Batch]  # (rows, batch) per device, concatenated (SPLIT)
 
@@ -40,7 +40,7 @@ class Pipeline:
         """Steps `at` .. `at` + ctx.n - 1 of a pass (`last`: the pass's last
         step is among them, then n == 1); returns (state, metrics)."""
         if self._ahead is None:  # a pass's first step: nothing read ahead yet
-            self._ahead = read_first(ctx, data, at)
+            self._ahead, metrics = read_first(ctx, metrics, data, at)
         if last:
             ahead, self._ahead = self._ahead, None
             return train_on_rows(ctx, state, metrics, ahead, step)
@@ -50,18 +50,21 @@ class Pipeline:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def read_first(ctx: StepContext, data: Any, at: Position) -> Ahead:
+def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
+               at: Position) -> tuple[Ahead, jax.Array]:
     """Batch `at` sampled on the devices of `ctx.mesh` and its rows read:
-    (rows, batch), each device's concatenated along axis 0 (`SPLIT`).
-    `data` is the feed's (graph arrays, table), replicated."""
+    ((rows, batch), each device's concatenated along axis 0 (`SPLIT`),
+    metrics with the read counted). `data` is the feed's (graph arrays,
+    table), replicated."""
 
-    def body(data, at):
+    def body(metrics, data, at):
         arrays, table = data
         batch = sample(ctx.sampler, arrays, at, 0)
-        return ctx.source.finish(ctx.source.start(table, batch.input_nodes)), batch
+        metrics = count_reads(ctx.source, metrics, table, batch.input_nodes, AXIS)
+        return (ctx.source.finish(ctx.source.start(table, batch.input_nodes)), batch), metrics
 
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, POSITION),
-                     out_specs=SPLIT)(data, at)
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, POSITION),
+                     out_specs=(SPLIT, ALL))(metrics, data, at)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -85,6 +88,7 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
             state, metrics, (x, batch) = carry
             nxt = sample(ctx.sampler, arrays, at, j + 1)
             pending = start(table, nxt.input_nodes)
+            metrics = count_reads(ctx.source, metrics, table, nxt.input_nodes, AXIS)
             pending, state, x = jax.lax.optimization_barrier((pending, state, x))
             state, metrics = update(ctx.graphdef, state, metrics, x, batch,
                                     dropout_key(ctx.seed, share(step + j)), AXIS)

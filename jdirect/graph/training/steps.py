@@ -2,8 +2,9 @@
 
 Every step is a jitted function of the model's state that returns the new
 state; nothing waits for the device. Running metrics are a device array
-`float32[3]` = (sum of seed losses, correct seeds, seeds) that each step
-adds to, so a loop reads them only when it chooses to.
+`float32[5]` = (sum of seed losses, correct seeds, seeds, then the feature
+source's `COUNTERS`: cache hits, rows read over PCIe) that each step adds
+to, so a loop reads them only when it chooses to.
 
 A step program's one static argument is its `StepContext`: the model's
 graphdef, the feature source's class (whose `read`/`start`/`finish` the
@@ -92,7 +93,11 @@ class InFlight:
         self._queue.clear()
 
 
-def zero_metrics(size: int = 3, mesh: Mesh | None = None) -> jax.Array:
+# Entries of the running training metrics (see the module's docstring).
+METRICS_SIZE = 5
+
+
+def zero_metrics(size: int = METRICS_SIZE, mesh: Mesh | None = None) -> jax.Array:
     """Zeroed running metrics, placed like the steps' outputs (replicated
     over `mesh`; None: committed to the default device), so the first step
     of an epoch reuses their compilation."""
@@ -128,7 +133,8 @@ def _correct(logits: jax.Array, batch: Batch) -> jax.Array:
 def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
            axis: str | None = None):
     """One AdamW step on rows `x` of `batch`, dropout drawn from `key`;
-    returns (state, metrics + this batch's metrics). Traceable, not jitted.
+    returns (state, metrics with this batch's added to its first three). Traceable,
+    not jitted.
 
     Inside a sharded step (`axis` = AXIS, state replicated) `batch` is this
     device's part of the global batch, and the step equals one device's
@@ -145,7 +151,15 @@ def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key:
         model, x, batch, keep, _total(seeds, axis))
     optimizer.update(model, _total(grads, axis))
     step_metrics = jnp.stack([loss_sum, _correct(logits, batch).astype(jnp.float32), seeds])
-    return nnx.state((model, optimizer)), metrics + _total(step_metrics, axis)
+    return nnx.state((model, optimizer)), metrics.at[:3].add(_total(step_metrics, axis))
+
+
+def count_reads(source: type[FeatureSource], metrics: jax.Array, table: Any,
+                input_nodes: jax.Array, axis: str | None = None) -> jax.Array:
+    """`metrics` + the source's `count` of the read of `table[input_nodes]`
+    in its last entries, summed over the devices of `axis` inside a sharded
+    step. Traceable, not jitted."""
+    return metrics.at[3:].add(_total(source.count(table, input_nodes), axis))
 
 
 def count_correct(graphdef, state, correct: jax.Array, x: jax.Array, batch: Batch,
@@ -163,6 +177,7 @@ def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch,
                step: jax.Array):
     """One update on a host-sampled `batch`; returns (state, metrics)."""
     x = ctx.source.read(table, batch.input_nodes, staged)
+    metrics = count_reads(ctx.source, metrics, table, batch.input_nodes)
     return update(ctx.graphdef, state, metrics, x, batch, dropout_key(ctx.seed, step))
 
 

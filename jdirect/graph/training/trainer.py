@@ -160,7 +160,7 @@ class Trainer:
         self.mesh = mesh
         self.source = SOURCES[cfg.features](graph, SourceOptions(
             rows_per_batch=caps[-1], staging_buffers=cfg.workers,
-            cache_fraction=cfg.cache_fraction))
+            cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding))
         try:
             self.feed = make_feed(graph, cfg, self.source, self.graphdef, fanouts, batch_size,
                                   mesh)
@@ -190,16 +190,18 @@ class Trainer:
             done += n
             # After the call that passes each multiple of log_every.
             if self._progress and done // self.cfg.log_every > (done - n) // self.cfg.log_every:
-                loss_sum, _, seen = parallel.host_value(metrics)  # the only wait in an epoch
+                loss_sum, _, seen = parallel.host_value(metrics)[:3]  # the only wait in an epoch
                 _check_finite(loss_sum, epoch, done)
                 bar.update(done - bar.n)
                 bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
-        loss_sum, correct, seen = (float(v) for v in parallel.host_value(metrics))
+        values = parallel.host_value(metrics)
+        loss_sum, correct, seen = (float(v) for v in values[:3])
         _check_finite(loss_sum, epoch, done)
         epoch_s = time.perf_counter() - start
         bar.close()
         return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
-                    epoch_s=epoch_s, batches=count, **self.feed.stats())
+                    epoch_s=epoch_s, batches=count, **self.source.traffic(values[3:]),
+                    **self.feed.stats())
 
     # -- evaluation --------------------------------------------------------
     def evaluate(self, nodes: np.ndarray, state: Any = None) -> float | None:
@@ -266,6 +268,8 @@ class Trainer:
                     first = meta["epoch"] + 1
                     best = dict(state=saved["best"], **_best_of(self.history))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
+            if self.source.describe():
+                log(f"feature rows: {self.source.describe()}")
             if self.epochs > cfg.epochs:
                 log(f"{self.epochs} epochs, not {cfg.epochs}: min_steps {cfg.min_steps} asks for "
                     f"that many optimizer steps ({self.batches_per_epoch} an epoch)")
@@ -435,6 +439,9 @@ def format_epoch(m: dict[str, Any]) -> str:
     val = m.get("val_acc")
     line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
             f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
+    if m.get("pcie_rows") or m.get("cache_hits"):
+        line += (f" | rows: {m['cache_hits']:,} cached, {m['pcie_rows']:,} over PCIe "
+                 f"({m['pcie_gb']:.3g} GB)")
     if "wait_s" in m:
         line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['cpu_sample_s']:.2f}s,"
                  f" stage {m['stage_s']:.2f}s)")

@@ -1,0 +1,163 @@
+"""Row encodings of the host-resident sources, and the `auto` rule that picks
+one and a cache size from the table's size and the free device memory.
+
+The graph's table has one dtype (`feature_dtype` converts it at load, for
+every source and for evaluation). A host-resident source (`jdirect`,
+`jdirect-cache`) may store its own copy of the rows in a narrower encoding,
+so that fewer bytes cross PCIe and more rows fit in the device cache:
+
+  float32   the rows as float32 (the table itself if it is float32)
+  bfloat16  the rows as bfloat16 (the table itself if it is bfloat16)
+  int8      an `Int8Table`: int8 values and a float32 scale per row
+            (dim + 4 bytes), decoded to float32 on the device
+  auto      `plan_rows` below
+
+An encoding that is the table's own dtype opens the table in place, with no
+copy; float16 tables have no encoding of their own name, so `auto` keeps
+them as they are (`STORED`).
+
+`auto` (the default), one rule: every row on the device when it can be,
+narrower rows when it cannot.
+  * No separate device memory (the CPU backend): the table as stored, no
+    cache: a "device" copy would be a second host copy.
+  * The cache budget is half the device memory free when the source opens
+    (`AUTO_SHARE`; the rest is for the sampler's graph, which is placed
+    after the source, the model and the steps' buffers).
+  * A source with a cache: the stored rows if all of them fit in the budget
+    (no read crosses PCIe, nothing is lost); else bfloat16 rows (a float32
+    table's; narrower tables stay as stored), the hottest that fit in the
+    budget cached. A source without a cache keeps the rows as stored: it is
+    the exact, all-over-PCIe baseline (name an encoding to compress it).
+  * `cache_fraction` None (auto): as many rows as fit in the budget; a
+    number caches that share of the encoded table's bytes (the encoding
+    still follows the budget).
+
+The measurements behind it (H200, benchmarks/RESULTS.md): products (2.45M
+x 100 float32 rows, 0.98 GB) trains an epoch in 0.36 s with the table in
+device memory, 0.60 s with `jdirect-cache` (20 % cached) + overlap and
+0.95 s with every row over PCIe: keeping rows on the device is worth more
+than any encoding, so a table that fits is cached whole and as stored. A
+table that does not fit reads its misses over PCIe, where the gather of
+bfloat16 rows delivered 1.7x the float32 rows per second at 512 B x 1M
+random rows (1.3x at 100K), and on a papers100M-sized table (192-dim, H100)
+bfloat16 rows with a 20 % cache trained an epoch in 9.2 s against 10.7 s
+for float32. int8 rows read faster still alone (2.1x float32 at 512 B x
+1M), but an `Int8Table` read cannot be started ahead (`jdirect.gather_start`
+falls back to the ordinary gather for it), so it does not overlap the
+update as a bfloat16 HostTable's does; `auto` does not pick it until the
+trainer's epochs say it wins. Epochs of every encoding x cache combination,
+their PCIe counters and accuracy over 3 seeds are measured by
+benchmarks/row_encoding.py (benchmarks/run_gpu_compress.sh).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ... import HostTable, Int8Table
+
+STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
+ENCODINGS = ("auto", "float32", "bfloat16", "int8")
+# Share of the device memory free at the source's opening that `auto` gives the cache.
+AUTO_SHARE = 0.5
+SLOT_BYTES = 4  # a CachedTable's int32 slot per table row
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPlan:
+    """How a source stores and caches its rows.
+
+    Attributes:
+      encoding: "stored" (the table's rows in place), "float32", "bfloat16"
+        or "int8" (never "auto").
+      cache_bytes: device bytes for cached rows (0: no cache).
+    """
+
+    encoding: str
+    cache_bytes: int
+
+
+def row_bytes(encoding: str, dim: int, dtype: np.dtype) -> int:
+    """Bytes of one stored row of `dim` values in `encoding` ("stored": the
+    table's `dtype`)."""
+    if encoding == "int8":
+        return dim + 4
+    if encoding == STORED:
+        return dim * np.dtype(dtype).itemsize
+    return dim * {"float32": 4, "bfloat16": 2}[encoding]
+
+
+def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
+              cache_fraction: float | None, *, cached: bool,
+              free_bytes: int | None) -> RowPlan:
+    """The encoding and cache size for a [rows, dim] table of `dtype`, by
+    the module's rule; a pure function of its arguments.
+
+    Args:
+      encoding: one of ENCODINGS (from `TrainConfig.row_encoding`).
+      cache_fraction: share of the encoded table's bytes to cache, or None
+        for `auto` (what fits in the budget).
+      cached: whether the source has a cache (without one, cache_bytes is 0).
+      free_bytes: device memory free (`placement.device_free_bytes`), None
+        without separate device memory (the CPU backend).
+
+    Raises:
+      ValueError: an encoding not in ENCODINGS, or float32 for a 2-byte
+        table (it would double the bytes read and add nothing).
+    """
+    if encoding not in ENCODINGS:
+        raise ValueError(f"row_encoding must be one of {ENCODINGS}, got {encoding!r}")
+    rows, dim = shape
+    if encoding == "float32" and np.dtype(dtype).itemsize < 4:
+        raise ValueError(f"row_encoding float32 would widen the {np.dtype(dtype).name} feature "
+                         "table (feature_dtype) to twice its bytes; use auto or bfloat16")
+    if encoding != "auto" and encoding == np.dtype(dtype).name:
+        encoding = STORED
+    budget = 0 if free_bytes is None else int(AUTO_SHARE * max(free_bytes, 0))
+    if encoding == "auto":
+        whole = rows * (row_bytes(STORED, dim, dtype) + SLOT_BYTES)
+        fits = cached and free_bytes is not None and whole <= budget
+        narrower = "bfloat16" if np.dtype(dtype).itemsize > 2 else STORED
+        encoding = STORED if fits or not cached or free_bytes is None else narrower
+    table_bytes = rows * (row_bytes(encoding, dim, dtype) + SLOT_BYTES)
+    if not cached:
+        cache = 0
+    elif cache_fraction is None:
+        cache = min(table_bytes, budget)
+    else:
+        cache = int(cache_fraction * table_bytes)
+    return RowPlan(encoding, cache)
+
+
+def open_rows(features: np.ndarray, encoding: str) -> HostTable | Int8Table:
+    """The host table of `features` ([rows, dim]) in a plan's `encoding`:
+    the array itself ("stored", or a float32/bfloat16 that is its dtype)
+    wrapped in place, else a new copy in jdirect's host memory (an
+    Int8Table for "int8"). The caller closes it.
+
+    Raises:
+      ValueError: as `Int8Table` (non-finite features for "int8").
+    """
+    if encoding == STORED or encoding == features.dtype.name:
+        return HostTable(features)
+    if encoding == "int8":
+        return Int8Table(features)
+    table = HostTable.empty(features.shape, encoding)
+    try:
+        table.numpy()[...] = features  # converted in NumPy's buffered chunks
+    except BaseException:
+        table.close()
+        raise
+    return table
+
+
+def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype) -> str:
+    """One line for the log: the encoding, its row bytes and the cache."""
+    rows, dim = shape
+    name = np.dtype(dtype).name if plan.encoding == STORED else plan.encoding
+    per_row = row_bytes(plan.encoding, dim, dtype)
+    cached = min(rows, plan.cache_bytes // (per_row + SLOT_BYTES))
+    return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached "
+            f"({plan.cache_bytes / 1e9:.3g} GB)")
