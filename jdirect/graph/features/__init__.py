@@ -11,6 +11,8 @@ this package plus one line here.
                  their rows with jdirect.gather, zero-copy.
   jdirect-cache  as jdirect, with the highest-degree nodes' rows also in
                  device memory (a CachedTable, `cache_fraction` of it).
+  none           no given features (rows of width 0): the model's input is the
+                 learned embedding alone (`TrainConfig.embedding_dim`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from .base import FeatureSource, SourceOptions
 from .cached import CachedSource
 from .device import DeviceSource
+from .empty import EmptySource
 from .host_table import HostTableSource
 from .staged import StagedSource
 
@@ -28,6 +31,7 @@ SOURCES: dict[str, type[FeatureSource]] = {
     "host": StagedSource,
     "jdirect": HostTableSource,
     "jdirect-cache": CachedSource,
+    "none": EmptySource,
 }
 
 __all__ = ["FeatureSource", "SOURCES", "SourceOptions"]
