@@ -214,7 +214,7 @@ class LearnedFeatures:
         for start in range(0, rows.shape[0], _COPY_ROWS):
             stop = start + _COPY_ROWS
             np.concatenate([features[start:stop], rows[start:stop]], axis=1,
-                           out=target[start:stop], dtype=np.float32, casting="unsafe")
+                           out=target[start:stop], casting="unsafe")
         return out
 
     def close(self, state: EmbeddingState | None = None) -> None:
