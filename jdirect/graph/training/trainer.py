@@ -162,8 +162,10 @@ class Trainer:
         # The batch clamped to the graph, still shared evenly.
         batch_size = -(-batch_size // mesh.size) * mesh.size
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
-        given = graph.features.shape[1]
-        if not given and not cfg.embedding_dim:
+        # "none", or a graph without features: the learned rows are the input.
+        features = cfg.features if graph.features.shape[1] else "none"
+        given = 0 if features == "none" else graph.features.shape[1]
+        if not graph.features.shape[1] and not cfg.embedding_dim:
             raise ValueError(f"{graph.name} has no node features: learn them with embedding_dim "
                              "> 0 (--embedding-dim)")
         model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden, graph.num_classes,
@@ -174,6 +176,7 @@ class Trainer:
         self.graphdef, self.state = nnx.split((model, optimizer))
         self.state = parallel.replicate(mesh, self.state)
         self.mesh = mesh
+        self._given = given  # the given features' columns in the model's input
         self.learned = None
         if cfg.embedding_dim:
             self.learned = LearnedFeatures(graph.num_nodes, cfg.embedding_dim,
@@ -181,7 +184,7 @@ class Trainer:
                                            seed=cfg.seed)
             self.state = (self.state, self.learned.initial_state())
         try:
-            self.source = SOURCES[cfg.features if given else "none"](graph, SourceOptions(
+            self.source = SOURCES[features](graph, SourceOptions(
                 rows_per_batch=caps[-1], staging_buffers=cfg.workers,
                 cache_fraction=cfg.cache_fraction))
         except BaseException:
@@ -339,7 +342,8 @@ class Trainer:
         protocol; `jdirect.graph.inference`); None for an empty split."""
         table, own = self.source.table, None
         if self.learned is not None:  # the input rows hold the learned ones
-            state, table = state[0], self.learned.input_table(self.graph.features, state[1])
+            state, table = state[0], self.learned.input_table(
+                self.graph.features[:, :self._given], state[1])
             own = table
         elif table is None:  # a source that stages rows on the CPU keeps no table
             table = own = HostTable(self.graph.features)
