@@ -9,8 +9,6 @@ programs take the same `StepContext.update`; the GPU runner exercises them).
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,8 +30,13 @@ def graph():
 
 @pytest.fixture(scope="module")
 def featureless(graph):
-    return dataclasses.replace(graph, features=np.empty((graph.num_nodes, 0), np.float32),
-                               name="tiny-featureless")
+    return synthetic("tiny", seed=0, progress=False, feature_dim=0)
+
+
+def test_a_featureless_preset_is_its_featured_twin_without_features(graph, featureless):
+    assert featureless.features.shape == (graph.num_nodes, 0)
+    for name in ("indptr", "indices", "labels", "train", "val", "test"):
+        np.testing.assert_array_equal(getattr(featureless, name), getattr(graph, name))
 
 
 def config(**kw) -> TrainConfig:
