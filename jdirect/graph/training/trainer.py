@@ -295,7 +295,8 @@ class Trainer:
                     self.state = saved["state"]
                     self.history = list(meta["history"])
                     first = meta["epoch"] + 1
-                    best = dict(state=saved["best"], **_best_of(self.history))
+                    best = dict(state=saved["best"], **_best_of(
+                        self.history if self.learned is None else self.history[-1:]))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.epochs > cfg.epochs:
                 log(f"{self.epochs} epochs, not {cfg.epochs}: min_steps {cfg.min_steps} asks for "
