@@ -47,6 +47,7 @@ from ... import embeddings
 from ...host_table import HostTable
 from ...table_checkpoint import restore_tables, save_tables
 from ..batch import Batch
+from ..data.csr import Graph
 from .steps import count_correct, update
 
 # --embedding-optimizer -> the row-wise optimizer of a learning rate.
@@ -125,6 +126,23 @@ class LearnedInput:
         table, _ = emb.versions()
         rows = embeddings.lookup(table, batch.input_nodes)
         return count_correct(graphdef, model_state, correct, _join(x, rows), batch, axis)
+
+
+def model_input(graph: Graph, cfg: Any) -> tuple[str, int]:
+    """(the feature source to open, the given features' columns in the
+    model's input) for a run of `cfg` (a TrainConfig) on `graph`: "none" and
+    0 for `features="none"` or a graph without features, whose input is
+    then the learned embedding alone.
+
+    Raises:
+      ValueError: a graph without features and no embedding_dim.
+    """
+    if not graph.features.shape[1]:
+        if not cfg.embedding_dim:
+            raise ValueError(f"{graph.name} has no node features: learn them with embedding_dim "
+                             "> 0 (--embedding-dim)")
+        return "none", 0
+    return cfg.features, 0 if cfg.features == "none" else graph.features.shape[1]
 
 
 def _join(x: jax.Array, rows: jax.Array) -> jax.Array:

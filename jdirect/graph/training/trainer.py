@@ -38,7 +38,7 @@ from . import parallel, steps
 from .config import TrainConfig, as_dict, fanouts_for
 from .device_feed import DeviceFeed, default_steps_per_call
 from .feeds import EVAL_EPOCH, Feed, HostFeed
-from .learned import LearnedFeatures
+from .learned import LearnedFeatures, model_input
 from .timing import Timings
 
 # Settings that change what a run computes: resuming a checkpoint under
@@ -162,12 +162,7 @@ class Trainer:
         # The batch clamped to the graph, still shared evenly.
         batch_size = -(-batch_size // mesh.size) * mesh.size
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
-        # "none", or a graph without features: the learned rows are the input.
-        features = cfg.features if graph.features.shape[1] else "none"
-        given = 0 if features == "none" else graph.features.shape[1]
-        if not graph.features.shape[1] and not cfg.embedding_dim:
-            raise ValueError(f"{graph.name} has no node features: learn them with embedding_dim "
-                             "> 0 (--embedding-dim)")
+        features, given = model_input(graph, cfg)
         model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden, graph.num_classes,
                              len(cfg.fanouts), dropout=cfg.dropout, seed=cfg.seed)
         optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
