@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import pytest
 
+from conftest import gpu_only
 from jdirect.graph import synthetic
 from jdirect.graph.training import steps
 from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
@@ -114,6 +115,26 @@ def test_the_step_updates_the_touched_rows_as_optax_on_a_dense_table(graph, feat
     # The model took the same step as with the dense table's rows.
     for a, b in zip(jax.tree.leaves(model_after), jax.tree.leaves(model_ref)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@gpu_only
+def test_device_sampler_programs_thread_the_embedding_through_their_loops(graph):
+    """The device sampler's programs: n steps per call (a fori_loop whose
+    carry holds the tokens) and the pipelined read equal one step per call
+    without it, in losses and in the trained table. (On a GPU only: these
+    programs compile for minutes on a CPU.)"""
+    results = []
+    for steps_per_call, overlap in ((1, False), (3, False), (3, True)):
+        cfg = config(sampler="device", steps_per_call=steps_per_call, overlap=overlap,
+                     epochs=1)
+        with Trainer(graph, cfg) as t:
+            loss = t.train_epoch(0)["loss"]
+            t.learned.settle(t.state[1])
+            results.append((loss, t.learned.table.numpy().copy()))
+    for loss, table in results[1:]:
+        np.testing.assert_allclose(loss, results[0][0], rtol=1e-5)
+        np.testing.assert_allclose(table, results[0][1], rtol=1e-5, atol=1e-6)
 
 
 def test_concatenated_inputs_train_on_features_and_embedding(graph):
