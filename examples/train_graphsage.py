@@ -11,6 +11,7 @@ Examples:
   python examples/train_graphsage.py --dataset ogb --data-dir ~/data/ogbn_arxiv --weight-decay 5e-4
   python examples/train_graphsage.py --checkpoint-dir /tmp/ckpt   # rerun to resume
   python examples/train_graphsage.py --config products --devices 2  # data parallel, 2 GPUs
+  python examples/train_graphsage.py --config products_learned  # no features: learned embeddings
 
 Several processes (one per host or per GPU), one command each, I = 0..N-1:
   python examples/train_graphsage.py --config products \
@@ -45,6 +46,7 @@ from jdirect.graph.models import MODELS  # noqa: E402
 from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E402
                               check_metrics_path)
 from jdirect.graph.training import parallel  # noqa: E402
+from jdirect.graph.training.learned import OPTIMIZERS  # noqa: E402
 from jdirect.graph.training.config import (FEATURE_DTYPES, MAX_SEED,  # noqa: E402
                                            SAMPLERS, apply_flags, load_config,
                                            parse_fanouts)
@@ -120,7 +122,15 @@ def parser() -> argparse.ArgumentParser:
         help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
     add("--data-dir", help="directory of an OGB or Reddit dataset")
     add("--model", choices=list(MODELS), help="the GNN (mlp: the seeds' own features only)")
-    add("--features", choices=list(SOURCES), help="where the feature table lives")
+    add("--features", choices=list(SOURCES),
+        help="where the feature table lives (none: ignore the graph's features)")
+    add("--embedding-dim", type=_number(int, 0),
+        help="learn a host-resident embedding of this width per node, the model's input "
+             "after the given features (0: off; a graph without features needs it)")
+    add("--embedding-optimizer", choices=list(OPTIMIZERS),
+        help="the learned embedding's row-wise sparse optimizer")
+    add("--embedding-lr", type=_number(float, 0, open_low=True),
+        help="the learned embedding's learning rate")
     add("--sampler", choices=SAMPLERS, help="where neighbours are sampled (auto: GPU if present)")
     add("--no-overlap", dest="overlap", action="store_false", default=None,
         help="device sampler, jdirect modes: read each batch's rows in its own step instead "

@@ -301,12 +301,6 @@ class HostTable(RegisteredTable):
         and `table.at[idx].add(rows)` return the table's next version."""
         return write.RowUpdates(self)
 
-    @property
-    def at(self) -> "write.RowUpdates":
-        """jnp-style sugar for `jdirect.write_rows`: `table.at[idx].set(rows)`
-        and `table.at[idx].add(rows)` return the table's next version."""
-        return write.RowUpdates(self)
-
     def close(self) -> None:
         """Stops new gathers, waits for the GPU gathers reading this table,
         then unpins its memory; closing again is a no-op.

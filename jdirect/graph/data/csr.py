@@ -23,7 +23,8 @@ class Graph:
       indptr: int64[num_nodes + 1], non-decreasing, indptr[0] == 0.
       indices: int32 or int64[num_edges], each in [0, num_nodes).
       features: [num_nodes, feature_dim] array (NumPy, memmap allowed),
-        C-contiguous so that a `HostTable` can wrap it in place.
+        C-contiguous so that a `HostTable` can wrap it in place;
+        feature_dim 0 for a featureless graph (a trainer learns its inputs).
       labels: int32[num_nodes], in [0, num_classes).
       train, val, test: int64 node ids of each split: distinct, and no node
         in two splits.
@@ -86,8 +87,6 @@ def validate(g: Graph) -> None:
     _require(isinstance(g.features, np.ndarray) and g.features.ndim == 2,
              "features must be a 2-D NumPy array", TypeError)
     _require(g.features.shape[0] == n, f"features has {g.features.shape[0]} rows for {n} nodes")
-    _require(g.features.shape[1] >= 1, "features must have at least one column per node "
-             f"(shape {g.features.shape})")
     _require(g.features.flags.c_contiguous, "features must be C-contiguous")
     _require(g.features.dtype.name in FEATURE_DTYPES,
              f"features must be one of {', '.join(FEATURE_DTYPES)}, got {g.features.dtype.name} "

@@ -80,7 +80,8 @@ def generate(
     no memory.
 
     Args:
-      num_nodes, num_edges, feature_dim, num_classes: sizes. Self-loops and
+      num_nodes, num_edges, feature_dim, num_classes: sizes (feature_dim 0:
+        no features, for runs that learn them). Self-loops and
         repeated edges are dropped; the number of edges drawn is calibrated
         so that about num_edges remain (within ~1 %), each stored in both
         directions. At most 2**31 - 1 nodes (int32 node ids).
@@ -109,14 +110,15 @@ def generate(
         splits), "edges" (calibration and CSR) and "features".
 
     Raises:
-      ValueError: non-positive sizes, fractions outside [0, 1], exponent
+      ValueError: non-positive sizes (feature_dim negative), fractions outside [0, 1], exponent
         <= 2, an unsupported feature_dtype or passes < 1.
       MemoryError: before any work, when the host arrays or one pass's
         device buffers do not fit; the message names bytes needed and
         available.
     """
-    if min(num_nodes, num_edges, feature_dim, num_classes) <= 0:
-        raise ValueError("num_nodes, num_edges, feature_dim and num_classes must be positive")
+    if min(num_nodes, num_edges, num_classes) <= 0 or feature_dim < 0:
+        raise ValueError("num_nodes, num_edges and num_classes must be positive and "
+                         "feature_dim >= 0")
     if num_nodes >= 2**31 or num_edges * _DRAW_SLACK > _MAX_DRAW:
         raise ValueError(f"num_nodes must be < 2**31 and num_edges < {_MAX_DRAW / _DRAW_SLACK:,.0f} "
                          f"(int32 ids), got {num_nodes} and {num_edges}")
@@ -151,8 +153,10 @@ def generate(
         del perm
         clock.lap("edges")
         scale = 1.0 / math.sqrt(1.0 + noise**2) if unit_variance else 1.0
+        # feature_dim 0: a featureless graph (the same nodes, edges and splits).
         features = _features(labels, k_centroids, k_noise, feature_dim, num_classes, noise,
-                             scale, dtype, copies, name, progress)
+                             scale, dtype, copies, name, progress) if feature_dim \
+            else np.empty((num_nodes, 0), dtype)
         clock.lap("features")
     return Graph(indptr=indptr, indices=indices, features=features,
                  labels=np.asarray(labels), train=train, val=val, test=test,

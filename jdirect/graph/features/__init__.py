@@ -11,6 +11,8 @@ this package plus one line here.
                  their rows with jdirect.gather, zero-copy.
   jdirect-cache  as jdirect, with the highest-degree nodes' rows also in
                  device memory (a CachedTable, `cache_fraction` of it).
+  none           no given features (rows of width 0): the model's input is the
+                 learned embedding alone (`TrainConfig.embedding_dim`).
 
 The two jdirect sources store their rows in `row_encoding` (float32,
 bfloat16, int8 or auto: encoding.py, where the `auto` rule and the
@@ -25,6 +27,7 @@ from .base import FeatureSource, SourceOptions
 from .cached import CachedSource
 from .device import DeviceSource
 from .encoding import ENCODINGS
+from .empty import EmptySource
 from .host_table import HostTableSource
 from .staged import StagedSource
 
@@ -35,6 +38,7 @@ SOURCES: dict[str, type[FeatureSource]] = {
     "host": StagedSource,
     "jdirect": HostTableSource,
     "jdirect-cache": CachedSource,
+    "none": EmptySource,
 }
 
 __all__ = ["ENCODINGS", "FeatureSource", "SOURCES", "SourceOptions"]

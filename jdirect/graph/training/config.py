@@ -21,6 +21,7 @@ from ..data import DATASETS
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
 from ..features import ENCODINGS, SOURCES
 from ..models import MODELS, sampling_fanouts
+from .learned import OPTIMIZERS
 
 # The run configurations of a source checkout: configs/NAME.py.
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -49,7 +50,15 @@ class TrainConfig:
         and every dropout mask.
       model: "sage" or "mlp" (the seed's own features only).
       features: the feature source, a key of `features.SOURCES` (where the
-        table lives and how a step reads its rows).
+        table lives and how a step reads its rows); "none" ignores the
+        graph's features (the learned embedding is the input alone).
+      embedding_dim: > 0: each node's input also holds its row of a learned
+        (num_nodes, embedding_dim) float32 table in host memory, after the
+        given features (training/learned.py); needed by a graph without
+        features. 0: off. One device only (`devices` None means 1).
+      embedding_optimizer: the embedding rows' sparse optimizer, "sgd",
+        "adagrad" or "adam" (lazy: only touched rows and moments change).
+      embedding_lr: its learning rate.
       cache_fraction: jdirect-cache: share of the (encoded) table's bytes
         on the device; None: as many rows as fit in half the free device
         memory (none on the CPU backend; `features.encoding`).
@@ -100,6 +109,9 @@ class TrainConfig:
     seed: int = 0
     model: str = "sage"
     features: str = "jdirect"
+    embedding_dim: int = 0
+    embedding_optimizer: str = "adam"
+    embedding_lr: float = 1e-2
     cache_fraction: float | None = None
     row_encoding: str = "auto"
     sampler: str = "auto"
@@ -186,7 +198,26 @@ class TrainConfig:
                "feature_dtype)")
         _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
                f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
+        _check_embedding(self)
         return self
+
+
+def _check_embedding(cfg: TrainConfig) -> None:
+    _check(_is_int(cfg.embedding_dim) and cfg.embedding_dim >= 0, "embedding_dim",
+           f"must be an integer >= 0 (0: no learned embedding), got {cfg.embedding_dim!r}")
+    _check(cfg.embedding_optimizer in OPTIMIZERS, "embedding_optimizer",
+           f"must be one of {tuple(OPTIMIZERS)}, got {cfg.embedding_optimizer!r}")
+    _check(math.isfinite(cfg.embedding_lr) and cfg.embedding_lr > 0, "embedding_lr",
+           f"must be a finite number > 0, got {cfg.embedding_lr!r}")
+    _check(cfg.features != "none" or cfg.embedding_dim > 0, "features",
+           "'none' leaves the model no input: learn one with embedding_dim > 0 "
+           "(--embedding-dim)")
+    # Each device would write its own rows' updates into the one host table,
+    # unordered with the others' and never summed over the devices.
+    _check(not cfg.embedding_dim or cfg.devices in (None, 1), "devices",
+           f"must be 1 with a learned embedding (embedding_dim {cfg.embedding_dim}): "
+           f"several devices' row updates of one host table are not combined, got "
+           f"{cfg.devices!r}")
 
 
 def _is_int(x: Any) -> bool:

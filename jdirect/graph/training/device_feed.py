@@ -28,7 +28,7 @@ from ._sharded import ALL, POSITION, Position, repeat, sample, shard_map, share
 from .feeds import EVAL_EPOCH
 from .parallel import AXIS
 from .pipelined import Pipeline
-from .steps import StepContext, count_correct, count_reads, dropout_key, update
+from .steps import StepContext, count_reads, dropout_key
 
 # Steps per dispatch on a mesh of several devices, by default (see DeviceFeed).
 SEVERAL_DEVICES_STEPS = 8
@@ -80,17 +80,19 @@ class DeviceFeed:
       overlap: pipeline the reads of a source that overlaps.
       mesh: a 1-D mesh over `parallel.AXIS` (None: the default device).
       steps_per_call: steps per dispatch (validated by `TrainConfig`).
+      learned: the learned input (`StepContext.learned`), or None.
     """
 
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
-                 steps_per_call: int = 1):
+                 steps_per_call: int = 1, learned: Any = None):
         self.mesh = mesh if mesh is not None else parallel.make_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.overlaps
-        self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call)
+        self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
+                               learned)
         self.arrays = parallel.replicate(self.mesh, sampler.arrays)
         self.table = parallel.replicate(self.mesh, source.table)
         self.data = (self.arrays, self.table)
@@ -154,8 +156,7 @@ def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, a
             x = ctx.source.read(table, batch.input_nodes, None)
             state, metrics = carry
             metrics = count_reads(ctx.source, metrics, table, batch.input_nodes, AXIS)
-            return update(ctx.graphdef, state, metrics, x, batch,
-                          dropout_key(ctx.seed, share(step + j)), AXIS)
+            return ctx.update(state, metrics, x, batch, dropout_key(ctx.seed, share(step + j)), AXIS)
 
         return repeat(ctx.n, one, (state, metrics))
 
@@ -175,7 +176,7 @@ def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
         def one(j, correct):
             batch = sample(ctx.sampler, arrays, at, j)
             x = ctx.source.read(table, batch.input_nodes, None)
-            return count_correct(ctx.graphdef, state, correct, x, batch, AXIS)
+            return ctx.count_correct(state, correct, x, batch, AXIS)
 
         return repeat(ctx.n, one, correct)
 

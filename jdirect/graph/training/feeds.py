@@ -67,13 +67,14 @@ class HostFeed:
       graphdef: the model and optimizer's graphdef.
       seed: fixes the dropout masks (with the step).
       prefetch, workers: batches in flight and threads.
+      learned: the learned input (`steps.StepContext.learned`), or None.
     """
 
     def __init__(self, sampler: NeighborSampler, source: FeatureSource, graphdef: Any, *,
-                 seed: int, prefetch: int, workers: int):
+                 seed: int, prefetch: int, workers: int, learned: Any = None):
         self.mesh = parallel.make_mesh(1)
         self.sampler, self.source = sampler, source
-        self.ctx = steps.StepContext(graphdef, type(source), seed)
+        self.ctx = steps.StepContext(graphdef, type(source), seed, learned=learned)
         self.batch_size = sampler.batch_size
         self.prefetch, self.workers = prefetch, workers
         self._stats: dict[str, float] = {}

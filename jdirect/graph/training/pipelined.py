@@ -20,7 +20,7 @@ import jax
 from ..batch import Batch
 from ._sharded import ALL, POSITION, SPLIT, Position, repeat, sample, shard_map, share
 from .parallel import AXIS
-from .steps import StepContext, count_reads, dropout_key, update
+from .steps import StepContext, count_reads, dropout_key
 
 Ahead = tuple[jax.Array, Batch]  # (rows, batch) per device, concatenated (SPLIT)
 
@@ -90,8 +90,8 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
             pending = start(table, nxt.input_nodes)
             metrics = count_reads(ctx.source, metrics, table, nxt.input_nodes, AXIS)
             pending, state, x = jax.lax.optimization_barrier((pending, state, x))
-            state, metrics = update(ctx.graphdef, state, metrics, x, batch,
-                                    dropout_key(ctx.seed, share(step + j)), AXIS)
+            state, metrics = ctx.update(state, metrics, x, batch,
+                                        dropout_key(ctx.seed, share(step + j)), AXIS)
             pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
             return state, metrics, (finish(pending), nxt)
 
@@ -108,8 +108,7 @@ def train_on_rows(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead, ste
 
     def body(state, metrics, ahead, step):
         x, batch = ahead
-        return update(ctx.graphdef, state, metrics, x, batch,
-                      dropout_key(ctx.seed, share(step)), AXIS)
+        return ctx.update(state, metrics, x, batch, dropout_key(ctx.seed, share(step)), AXIS)
 
     return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, SPLIT, ALL),
                      out_specs=(ALL, ALL))(state, metrics, ahead, step)

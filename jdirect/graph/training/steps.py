@@ -53,6 +53,10 @@ class StepContext:
       mesh: device-sampled programs: the 1-D mesh over `parallel.AXIS`.
       sampler: device-sampled programs: the `DeviceSampler`.
       n: device-sampled programs: optimizer steps per call.
+      learned: a learned input (`learned.LearnedInput`): the model's input
+        is the source's rows followed by rows of a host-resident embedding
+        table trained in the same step, and the state is (the model's
+        state, `learned.EmbeddingState`). None: the source's rows alone.
     """
 
     graphdef: Any
@@ -61,10 +65,25 @@ class StepContext:
     mesh: Mesh | None = None
     sampler: Any = None
     n: int = 1
+    learned: Any = None
 
     def with_steps(self, n: int) -> "StepContext":
         """This context for calls of `n` steps."""
         return self if n == self.n else dataclasses.replace(self, n=n)
+
+    def update(self, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
+               axis: str | None = None):
+        """`update` on the source's rows `x` (and the learned rows)."""
+        if self.learned is None:
+            return update(self.graphdef, state, metrics, x, batch, key, axis)
+        return self.learned.update(self.graphdef, state, metrics, x, batch, key, axis)
+
+    def count_correct(self, state, correct: jax.Array, x: jax.Array, batch: Batch,
+                      axis: str | None = None) -> jax.Array:
+        """`count_correct` on the source's rows `x` (and the learned rows)."""
+        if self.learned is None:
+            return count_correct(self.graphdef, state, correct, x, batch, axis)
+        return self.learned.count_correct(self.graphdef, state, correct, x, batch, axis)
 
 
 class InFlight:
@@ -131,10 +150,12 @@ def _correct(logits: jax.Array, batch: Batch) -> jax.Array:
 
 
 def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
-           axis: str | None = None):
+           axis: str | None = None, *, x_grad: bool = False):
     """One AdamW step on rows `x` of `batch`, dropout drawn from `key`;
-    returns (state, metrics with this batch's added to its first three). Traceable,
-    not jitted.
+    returns (state, metrics with this batch's added to its first three), and
+    with `x_grad` also the gradient of this device's loss share with respect
+    to `x` (x's shape; for rows that are themselves trained). Traceable, not
+    jitted.
 
     Inside a sharded step (`axis` = AXIS, state replicated) `batch` is this
     device's part of the global batch, and the step equals one device's
@@ -147,11 +168,14 @@ def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key:
     model, optimizer = nnx.merge(graphdef, state)
     keep = dropout_masks(model, batch, key)
     seeds = batch.seed_mask.sum().astype(jnp.float32)
-    (_, (logits, loss_sum)), grads = nnx.value_and_grad(_loss, has_aux=True)(
+    (_, (logits, loss_sum)), grads = nnx.value_and_grad(
+        _loss, argnums=(0, 1) if x_grad else 0, has_aux=True)(
         model, x, batch, keep, _total(seeds, axis))
+    grads, input_grads = grads if x_grad else (grads, None)
     optimizer.update(model, _total(grads, axis))
     step_metrics = jnp.stack([loss_sum, _correct(logits, batch).astype(jnp.float32), seeds])
-    return nnx.state((model, optimizer)), metrics.at[:3].add(_total(step_metrics, axis))
+    out = nnx.state((model, optimizer)), metrics.at[:3].add(_total(step_metrics, axis))
+    return (*out, input_grads) if x_grad else out
 
 
 def count_reads(source: type[FeatureSource], metrics: jax.Array, table: Any,
@@ -178,7 +202,7 @@ def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch,
     """One update on a host-sampled `batch`; returns (state, metrics)."""
     x = ctx.source.read(table, batch.input_nodes, staged)
     metrics = count_reads(ctx.source, metrics, table, batch.input_nodes)
-    return update(ctx.graphdef, state, metrics, x, batch, dropout_key(ctx.seed, step))
+    return ctx.update(state, metrics, x, batch, dropout_key(ctx.seed, step))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -186,4 +210,4 @@ def eval_step(ctx: StepContext, state, correct: jax.Array, table, batch: Batch,
               staged) -> jax.Array:
     """Adds (correct, seeds) of a host-sampled `batch` to `correct`."""
     x = ctx.source.read(table, batch.input_nodes, staged)
-    return count_correct(ctx.graphdef, state, correct, x, batch)
+    return ctx.count_correct(state, correct, x, batch)

@@ -39,12 +39,14 @@ from . import parallel, steps
 from .config import TrainConfig, as_dict, fanouts_for
 from .device_feed import DeviceFeed, default_steps_per_call
 from .feeds import EVAL_EPOCH, Feed, HostFeed
+from .learned import LearnedFeatures, model_input
 from .timing import Timings
 
 # Settings that change what a run computes: resuming a checkpoint under
 # other values would silently train a different model.
 RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
-               "dropout", "lr", "weight_decay", "seed", "model", "min_steps")
+               "dropout", "lr", "weight_decay", "seed", "model", "min_steps", "embedding_dim",
+               "embedding_optimizer", "embedding_lr")
 
 # The features-only model that `train_and_evaluate(baseline=True)` compares against.
 BASELINE = "mlp"
@@ -87,7 +89,11 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
             raise ValueError(f"steps_per_call {cfg.steps_per_call}: the CPU sampler runs one "
                              "step per batch; use the device sampler (--sampler device)")
         return parallel.make_mesh(1)
-    mesh = parallel.make_mesh(cfg.devices)
+    if cfg.embedding_dim and jax.process_count() > 1:
+        raise ValueError(f"embedding_dim {cfg.embedding_dim}: a learned embedding trains in one "
+                         f"process, not {jax.process_count()}")
+    # A learned embedding trains on one device (TrainConfig.validate).
+    mesh = parallel.make_mesh(1 if cfg.embedding_dim else cfg.devices)
     if cfg.batch_size % mesh.size:
         raise ValueError(f"batch_size {cfg.batch_size} must be a multiple of the number of "
                          f"devices ({mesh.size}): each device samples an equal share")
@@ -95,17 +101,18 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
 
 
 def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
-              batch_size: int, mesh: Mesh) -> Feed:
+              batch_size: int, mesh: Mesh, learned: Any = None) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
-    `batch_size` seeds per step over all devices."""
+    `batch_size` seeds per step over all devices; `learned` as
+    `steps.StepContext.learned`."""
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
         steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size)
         return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
-                          mesh=mesh, steps_per_call=steps_per_call)
+                          mesh=mesh, steps_per_call=steps_per_call, learned=learned)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
-                    workers=cfg.workers)
+                    workers=cfg.workers, learned=learned)
 
 
 
@@ -133,9 +140,12 @@ class Trainer:
     Shapes are sized for the graph by the samplers: fanouts beyond the
     largest degree are clamped to it and the batch size to the node count.
 
+    With `cfg.embedding_dim`, `self.learned` holds the learned embedding
+    (learned.py) and the state is (model state, `learned.EmbeddingState`).
+
     Raises:
-      ValueError: a bad setting (see TrainConfig.validate) or an empty
-        training split.
+      ValueError: a bad setting (see TrainConfig.validate), an empty
+        training split, or a graph without features and no embedding_dim.
     """
 
     def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None):
@@ -150,7 +160,8 @@ class Trainer:
         # The batch clamped to the graph, still shared evenly.
         batch_size = -(-batch_size // mesh.size) * mesh.size
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
-        model = models.build(cfg.model, graph.features.shape[1], cfg.hidden, graph.num_classes,
+        features, given = model_input(graph, cfg)
+        model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden, graph.num_classes,
                              len(cfg.fanouts), dropout=cfg.dropout, seed=cfg.seed)
         optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
                                   wrt=nnx.Param)
@@ -158,14 +169,25 @@ class Trainer:
         self.graphdef, self.state = nnx.split((model, optimizer))
         self.state = parallel.replicate(mesh, self.state)
         self.mesh = mesh
-        self.source = SOURCES[cfg.features](graph, SourceOptions(
-            rows_per_batch=caps[-1], staging_buffers=cfg.workers,
-            cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding))
+        self._given = given  # the given features' columns in the model's input
+        self.learned = None
+        if cfg.embedding_dim:
+            self.learned = LearnedFeatures(graph.num_nodes, cfg.embedding_dim,
+                                           cfg.embedding_optimizer, cfg.embedding_lr,
+                                           seed=cfg.seed)
+            self.state = (self.state, self.learned.initial_state())
+        try:
+            self.source = SOURCES[features](graph, SourceOptions(
+                rows_per_batch=caps[-1], staging_buffers=cfg.workers,
+                cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding))
+        except BaseException:
+            self._close_learned()
+            raise
         try:
             self.feed = make_feed(graph, cfg, self.source, self.graphdef, fanouts, batch_size,
-                                  mesh)
+                                  mesh, self.learned and self.learned.input)
         except BaseException:
-            self.source.close()
+            self.close()
             raise
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
@@ -263,10 +285,13 @@ class Trainer:
                 restored = ckpt.restore_latest(dict(state=self.state, best=self.state))
                 if restored is not None:
                     saved, meta = restored
+                    if self.learned is not None:
+                        self.learned.restore(ckpt.directory, meta["epoch"])
                     self.state = saved["state"]
                     self.history = list(meta["history"])
                     first = meta["epoch"] + 1
-                    best = dict(state=saved["best"], **_best_of(self.history))
+                    best = dict(state=saved["best"], **_best_of(
+                        self.history if self.learned is None else self.history[-1:]))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
                 log(f"feature rows: {self.source.describe()}")
@@ -278,12 +303,19 @@ class Trainer:
                     m = self.train_epoch(epoch)
                 with self.timings.phase("evaluate_s"):
                     m["val_acc"] = self.evaluate(self.graph.val)
-                if m["val_acc"] is None or m["val_acc"] > best["val_acc"]:
+                # A learned embedding changes in place: only the last epoch's
+                # model has its table, so it is the one evaluated.
+                if m["val_acc"] is None or m["val_acc"] > best["val_acc"] \
+                        or self.learned is not None:
                     best = dict(state=self.state, epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
+                    if self.learned is not None:  # first: a step file has its tables
+                        self.learned.save(ckpt.directory, epoch, self.state[1])
                     ckpt.save(epoch, dict(state=self.state, best=best["state"]), self.history)
+                    if self.learned is not None:
+                        self.learned.prune(ckpt.directory, ckpt.epochs())
                 if on_epoch is not None:
                     on_epoch(self.history)
         finally:
@@ -306,10 +338,14 @@ class Trainer:
         """{"val", "test"}: accuracy of `state`'s model over every node of the
         split with full neighbourhoods, by layer-wise inference (OGB's
         protocol; `jdirect.graph.inference`); None for an empty split."""
-        model, _ = nnx.merge(self.graphdef, jax.device_put(state, jax.local_devices()[0]))
         table, own = self.source.table, None
-        if table is None:  # a source that stages rows on the CPU keeps no table
+        if self.learned is not None:  # the input rows hold the learned ones
+            state, table = state[0], self.learned.input_table(
+                self.graph.features[:, :self._given], state[1])
+            own = table
+        elif table is None:  # a source that stages rows on the CPU keeps no table
             table = own = HostTable(self.graph.features)
+        model, _ = nnx.merge(self.graphdef, jax.device_put(state, jax.local_devices()[0]))
         try:
             acc = inference.evaluate(model, self.graph, table, splits=("val", "test"))
         finally:
@@ -319,6 +355,12 @@ class Trainer:
 
     def close(self) -> None:
         self.source.close()
+        self._close_learned()
+
+    def _close_learned(self) -> None:
+        if self.learned is not None:
+            self.learned.close(self.state[1])
+            self.learned = None
 
     def __enter__(self) -> "Trainer":
         return self

@@ -1,0 +1,202 @@
+"""Learned node inputs (training/learned.py): a host-resident embedding
+trained inside the step, alone or after the given features.
+
+The embedding's step is compared with optax on a dense jnp table restricted
+to the touched rows; a resumed run with an uninterrupted one; bad settings
+with their one-line errors. CPU sampler throughout (the device sampler's
+programs take the same `StepContext.update`; the GPU runner exercises them).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from conftest import gpu_only
+from jdirect.graph import synthetic
+from jdirect.graph.training import steps
+from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
+from jdirect.graph.training.trainer import Trainer
+
+pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic("tiny", seed=0, progress=False)
+
+
+@pytest.fixture(scope="module")
+def featureless(graph):
+    return synthetic("tiny", seed=0, progress=False, feature_dim=0)
+
+
+def test_a_featureless_preset_is_its_featured_twin_without_features(graph, featureless):
+    assert featureless.features.shape == (graph.num_nodes, 0)
+    for name in ("indptr", "indices", "labels", "train", "val", "test"):
+        np.testing.assert_array_equal(getattr(featureless, name), getattr(graph, name))
+
+
+def config(**kw) -> TrainConfig:
+    base = dict(dataset="tiny", fanouts=(4, 3), batch_size=64, hidden=16, epochs=2,
+                progress=False, workers=2, sampler="cpu", embedding_dim=8, full_eval=False)
+    return TrainConfig(**{**base, **kw})
+
+
+def test_a_featureless_graph_learns_its_inputs(featureless):
+    """Embeddings alone: the loss falls and GraphSAGE beats chance (5
+    classes), in sampled and in full-split evaluation."""
+    cfg = config(fanouts=(5, 5), batch_size=128, hidden=32, embedding_dim=16, epochs=4,
+                 full_eval=True)
+    with Trainer(featureless, cfg) as t:
+        out = t.fit(log=lambda line: None)
+    losses = [m["loss"] for m in out["history"]]
+    assert losses[-1] < losses[0] - 0.1, losses
+    assert out["test_acc"] > 0.4 and out["sampled_test_acc"] > 0.4, out
+    assert out["best_epoch"] == 3  # the table changed in place: the last epoch is evaluated
+
+
+def step_once(graph, cfg):
+    """One training step of a fresh trainer; returns what a reference needs."""
+    with Trainer(graph, cfg) as t:
+        before = t.learned.table.numpy().copy()
+        model_state = t.state[0]
+        inputs, _ = next(iter(t.feed.epoch(graph.train, 0)))
+        state, _ = t.feed.train_step(t.state, steps.zero_metrics(), inputs, 0)
+        t.learned.settle(state[1])
+        after = t.learned.table.numpy().copy()
+        slots = {n: t.learned.sparse.slots[n].numpy().copy() for n in t.learned.sparse.slots}
+        x = t.source.read(t.source.table, inputs["batch"].input_nodes, inputs["staged"])
+        ref = dict(graphdef=t.graphdef, model_state=model_state, batch=inputs["batch"], x=x)
+        return before, after, slots, ref, int(state[1].count), state[0]
+
+
+OPTAX = dict(sgd=optax.sgd, adam=optax.adam,
+             adagrad=lambda lr: optax.adagrad(lr, initial_accumulator_value=0.1, eps=1e-7))
+
+
+@pytest.mark.parametrize("name, concat", [("sgd", False), ("adagrad", False), ("adam", False),
+                                          ("adam", True)])
+def test_the_step_updates_the_touched_rows_as_optax_on_a_dense_table(graph, featureless,
+                                                                     name, concat):
+    g = graph if concat else featureless
+    cfg = config(embedding_optimizer=name, embedding_lr=0.05, dropout=0.0)
+    before, after, slots, ref, count, model_after = step_once(g, cfg)
+    assert count == 1
+    batch = ref["batch"]
+    x = ref["x"]
+    assert x.shape[1] == g.features.shape[1]
+    # The reference: the loss's gradient with respect to a dense jnp table,
+    # through jnp.take (padding ids read zeros and get no gradient).
+    ids = jnp.asarray(batch.input_nodes)
+
+    @jax.jit
+    def dense_step(model_state, table):
+        rows = jnp.take(table, ids, axis=0, mode="fill", fill_value=0)
+        x_all = jnp.concatenate([jnp.asarray(x, jnp.float32), rows], axis=1)
+        return steps.update(ref["graphdef"], model_state, steps.zero_metrics(), x_all,
+                            batch, steps.dropout_key(cfg.seed, 0), x_grad=True)
+
+    model_ref, _, g_x = dense_step(ref["model_state"], jnp.asarray(before))
+    grad = jnp.zeros(before.shape).at[ids].add(g_x[:, x.shape[1]:], mode="drop")
+    touched = np.unique(batch.input_nodes[batch.input_nodes < g.num_nodes])
+    opt = OPTAX[name](0.05)
+    sub = jnp.asarray(before[touched])
+    updates, _ = opt.update(grad[touched], opt.init(sub), sub)
+    np.testing.assert_allclose(after[touched], optax.apply_updates(sub, updates),
+                               rtol=1e-5, atol=1e-6)
+    untouched = np.setdiff1d(np.arange(g.num_nodes), touched)
+    np.testing.assert_array_equal(after[untouched], before[untouched])
+    for slot in slots.values():  # lazy: untouched rows' moments stay at their start
+        assert (slot[untouched] == slot[untouched][0, 0]).all()
+    # The model took the same step as with the dense table's rows.
+    for a, b in zip(jax.tree.leaves(model_after), jax.tree.leaves(model_ref)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@gpu_only
+def test_device_sampler_programs_thread_the_embedding_through_their_loops(graph):
+    """The device sampler's programs: n steps per call (a fori_loop whose
+    carry holds the tokens) and the pipelined read equal one step per call
+    without it, in losses and in the trained table. (On a GPU only: these
+    programs compile for minutes on a CPU.)"""
+    results = []
+    for steps_per_call, overlap in ((1, False), (3, False), (3, True)):
+        cfg = config(sampler="device", steps_per_call=steps_per_call, overlap=overlap,
+                     epochs=1)
+        with Trainer(graph, cfg) as t:
+            loss = t.train_epoch(0)["loss"]
+            t.learned.settle(t.state[1])
+            results.append((loss, t.learned.table.numpy().copy()))
+    for loss, table in results[1:]:
+        np.testing.assert_allclose(loss, results[0][0], rtol=1e-5)
+        np.testing.assert_allclose(table, results[0][1], rtol=1e-5, atol=1e-6)
+
+
+def test_concatenated_inputs_train_on_features_and_embedding(graph):
+    with Trainer(graph, config()) as t:
+        assert t.source.table is not None  # the given features are read too
+        out = t.fit(log=lambda line: None)
+    losses = [m["loss"] for m in out["history"]]
+    assert losses[-1] < losses[0], losses
+    assert out["test_acc"] > 0.3
+
+
+def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(featureless, tmp_path):
+    cfg = config(embedding_optimizer="adam", epochs=2)
+    with Trainer(featureless, cfg.replace(checkpoint_dir=str(tmp_path / "a"))) as t:
+        whole = t.fit(log=lambda line: None)
+        whole_table = t.learned.table.numpy().copy()
+        whole_mu = t.learned.sparse.slots["mu"].numpy().copy()
+    part = cfg.replace(checkpoint_dir=str(tmp_path / "b"))
+    with Trainer(featureless, part.replace(epochs=1)) as t:
+        t.fit(log=lambda line: None)
+    assert sorted(p.name for p in (tmp_path / "b" / "embeddings").iterdir()) == \
+        ["epoch-00000000.npz"]
+    with Trainer(featureless, part) as t:  # a fresh table, restored from epoch 0
+        lines = []
+        resumed = t.fit(log=lines.append)
+        assert any("resumed" in line for line in lines)
+        np.testing.assert_array_equal(t.learned.table.numpy(), whole_table)
+        np.testing.assert_array_equal(t.learned.sparse.slots["mu"].numpy(), whole_mu)
+    assert [m["loss"] for m in resumed["history"]] == [m["loss"] for m in whole["history"]]
+    assert resumed["test_acc"] == whole["test_acc"]
+    # Rotation keeps the embedding files of the steps kept.
+    assert sorted(p.name for p in (tmp_path / "b" / "embeddings").iterdir()) == \
+        ["epoch-00000000.npz", "epoch-00000001.npz"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(embedding_dim=-1), r"^embedding_dim must be an integer >= 0"),
+    (dict(embedding_dim=True), r"^embedding_dim must be an integer"),
+    (dict(embedding_optimizer="rmsprop"), r"^embedding_optimizer must be one of"),
+    (dict(embedding_lr=0.0), r"^embedding_lr must be a finite number > 0"),
+    (dict(embedding_lr=float("nan")), r"^embedding_lr must be a finite number > 0"),
+    (dict(embedding_dim=0, features="none"), r"^features 'none' leaves the model no input"),
+    (dict(devices=2), r"^devices must be 1 with a learned embedding"),
+])
+def test_bad_settings_are_refused_in_one_line(changes, message):
+    with pytest.raises(ValueError, match=message) as e:
+        config(**changes).validate()
+    assert "\n" not in str(e.value)
+
+
+def test_a_featureless_graph_without_embedding_is_refused(featureless):
+    with pytest.raises(ValueError, match=r"has no node features: learn them with "
+                                         r"embedding_dim > 0 \(--embedding-dim\)$"):
+        Trainer(featureless, config(embedding_dim=0))
+
+
+def test_flags_set_the_embedding_and_the_default_config_is_unchanged():
+    default = load_config("default")
+    assert default == TrainConfig(dataset="small", batch_size=256, epochs=8, min_steps=100)
+    assert default.embedding_dim == 0 and default.features == "jdirect"
+    cfg = apply_flags(default, dict(embedding_dim=32, embedding_optimizer="sgd",
+                                    embedding_lr=0.1))
+    assert (cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr) == (32, "sgd", 0.1)
+    learned = load_config("products_learned").validate()
+    assert (learned.dataset, learned.embedding_dim) == ("products-featureless", 128)
