@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device session of the integrator, in stages that each fit a 10-minute
 # call (`bash benchmarks/run_gpu_session.sh STAGE`); logs and JSON go to $OUT.
-#   tests    build for Hopper; the whole test suite on the GPU; compute-sanitizer
-#            memcheck over the write and embedding tests
+#   tests    build for Hopper; the whole test suite on the GPU (pytest-xdist,
+#            6 workers); compute-sanitizer runs in run_gpu_fusedopt.sh
 #   train    benchmarks/graphsage.py on products (device sampler, every GPU source)
 #            for this tree and, in the same run, for the tree in .baseline/ (the
 #            code before the session, when present); layer-wise inference on
@@ -18,13 +18,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > 
 source benchmarks/gpu_build.sh >> "$OUT/device.txt" 2>&1; tail -2 "$OUT/device.txt"
 case "${1:-tests}" in
 tests)
-  timeout 420 python3 -m pytest -q -p no:cacheprovider -rfs tests 2>&1 \
-    | tee "$OUT/pytest.log" | tail -25
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 compute-sanitizer --tool memcheck \
-    --print-limit 20 python3 -m pytest -q -p no:cacheprovider tests/test_write.py \
-    tests/test_write_order.py tests/test_sparse_optim.py -k "not property and not large" \
-    > "$OUT/sanitizer.log" 2>&1
-  grep -E "passed|failed|ERROR SUMMARY" "$OUT/sanitizer.log" | tail -3
+  # Six pytest workers share the GPU: no preallocation, each takes what it uses.
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 480 python3 -m pytest -q -p no:cacheprovider \
+    -n 6 -rfE tests 2>&1 | tee "$OUT/pytest.log" | tail -25
   ;;
 train)
   python3 benchmarks/graphsage.py --samplers device --json "$OUT/graphsage.json" 2>&1 \
