@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from conftest import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240
@@ -24,6 +23,11 @@ TIMEOUT_S = 240
 def _env(**extra: str) -> dict[str, str]:
     """This process's environment (NCCL and other settings are inherited) with
     the repository importable, on the CPU."""
+    # Imported here: this file is also the workers' script, which must not
+    # import conftest (it touches the JAX backend before
+    # jax.distributed.initialize may run).
+    from conftest import child_env
+
     return child_env(JAX_PLATFORMS="cpu", **extra)
 
 
