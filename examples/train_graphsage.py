@@ -137,7 +137,8 @@ def parser() -> argparse.ArgumentParser:
              "of on a side stream during the previous step")
     add("--cache-fraction", type=_number(float, 0, 1),
         help="jdirect-cache: share of the (encoded) feature table kept on the device "
-             "(default 0.2; a configuration's None caches what fits in half the free device memory)")
+             "(default 0.2; a configuration's None caches what fits in half the free "
+             "device memory)")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
              "auto: as stored when all rows fit the device cache, else bfloat16")
