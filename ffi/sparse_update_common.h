@@ -15,6 +15,7 @@
 #define JDIRECT_FFI_SPARSE_UPDATE_COMMON_H_
 
 #include <cmath>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -188,8 +189,20 @@ ffi::Error SparseUpdateTables(const Runner& run, HandleReader read_handle, ffi::
         e.failure()) {
       return e;
     }
+    // The rules load and store whole elements (gathers and writes fall back
+    // to bytes): a table over memory at an odd offset (a memmap past an odd
+    // header, say) would fault on a GPU, which ends the CUDA context.
+    if (reinterpret_cast<uintptr_t>(leases[i]->view().data) % width != 0) {
+      return ffi::Error::InvalidArgument(
+          std::string("jdirect sparse_update: the ") + (i == 0 ? "table's" : "slot's") +
+          " memory is not aligned to its element size; copy it with HostTable.copy_of");
+    }
   }
   if (n == 0 || dim == 0) return ffi::Error::Success();
+  if (dim > INT32_MAX) {
+    return ffi::Error::InvalidArgument("jdirect sparse_update: rows of more than 2**31 - 1 "
+                                       "elements are not supported");
+  }
   // Writable tables are registered by their owner over memory it may write:
   // the registry keeps a const pointer only because gathers share it.
   a.table = const_cast<char*>(leases[0]->view().data);

@@ -83,9 +83,22 @@ def test_lookup_is_take_with_zeros_for_padding(kind):
         table.close()
 
 
-def test_lookup_refuses_float_ids():
-    with pytest.raises(TypeError, match="ids must be integers"):
-        embeddings.lookup(jnp.zeros((4, 2)), jnp.array([1.0]))
+@pytest.mark.parametrize("ids", [jnp.array([1.0]), jnp.array([1], jnp.uint32)])
+def test_lookup_refuses_ids_other_than_int32_int64(ids):
+    with pytest.raises(TypeError, match="int32 or int64"):
+        embeddings.lookup(jnp.zeros((4, 2)), ids)
+
+
+@pytest.mark.parametrize("opt", [embeddings.sparse_sgd(0.1), embeddings.sparse_adam(0.1)])
+def test_apply_refuses_uint32_ids_while_tracing(opt):
+    # The fused update on a HostTable once took them and failed only when the
+    # program ran (its kernel reads int32 or int64 keys).
+    with embeddings.create_table(8, 4, seed=0) as table:
+        state = opt.init(table)
+        ids = jnp.array([1, 2], jnp.uint32)
+        with pytest.raises(TypeError, match="int32 or int64"):
+            jax.jit(lambda i, g: opt.apply(table, state, i, g))(ids, jnp.ones((2, 4)))
+        embeddings.close(state)
 
 
 @settings(max_examples=40, deadline=None)

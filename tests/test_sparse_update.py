@@ -179,6 +179,23 @@ def test_refuses_a_table_closed_after_tracing():
         jax.block_until_ready(step(table, state, jnp.array([1]), jnp.ones((1, 4))))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+def test_refuses_a_table_over_unaligned_memory(dtype):
+    # HostTable wraps any C-contiguous array (gathers and writes then move
+    # bytes); the fused rules move whole elements, which faults on a GPU.
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.frombuffer(bytearray(10 * 4 * itemsize + 1), np.uint8)[1:]
+    values = raw.view(dtype).reshape(10, 4)
+    values[...] = 1
+    assert values.ctypes.data % itemsize
+    opt = OPTIMIZERS["sgd"]()
+    with jdirect.HostTable(values) as table:
+        state = opt.init(table)
+        with pytest.raises(jax.errors.JaxRuntimeError, match="not aligned"):
+            jax.block_until_ready(opt.apply(table, state, jnp.array([1]), jnp.ones((1, 4), dtype)))
+    np.testing.assert_array_equal(np.asarray(values, np.float32), 1)  # nothing written
+
+
 @pytest.mark.parametrize("slot_values, error, match", [
     (np.zeros((11, 4), np.float32), ValueError, "shape"),
     (np.zeros((10, 4), np.float16), TypeError, "float32"),

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..gather import gather
+from ..gather import _as_indices, gather
 from ..host_table import HostTable
 
 # Rows initialised per random stream: fixed, so a table's values depend on
@@ -115,9 +115,7 @@ def _fill(rows: np.ndarray, seed: int, init: str, scale: float) -> None:
 def _valid_ids(ids: jax.Array, num_embeddings: int) -> jax.Array:
     """`ids` with every id outside [0, num_embeddings) replaced by
     num_embeddings, the one padding id that reads zeros and writes nothing."""
-    ids = jnp.asarray(ids)
-    if not jnp.issubdtype(ids.dtype, jnp.integer):
-        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    ids = _as_indices(ids)  # int32/int64, as every jdirect read and write takes
     inside = (ids >= 0) & (ids < num_embeddings)
     return jnp.where(inside, ids, jnp.asarray(num_embeddings, ids.dtype))
 
@@ -137,7 +135,7 @@ def lookup(table: Any, ids: Any) -> jax.Array:
       hand that to a sparse optimizer's `apply`.
 
     Raises:
-      TypeError: ids are not integers; and as `jdirect.gather`.
+      TypeError: ids are not int32 or int64; and as `jdirect.gather`.
     """
     ids = _valid_ids(ids, table.shape[0])
     return gather(table, ids, mode="fill", fill_value=0)
