@@ -141,7 +141,8 @@ def parser() -> argparse.ArgumentParser:
              "device memory)")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
-             "auto: as stored when all rows fit the device cache, else bfloat16")
+             "auto: bfloat16 when a device cache takes only a share of the rows, else "
+             "as stored")
     add("--feature-dtype", choices=[d for d in FEATURE_DTYPES if d],
         help="feature table dtype (default: float32, or the files' own if a table dtype)")
     add("--fanouts", type=_fanouts, help="neighbours per layer, input layer first (DGL order)")

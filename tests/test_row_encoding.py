@@ -99,8 +99,9 @@ SHAPE = (1000, 100)  # float32: 400 B a row, 404 with its cache slot
 
 
 @pytest.mark.parametrize("cached", [False, True])
-def test_auto_without_device_memory_keeps_the_table_and_no_cache(cached):
-    assert plan_rows(SHAPE, np.float32, "auto", None, cached=cached,
+@pytest.mark.parametrize("fraction", [None, 0.2])
+def test_auto_without_device_memory_keeps_the_table_and_no_cache(cached, fraction):
+    assert plan_rows(SHAPE, np.float32, "auto", fraction, cached=cached,
                      free_bytes=None) == RowPlan(STORED, 0)
 
 
@@ -108,6 +109,18 @@ def test_auto_caches_a_table_that_fits_whole_and_as_stored():
     whole = SHAPE[0] * (400 + SLOT_BYTES)
     free = int(whole / AUTO_SHARE) + 10
     assert plan_rows(SHAPE, np.float32, "auto", None, cached=True,
+                     free_bytes=free) == RowPlan(STORED, whole)
+
+
+def test_auto_with_a_cache_share_narrows_even_a_table_that_fits():
+    # The trainer's default (cache_fraction 0.2): 80 % of the rows cross
+    # PCIe, so they go as bfloat16 (products: 0.419 s an epoch against
+    # float32's 0.595 s on an H200), and the share is of the narrow table.
+    free = 10**12
+    plan = plan_rows(SHAPE, np.float32, "auto", 0.2, cached=True, free_bytes=free)
+    assert plan == RowPlan("bfloat16", int(0.2 * SHAPE[0] * (200 + SLOT_BYTES)))
+    whole = SHAPE[0] * (400 + SLOT_BYTES)
+    assert plan_rows(SHAPE, np.float32, "auto", 1.0, cached=True,
                      free_bytes=free) == RowPlan(STORED, whole)
 
 
@@ -144,7 +157,7 @@ def numpy_counts(source, ids: np.ndarray) -> tuple[int, int]:
 @pytest.mark.parametrize("name", HOST_SOURCES)
 def test_count_equals_a_numpy_count_of_the_batch(graph, name):
     ids = batch_ids(graph)
-    with SOURCES[name](graph, SourceOptions(cache_fraction=0.3)) as source:
+    with SOURCES[name](graph, SourceOptions(cache_fraction=0.3, row_encoding="float32")) as source:
         got = jax.jit(type(source).count)(source.table, jnp.asarray(ids))
         assert tuple(int(c) for c in got) == numpy_counts(source, ids)
         if name == "jdirect-cache":

@@ -23,29 +23,29 @@ narrower rows when it cannot.
   * The cache budget is half the device memory free when the source opens
     (`AUTO_SHARE`; the rest is for the sampler's graph, which is placed
     after the source, the model and the steps' buffers).
-  * A source with a cache: the stored rows if all of them fit in the budget
-    (no read crosses PCIe, nothing is lost); else bfloat16 rows (a float32
-    table's; narrower tables stay as stored), the hottest that fit in the
-    budget cached. A source without a cache keeps the rows as stored: it is
-    the exact, all-over-PCIe baseline (name an encoding to compress it).
-  * `cache_fraction` None (auto): as many rows as fit in the budget; a
-    number caches that share of the encoded table's bytes (the encoding
-    still follows the budget).
+  * A source with a cache: the stored rows if the cache takes every one of
+    them (`cache_fraction` None or 1, and the whole table fits in the
+    budget: no read crosses PCIe, nothing is lost); else bfloat16 rows (a
+    float32 table's; narrower tables stay as stored), of which the cache
+    takes `cache_fraction` (the hottest), or as many as fit in the budget
+    for None. A source without a cache keeps the rows as stored: it is the
+    exact, all-over-PCIe baseline (name an encoding to compress it).
+  * A named encoding keeps `cache_fraction` as given, also on the CPU
+    backend.
 
-The measurements behind it (H200, benchmarks/RESULTS.md): products (2.45M
-x 100 float32 rows, 0.98 GB) trains an epoch in 0.36 s with the table in
-device memory, 0.60 s with `jdirect-cache` (20 % cached) + overlap and
-0.95 s with every row over PCIe: keeping rows on the device is worth more
-than any encoding, so a table that fits is cached whole and as stored. A
-table that does not fit reads its misses over PCIe, where the gather of
-bfloat16 rows delivered 1.7x the float32 rows per second at 512 B x 1M
-random rows (1.3x at 100K), and on a papers100M-sized table (192-dim, H100)
-bfloat16 rows with a 20 % cache trained an epoch in 9.2 s against 10.7 s
-for float32. int8 rows read faster still alone (2.1x float32 at 512 B x
-1M), but an `Int8Table` read cannot be started ahead (`jdirect.gather_start`
-falls back to the ordinary gather for it), so it does not overlap the
-update as a bfloat16 HostTable's does; `auto` does not pick it until the
-trainer's epochs say it wins. Epochs of every encoding x cache combination,
+The measurements behind it (H200, benchmarks/RESULTS.md, 2026-11-25,
+products: 2.45M x 100 float32 rows, 0.98 GB; one run, overlap on): the
+table in device memory 0.413 s an epoch; with 20 % of the rows cached,
+bfloat16 rows 0.419 s (1.015x), int8 0.515 s, float32 0.595 s; with no
+cache, bfloat16 0.643 s and float32 0.950 s. Rows on the device are worth
+most, so a table the cache takes whole stays as stored; past that, bfloat16
+halves the bytes of every miss, with validation accuracy over 3 seeds
+unchanged (0.9988 against float32's 0.9987). On a papers100M-sized table
+(192-dim, H100) bfloat16 rows with a 20 % cache trained an epoch in 9.2 s
+against 10.7 s for float32. int8 rows move half of bfloat16's bytes, but an
+`Int8Table` read cannot be started ahead (`jdirect.gather_start` falls back
+to the ordinary gather for it), so it does not overlap the update as a
+bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs of every encoding x cache combination,
 their PCIe counters and accuracy over 3 seeds are measured by
 benchmarks/row_encoding.py (benchmarks/run_gpu_compress.sh).
 """
@@ -117,10 +117,12 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
         encoding = STORED
     budget = 0 if free_bytes is None else int(AUTO_SHARE * max(free_bytes, 0))
     if encoding == "auto":
+        if not cached or free_bytes is None:
+            return RowPlan(STORED, 0)
         whole = rows * (row_bytes(STORED, dim, dtype) + SLOT_BYTES)
-        fits = cached and free_bytes is not None and whole <= budget
+        every_row = whole <= budget and (cache_fraction is None or cache_fraction >= 1)
         narrower = "bfloat16" if np.dtype(dtype).itemsize > 2 else STORED
-        encoding = STORED if fits or not cached or free_bytes is None else narrower
+        encoding = STORED if every_row else narrower
     table_bytes = rows * (row_bytes(encoding, dim, dtype) + SLOT_BYTES)
     if not cached:
         cache = 0

@@ -67,8 +67,9 @@ class TrainConfig:
         epoch unfinished after 200 s, against 27 s with 0.2.
       row_encoding: jdirect, jdirect-cache: how the host-resident rows are
         stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
-        scale) or "auto" (`features.encoding`: as stored when every row
-        fits in the device cache or there is no cache, else bfloat16).
+        scale) or "auto" (`features.encoding`: as stored when there is no
+        cache, on the CPU backend, or when the cache takes every row
+        (cache_fraction None or 1, and they fit); else bfloat16).
         `feature_dtype` converts the graph's table itself (every source,
         and evaluation); `row_encoding` is the source's copy of it.
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
