@@ -200,3 +200,62 @@ def test_flags_set_the_embedding_and_the_default_config_is_unchanged():
     assert (cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr) == (32, "sgd", 0.1)
     learned = load_config("products_learned").validate()
     assert (learned.dataset, learned.embedding_dim) == ("products-featureless", 128)
+
+
+def test_a_closed_trainer_frees_its_embedding_tables(graph):
+    # The step programs' static state once named the owning HostTables, so
+    # JAX's compilation caches kept each trainer's table and slots (GBs on a
+    # products-sized graph) alive after close().
+    import gc
+    import weakref
+
+    with Trainer(graph, config(epochs=1, embedding_optimizer="adam")) as t:
+        t.fit(log=lambda line: None)
+        owned = [weakref.ref(t.learned.table)]
+        owned += [weakref.ref(s) for s in t.learned.sparse.slots.values()]
+    del t
+    gc.collect()
+    assert [r() for r in owned] == [None] * 3
+
+
+def test_a_learned_run_evaluates_its_last_epoch_even_when_validation_falls(featureless,
+                                                                           monkeypatch):
+    from jdirect.graph.training.trainer import LAST_LEARNED
+
+    falling = iter([0.9, 0.5, 0.1])
+    with Trainer(featureless, config(epochs=3)) as t:
+        evaluate = t.evaluate
+        monkeypatch.setattr(t, "evaluate", lambda nodes, state=None: next(falling)
+                            if nodes is t.graph.val else evaluate(nodes, state))
+        out = t.fit(log=lambda line: None)
+    assert [m["val_acc"] for m in out["history"]] == [0.9, 0.5, 0.1]
+    assert out["best_epoch"] == 2 and out["protocol"]["best_epoch"] == LAST_LEARNED
+
+
+def test_a_table_too_large_is_refused_before_the_model_is_built(featureless, monkeypatch):
+    from jdirect.graph import models
+
+    def build(*args, **kwargs):
+        raise AssertionError("the model was built before the table's memory check")
+
+    monkeypatch.setattr(models, "build", build)
+    with pytest.raises(MemoryError, match="refusing"):
+        Trainer(featureless, config(embedding_dim=2**40))
+
+
+def test_a_damaged_embedding_file_falls_back_to_the_older_checkpoint(featureless, tmp_path):
+    cfg = config(embedding_optimizer="adagrad", epochs=2, checkpoint_dir=str(tmp_path))
+    with Trainer(featureless, cfg.replace(epochs=1)) as t:
+        t.fit(log=lambda line: None)
+        after_epoch_0 = t.learned.table.numpy().copy()
+    with Trainer(featureless, cfg) as t:
+        t.fit(log=lambda line: None)
+    newest = tmp_path / "embeddings" / "epoch-00000001.npz"
+    with open(newest, "r+b") as f:  # cut: the step file of epoch 1 is intact
+        f.truncate(newest.stat().st_size // 2)
+    lines = []
+    with Trainer(featureless, cfg.replace(epochs=1)) as t:
+        with pytest.warns(RuntimeWarning, match="epoch-00000001.*falling back"):
+            t.fit(log=lines.append)
+        assert any("resumed" in line and "epoch 0" in line for line in lines), lines
+        np.testing.assert_array_equal(t.learned.table.numpy(), after_epoch_0)

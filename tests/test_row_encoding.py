@@ -249,3 +249,19 @@ def test_int8_rows_train_to_float32_accuracy_over_three_seeds(graph):
     # Well above chance (0.2): it learned, so the comparison means something.
     assert accuracy["float32"] > 0.4
     assert abs(accuracy["int8"] - accuracy["float32"]) <= 0.02, accuracy
+
+
+def test_full_split_evaluation_keeps_the_graphs_dtype_under_narrower_rows(graph, monkeypatch):
+    # A source's copy may be bfloat16 (`auto` picks it from the free device
+    # memory); the reported accuracy's hidden tables follow feature_dtype.
+    from jdirect.graph import inference
+
+    seen = []
+    evaluate = inference.evaluate
+    monkeypatch.setattr(inference, "evaluate", lambda *a, **kw: seen.append(kw) or
+                        evaluate(*a, **kw))
+    cfg = config(features="jdirect", row_encoding="bfloat16", full_eval=True, epochs=1)
+    with Trainer(graph, cfg) as t:
+        assert t.source.table.dtype == ml_dtypes.bfloat16
+        t.fit(log=lambda line: None)
+    assert [np.dtype(kw["table_dtype"]) for kw in seen] == [np.dtype(np.float32)]

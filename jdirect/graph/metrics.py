@@ -35,8 +35,9 @@ METRICS: dict[str, str] = {
                        "neighbours, at most eval_max nodes",
     "protocol": "per accuracy of a run, how it was measured",
     "epochs": "epochs the run trained (min_steps can raise it above the configuration's)",
-    "best_epoch": "the epoch of the best validation accuracy (the last without validation "
-                  "nodes; -1 before any)",
+    "best_epoch": "the epoch whose model is evaluated: the best validation accuracy's (the "
+                  "last without validation nodes, or with a learned embedding, which "
+                  "changes in place; the run's protocol says which; -1 before any)",
     "epoch_s": "wall time of one training epoch, end to end: from its first dispatch to its "
                "metrics read back (what a user waits for)",
     "epochs_s": "epoch_s of each timed epoch, in order (a list)",
@@ -46,10 +47,12 @@ METRICS: dict[str, str] = {
     "stage_s": "CPU sampler: worker-seconds spent staging rows (the host source's gather and "
                "copy)",
     "wait_s": "CPU sampler: seconds the training loop waited for its next batch",
-    "cache_hits": "rows the epoch's training batches read from the device cache (summed over "
-                  "devices; padding not counted)",
-    "pcie_rows": "rows the epoch's training batches read over PCIe (cache misses; summed over "
-                 "devices)",
+    "cache_hits": "rows of the feature source the epoch's training batches read from the "
+                  "device cache (summed over devices; padding not counted; a learned "
+                  "embedding's reads and writes are not counted)",
+    "pcie_rows": "rows of the feature source the epoch's training batches read over PCIe "
+                 "(cache misses; summed over devices; the host source's staged rows and a "
+                 "learned embedding's rows are not counted)",
     "pcie_gb": "pcie_rows x the stored row's bytes (an int8 row's packed d + 4), 1e9: the "
                "rows' payload over PCIe, not the link's transactions",
     "devices": "devices trained on, over all processes",

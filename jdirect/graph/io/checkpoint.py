@@ -34,7 +34,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -63,7 +63,7 @@ def _step_path(directory: Path, epoch: int) -> Path:
 # other values would mix two runs in one history.
 RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
                "dropout", "lr", "weight_decay", "seed", "model", "min_steps", "eval_max",
-               "sampler")
+               "sampler", "embedding_dim", "embedding_optimizer", "embedding_lr")
 
 
 def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,13 +209,20 @@ class Checkpoints:
             return []
         return sorted(int(m.group(1)) for p in self._dir.iterdir() if (m := _NAME.match(p.name)))
 
-    def restore_latest(self, target: Any) -> tuple[Any, dict[str, Any]] | None:
+    def restore_latest(self, target: Any, *,
+                       companion: Callable[[int], None] | None = None
+                       ) -> tuple[Any, dict[str, Any]] | None:
         """The newest intact step, shaped like `target`; None if there is none.
 
         Args:
           target: a pytree with the structure, shapes and dtypes of the saved
             state (e.g. `nnx.state((model, optimizer))`); restored leaves
             take each target leaf's sharding (NumPy leaves stay NumPy).
+          companion: restores what the caller saved beside a step (a learned
+            embedding's tables), called with the epoch of each step found
+            intact, newest first; a ValueError from it (a missing or damaged
+            file) counts that step as damaged too, and the next older one
+            is tried.
 
         Returns:
           (state, meta): `state` has target's structure; `meta` holds
@@ -245,6 +252,11 @@ class Checkpoints:
                 bad = [e["path"] for e, x in zip(header["leaves"], leaves) if nonfinite(x)]
                 if bad:
                     raise DamagedStep(f"{path} has non-finite values in {bad[0]}")
+                if companion is not None:
+                    try:
+                        companion(header["epoch"])
+                    except ValueError as e:
+                        raise DamagedStep(f"{path}'s companion: {e}") from None
             except DamagedStep as e:
                 if not path.exists():  # rotated away by the writer since epochs() listed it
                     continue

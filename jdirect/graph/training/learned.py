@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -75,21 +76,36 @@ class EmbeddingState:
     """The learned input's part of the step state (a pytree).
 
     Attributes:
-      tables: static: the HostTables that own the memory, the embedding
-        table first, then the optimizer's slots (named by `slots`).
+      tables: static: weak references to the HostTables that own the
+        memory, the embedding table first, then the optimizer's slots
+        (named by `slots`). Weak: JAX's compilation caches keep the static
+        part of every program's arguments, and must not keep a closed
+        trainer's tables (GBs) alive; `LearnedFeatures` owns them.
       slots: static: the slots' names (`SparseState.slots` keys).
       tokens: int32 scalars, each table's latest write token (leaves).
       count: int32 scalar, the sparse optimizer's step count (a leaf).
     """
 
-    tables: tuple[HostTable, ...]
+    tables: tuple[weakref.ref, ...]
     slots: tuple[str, ...]
     tokens: tuple[jax.Array, ...]
     count: jax.Array
 
+    def owners(self) -> tuple[HostTable, ...]:
+        """The HostTables (the embedding table, then the slots).
+
+        Raises:
+          ValueError: their `LearnedFeatures` is gone.
+        """
+        owners = tuple(ref() for ref in self.tables)
+        if any(t is None for t in owners):
+            raise ValueError("the embedding tables of this state were freed: their "
+                             "LearnedFeatures (the Trainer) is gone")
+        return owners
+
     def versions(self) -> tuple[HostTable, embeddings.SparseState]:
         """Traced: the table and the optimizer state as of the tokens."""
-        table, *slots = (t.next_version(tok) for t, tok in zip(self.tables, self.tokens))
+        table, *slots = (t.next_version(tok) for t, tok in zip(self.owners(), self.tokens))
         return table, embeddings.SparseState(self.count, dict(zip(self.slots, slots)))
 
     def after(self, table: HostTable, state: embeddings.SparseState) -> "EmbeddingState":
@@ -180,13 +196,13 @@ class LearnedFeatures:
     def initial_state(self) -> EmbeddingState:
         """The state before the first step (count 0)."""
         tables = (self.table, *(self.sparse.slots[n] for n in self._names))
-        return EmbeddingState(tables, self._names, tuple(_token(t) for t in tables),
-                              jnp.zeros((), jnp.int32))
+        return EmbeddingState(tuple(weakref.ref(t) for t in tables), self._names,
+                              tuple(_token(t) for t in tables), jnp.zeros((), jnp.int32))
 
     def settle(self, state: EmbeddingState) -> None:
         """Makes the owners follow `state`'s writes (a state a step
         returned): their `numpy()` and `close()` then wait for those writes."""
-        for table, token in zip(state.tables, state.tokens):
+        for table, token in zip(state.owners(), state.tokens):
             table.next_version(token)
 
     def _tree(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ the epoch's figures carry the names of `jdirect.graph.metrics`.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -34,6 +35,7 @@ from .. import inference
 from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
 from ..features import SOURCES, FeatureSource, SourceOptions
 from ..io import Checkpoints, MetricsFile
+from ..io.checkpoint import resume_settings
 from ..sampling import DeviceSampler, NeighborSampler
 from . import parallel, steps
 from .config import TrainConfig, as_dict, fanouts_for
@@ -42,11 +44,10 @@ from .feeds import EVAL_EPOCH, Feed, HostFeed
 from .learned import LearnedFeatures, model_input
 from .timing import Timings
 
-# Settings that change what a run computes: resuming a checkpoint under
-# other values would silently train a different model.
-RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
-               "dropout", "lr", "weight_decay", "seed", "model", "min_steps", "embedding_dim",
-               "embedding_optimizer", "embedding_lr")
+# Which epoch's model a run evaluates (its protocol's "best_epoch").
+BEST_VAL = "best sampled validation"
+LAST_NO_VAL = "the last epoch: no validation nodes"
+LAST_LEARNED = "the last epoch: a learned embedding changes in place"
 
 # The features-only model that `train_and_evaluate(baseline=True)` compares against.
 BASELINE = "mlp"
@@ -161,20 +162,27 @@ class Trainer:
         batch_size = -(-batch_size // mesh.size) * mesh.size
         caps = layer_caps(batch_size, fanouts, graph.num_nodes)
         features, given = model_input(graph, cfg)
-        model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden, graph.num_classes,
-                             len(cfg.fanouts), dropout=cfg.dropout, seed=cfg.seed)
-        optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
-                                  wrt=nnx.Param)
-        # Replicated like every step's output: one compilation per step kind.
-        self.graphdef, self.state = nnx.split((model, optimizer))
-        self.state = parallel.replicate(mesh, self.state)
         self.mesh = mesh
         self._given = given  # the given features' columns in the model's input
-        self.learned = None
-        if cfg.embedding_dim:
-            self.learned = LearnedFeatures(graph.num_nodes, cfg.embedding_dim,
-                                           cfg.embedding_optimizer, cfg.embedding_lr,
-                                           seed=cfg.seed)
+        # The embedding first: its host-memory check is the one-line refusal
+        # of a table too large, before the model's (dim, hidden) weights.
+        self.learned = LearnedFeatures(
+            graph.num_nodes, cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr,
+            seed=cfg.seed) if cfg.embedding_dim else None
+        try:
+            model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden,
+                                 graph.num_classes, len(cfg.fanouts), dropout=cfg.dropout,
+                                 seed=cfg.seed)
+            optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
+                                      wrt=nnx.Param)
+            # Replicated like every step's output: one compilation per step kind.
+            self.graphdef, self.state = nnx.split((model, optimizer))
+            self.state = parallel.replicate(mesh, self.state)
+        except BaseException:
+            if self.learned is not None:  # nothing has written it yet
+                self.learned.close()
+            raise
+        if self.learned is not None:
             self.state = (self.state, self.learned.initial_state())
         try:
             self.source = SOURCES[features](graph, SourceOptions(
@@ -269,7 +277,7 @@ class Trainer:
                           f"raise --epochs or --min-steps, or lower --batch-size", stacklevel=2)
         ckpt = None
         if cfg.checkpoint_dir:
-            run_config = {k: v for k, v in as_dict(cfg).items() if k in RESUME_KEYS}
+            run_config = resume_settings({**as_dict(cfg), "sampler": sampler_kind(cfg)})
             if lead:
                 ckpt = Checkpoints(cfg.checkpoint_dir, run_config,
                                    read_only=cfg.checkpoint_read_only)
@@ -282,11 +290,12 @@ class Trainer:
         first = 0
         try:
             if ckpt is not None:
-                restored = ckpt.restore_latest(dict(state=self.state, best=self.state))
+                tables = None if self.learned is None else functools.partial(
+                    self.learned.restore, ckpt.directory)
+                restored = ckpt.restore_latest(dict(state=self.state, best=self.state),
+                                               companion=tables)
                 if restored is not None:
                     saved, meta = restored
-                    if self.learned is not None:
-                        self.learned.restore(ckpt.directory, meta["epoch"])
                     self.state = saved["state"]
                     self.history = list(meta["history"])
                     first = meta["epoch"] + 1
@@ -331,7 +340,8 @@ class Trainer:
         out["protocol"] = dict(
             val_acc=FULL if cfg.full_eval else None, test_acc=FULL if cfg.full_eval else SAMPLED,
             sampled_test_acc=SAMPLED, history_val_acc=SAMPLED,
-            eval_max=cfg.eval_max)
+            best_epoch=LAST_LEARNED if self.learned is not None else
+            BEST_VAL if len(self.graph.val) else LAST_NO_VAL, eval_max=cfg.eval_max)
         return out
 
     def full_accuracy(self, state: Any) -> dict[str, float | None]:
@@ -347,7 +357,11 @@ class Trainer:
             table = own = HostTable(self.graph.features)
         model, _ = nnx.merge(self.graphdef, jax.device_put(state, jax.local_devices()[0]))
         try:
-            acc = inference.evaluate(model, self.graph, table, splits=("val", "test"))
+            # Hidden tables in the graph's dtype (feature_dtype), not in the
+            # source's row encoding: a reported accuracy must not change
+            # with the device memory that `auto` saw.
+            acc = inference.evaluate(model, self.graph, table, splits=("val", "test"),
+                                     table_dtype=self.graph.features.dtype)
         finally:
             if own is not None:
                 own.close()
@@ -458,9 +472,8 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
                 raise TrainingDiverged(f"{name}: {e}") from None
         if metrics is not None:
             metrics.update(**{name: out})
-        best = (f"epoch {out['best_epoch']}, best sampled validation" if len(graph.val)
-                else f"the last epoch, {out['best_epoch']}: no validation nodes")
-        say(f"{name}: {_accuracy_line(out, run_cfg)} (model of {best})")
+        say(f"{name}: {_accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
+            f"{out['protocol']['best_epoch']})")
     if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
         gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
         say(f"{cfg.model} - {BASELINE}: {gain:+.1f} test accuracy points")
