@@ -140,6 +140,23 @@ def test_reads_every_table_kind(graph, kind, budget):
     close(result.logits)
 
 
+@pytest.mark.parametrize("kind", ["host", "int8"])
+def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hot_rows(graph, kind):
+    # A budget below the staged input but above 1 % of its rows: the
+    # highest-degree rows go to a device cache, in the kind's stored form
+    # (an Int8Table's packed rows; it once got no cache at all).
+    table, rows = table_of(kind, graph.features)
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=3)
+    result = layerwise(model, graph, table, device_budget=1500, chunk_nodes=16, chunk_edges=32)
+    assert any(t.startswith("layer 0 input cache: device") for t in result.report.tables), \
+        result.report.tables
+    np.testing.assert_allclose(logits(result), reference(model, graph, rows), rtol=1e-4,
+                               atol=1e-4)
+    assert not table.closed  # the caller's table: only the cache was released
+    close(table)
+    close(result.logits)
+
+
 @pytest.mark.parametrize("name", NEIGHBOUR_MODELS)
 def test_outputs_over_the_budget_go_to_host_tables(graph, name):
     model = build(name, 6, 8, 7, 3, dropout=0.5, seed=4)

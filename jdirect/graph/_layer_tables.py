@@ -17,8 +17,9 @@ import numpy as np
 
 from .. import host_memory, placement
 from ..gather import gather
+from .._table_base import RegisteredTable, TableBase
+from ..cached_table import CachedTable, TableCache
 from ..host_table import HostTable
-from ..cached_table import CachedTable
 from ..table import Table
 
 Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
@@ -118,14 +119,15 @@ MIN_CACHED_SHARE = 0.01
 def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
                   report: Report) -> tuple[Input, np.ndarray | None]:
     """(`table` read through a device cache of its rows of highest `counts`
-    in `room` bytes, bool[rows] marking them) for a HostTable (one that
-    did not fit whole), else (`table`, None). Counts the cached rows' copy
-    in `report`."""
-    if not isinstance(table, HostTable):
+    in `room` bytes, bool[rows] marking them) for a table kind a cache can
+    wrap (a HostTable or an Int8Table that did not fit whole), else
+    (`table`, None). Counts the cached rows' copy in `report`."""
+    if not isinstance(table, RegisteredTable):
         return table, None
     rows = table.shape[0]
-    room = int(min(room, table.nbytes)) - 4 * rows  # less the cache's slot of each row
-    if room < MIN_CACHED_SHARE * table.nbytes:
+    stored = rows * table.row_bytes
+    room = int(min(room, stored)) - 4 * rows  # less the cache's slot of each row
+    if room < MIN_CACHED_SHARE * stored:
         return table, None
     cached = CachedTable.from_counts(table, counts, room)
     hot = np.zeros(rows, bool)
@@ -168,10 +170,10 @@ def on_host(table: Input) -> bool:
 
 def link_row_bytes(table: Input) -> int:
     """Bytes a row read from `table` moves over the link: the stored row
-    (an Int8Table's packed one; a CachedTable's rows all counted as misses)."""
-    while not isinstance(table, HostTable) and hasattr(table, "table"):
+    (an Int8Table's packed one; a cache's rows all counted as misses)."""
+    if isinstance(table, TableCache):
         table = table.table
-    if isinstance(table, HostTable):
+    if isinstance(table, RegisteredTable):
         return table.row_bytes
     return nbytes(table.shape[1:], table.dtype)
 
@@ -183,7 +185,7 @@ def release(table: Input, owned: bool, after: Any = None) -> None:
     if not owned:
         return
     jax.block_until_ready(after)
-    if isinstance(table, (HostTable, CachedTable)):
-        table.close()  # a CachedTable: its cache only
+    if isinstance(table, TableBase):
+        table.close()  # a cache: its cache only, never the table it wraps
     elif isinstance(table, jax.Array):
         table.delete()
