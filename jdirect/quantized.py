@@ -45,34 +45,64 @@ def quantize_rows(array: Any, out: np.ndarray | None = None) -> np.ndarray:
         raise TypeError(f"quantize_rows needs a floating-point array, got {array.dtype.name}")
     if array.ndim != 2:
         raise ValueError(f"quantize_rows needs a 2-D array, got shape {array.shape}")
-    _refuse(~np.isfinite(array), "finite values", "NaN or infinite values")
-    with np.errstate(over="ignore"):
-        values = array.astype(np.float32)
-    _refuse(np.isinf(values), f"values within float32's range (|x| <= {float(_F32.max):.7g})",
-            "values beyond it")
-    peak = np.abs(values).max(axis=1, initial=0.0)
+    shape = (array.shape[0], array.shape[1] + 4)
+    packed = np.empty(shape, np.uint8) if out is None else out
+    if packed.shape != shape or packed.dtype != np.uint8:
+        raise ValueError(f"out must be uint8 of shape {shape}, got {packed.dtype.name} {packed.shape}")
+    # In blocks of rows: a whole-table pass would hold ~3 float32 copies of a
+    # table that may be most of the host's memory (papers100M: 57 GB each).
+    nonfinite, beyond = _Refusals(), _Refusals()
+    for start in range(0, array.shape[0], _BLOCK_ROWS):
+        block = array[start:start + _BLOCK_ROWS]
+        nonfinite.add(~np.isfinite(block), start)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = block.astype(np.float32)
+        beyond.add(np.isinf(values) & np.isfinite(block), start)
+        _pack(values, packed[start:start + _BLOCK_ROWS])
+    nonfinite.check("finite values", "NaN or infinite values")
+    beyond.check(f"values within float32's range (|x| <= {float(_F32.max):.7g})",
+                 "values beyond it")
+    return packed
+
+
+_BLOCK_ROWS = 1 << 16
+
+
+def _pack(values: np.ndarray, out: np.ndarray) -> None:
+    """quantize_rows of float32 `values` [n, d] into `out` [n, d + 4]."""
+    with np.errstate(invalid="ignore"):  # rows of a refused table pack garbage
+        peak = np.abs(values).max(axis=1, initial=0.0)
     scale = np.maximum(peak / np.float32(127), _F32.tiny)
     with np.errstate(over="ignore"):
         overflows = np.isinf(np.float32(127) * scale)
     scale[overflows] = np.nextafter(scale[overflows], np.float32(0))
     scale[peak == 0] = 1.0
-    shape = (array.shape[0], array.shape[1] + 4)
-    packed = np.empty(shape, np.uint8) if out is None else out
-    if packed.shape != shape or packed.dtype != np.uint8:
-        raise ValueError(f"out must be uint8 of shape {shape}, got {packed.dtype.name} {packed.shape}")
-    q = np.clip(np.rint(values / scale[:, None]), -127, 127)
-    packed[:, :-4] = q.astype(np.int8).view(np.uint8)
-    packed[:, -4:] = scale.astype("<f4")[:, None].view(np.uint8)
-    return packed
+    with np.errstate(invalid="ignore"):
+        q = np.clip(np.rint(values / scale[:, None]), -127, 127)
+        out[:, :-4] = q.astype(np.int8).view(np.uint8)
+    out[:, -4:] = scale.astype("<f4")[:, None].view(np.uint8)
 
 
-def _refuse(bad: np.ndarray, needs: str, found: str) -> None:
-    """Raises ValueError naming how many elements of `bad` (a [n, d] mask)
-    are set, in how many rows, and the first row."""
-    if bad.any():
+class _Refusals:
+    """Counts the elements and rows of [n, d] masks over blocks of rows."""
+
+    def __init__(self) -> None:
+        self.elements = self.rows = 0
+        self.first: int | None = None
+
+    def add(self, bad: np.ndarray, start: int) -> None:
         rows = np.flatnonzero(bad.any(axis=1))
-        raise ValueError(f"quantize_rows needs {needs}: {bad.sum()} {found}, in {rows.size} rows "
-                         f"(first: row {rows[0]})")
+        if rows.size:
+            self.elements += int(bad.sum())
+            self.rows += rows.size
+            self.first = start + int(rows[0]) if self.first is None else self.first
+
+    def check(self, needs: str, found: str) -> None:
+        """Raises ValueError naming how many elements were set, in how many
+        rows, and the first row."""
+        if self.elements:
+            raise ValueError(f"quantize_rows needs {needs}: {self.elements} {found}, in "
+                             f"{self.rows} rows (first: row {self.first})")
 
 
 def decode_rows(packed: jax.Array, dtype: Any = jnp.float32) -> jax.Array:

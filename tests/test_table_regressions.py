@@ -107,6 +107,25 @@ def test_int8_float64_beyond_float32_range_is_refused_as_such(big):
     assert "NaN" not in str(err.value)
 
 
+def test_int8_quantizes_in_blocks_of_rows_as_in_one_pass(monkeypatch):
+    # Blocks bound the float32 temporaries (a papers100M-sized table would
+    # need ~3 float32 copies in one pass); rows are packed independently, and
+    # a refusal counts over every block and names the first row.
+    from jdirect import quantized
+
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal((50, 6)) * rng.uniform(0, 1e3, (50, 1))
+    values[9] = 0
+    whole = quantized.quantize_rows(values)
+    monkeypatch.setattr(quantized, "_BLOCK_ROWS", 4)
+    np.testing.assert_array_equal(quantized.quantize_rows(values), whole)
+    values[[13, 41], 2] = np.nan
+    values[30, 0] = 1e300
+    with pytest.raises(ValueError, match=r"finite values: 2 NaN or infinite values, in 2 rows "
+                                         r"\(first: row 13\)"):
+        quantized.quantize_rows(values)
+
+
 def test_int8_float64_at_float32_max_is_accepted():
     values = np.array([[float(F32.max), 1.0]])  # float64, representable in float32
     assert np.isfinite(decoded(values)).all()
