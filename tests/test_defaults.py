@@ -5,8 +5,6 @@ of large scale (the products preset's ln 47 plateau)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,9 +17,8 @@ from jdirect.graph.models import build, dropout_masks, sampling_fanouts
 from jdirect.graph.training import TrainConfig
 from jdirect.graph.training.config import load_config
 from jdirect.graph.training.trainer import Trainer, train_and_evaluate
+from conftest import CONFIGS
 from test_loaders import write_ogb
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def test_default_configuration_puts_graphsage_above_the_mlp(tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import gpu_only
+from conftest import CONFIGS, gpu_only
 from jdirect.graph import synthetic
 from jdirect.graph.training import steps
 from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
@@ -192,13 +192,13 @@ def test_a_featureless_graph_without_embedding_is_refused(featureless):
 
 
 def test_flags_set_the_embedding_and_the_default_config_is_unchanged():
-    default = load_config("default")
+    default = load_config("default", configs=CONFIGS)
     assert default == TrainConfig(dataset="small", batch_size=256, epochs=8, min_steps=100)
     assert default.embedding_dim == 0 and default.features == "jdirect"
     cfg = apply_flags(default, dict(embedding_dim=32, embedding_optimizer="sgd",
                                     embedding_lr=0.1))
     assert (cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr) == (32, "sgd", 0.1)
-    learned = load_config("products_learned").validate()
+    learned = load_config("products_learned", configs=CONFIGS).validate()
     assert (learned.dataset, learned.embedding_dim) == ("products-featureless", 128)
 
 

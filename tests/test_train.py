@@ -4,12 +4,12 @@ ones, nothing waits per step, runs resume exactly, settings are validated."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
+from conftest import CONFIGS
 from jdirect import gather
 from jdirect.graph import synthetic
 from jdirect.graph.features import SOURCES, FeatureSource
@@ -233,11 +233,10 @@ def test_epoch_and_run_figures_carry_the_shared_metric_names(graph):
 
 
 def test_configurations_load_by_name_and_flags_apply_over_them(tmp_path):
-    configs = Path(__file__).resolve().parents[1] / "configs"
-    tiny = load_config("tiny", configs=configs)
-    assert tiny.dataset == "tiny" and load_config(dataset="tiny", configs=configs) == tiny
-    assert load_config(configs=configs).dataset == load_config("default",
-                                                               configs=configs).dataset
+    tiny = load_config("tiny", configs=CONFIGS)
+    assert tiny.dataset == "tiny" and load_config(dataset="tiny", configs=CONFIGS) == tiny
+    assert load_config(configs=CONFIGS).dataset == load_config("default",
+                                                               configs=CONFIGS).dataset
     path = tmp_path / "mine.py"
     path.write_text("from jdirect.graph.training import TrainConfig\n"
                     "def get_config():\n    return TrainConfig(hidden=7)\n")
@@ -247,4 +246,4 @@ def test_configurations_load_by_name_and_flags_apply_over_them(tmp_path):
     with pytest.raises(ValueError, match="hidden"):
         apply_flags(tiny, dict(hidden=0))
     with pytest.raises(ValueError, match="no configuration 'nope'"):
-        load_config("nope", configs=configs)
+        load_config("nope", configs=CONFIGS)
