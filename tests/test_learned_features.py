@@ -259,3 +259,21 @@ def test_a_damaged_embedding_file_falls_back_to_the_older_checkpoint(featureless
             t.fit(log=lines.append)
         assert any("resumed" in line and "epoch 0" in line for line in lines), lines
         np.testing.assert_array_equal(t.learned.table.numpy(), after_epoch_0)
+
+
+def test_an_evaluation_input_too_large_is_refused_before_training(graph, monkeypatch):
+    # With given features the full-split evaluation copies [features,
+    # embedding] rows after training; a run must not train for hours first.
+    from jdirect import host_memory
+
+    check = host_memory.check_host_room
+
+    def short_of_room(nbytes, what):
+        if "evaluation" in what:
+            raise MemoryError(f"jdirect: refusing {what}")
+        check(nbytes, what)
+
+    monkeypatch.setattr(host_memory, "check_host_room", short_of_room)
+    with pytest.raises(MemoryError, match="full-split evaluation's input rows"):
+        Trainer(graph, config(full_eval=True))
+    Trainer(graph, config(full_eval=False)).close()

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from .. import models
 from ..batch import check_config, layer_caps
 from ..data import Graph, load_graph
+from ... import host_memory
 from ...host_table import HostTable
 from .. import inference
 from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
@@ -170,6 +171,14 @@ class Trainer:
             graph.num_nodes, cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr,
             seed=cfg.seed) if cfg.embedding_dim else None
         try:
+            if self.learned is not None and given and cfg.full_eval:
+                # The full-split evaluation's input, [features, embedding] rows
+                # (`LearnedFeatures.input_table`), is made after training:
+                # refuse now what could not be made then.
+                host_memory.check_host_room(
+                    graph.num_nodes * (given + cfg.embedding_dim) * 4,
+                    "the full-split evaluation's input rows (given features and the "
+                    "embedding, float32; --no-full-eval evaluates sampled only)")
             model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden,
                                  graph.num_classes, len(cfg.fanouts), dropout=cfg.dropout,
                                  seed=cfg.seed)
