@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Device session for issue 18 item 4 (learned host-resident embeddings in
-# the trainer): `products` with its given features in host memory
-# (--features jdirect) against `products_learned` (the same graph without
-# features, a learned 128-dim embedding alone), GraphSAGE and the MLP
-# baseline each, then the learned SAGE epoch with each sparse optimizer, then
+# Device session for issue 18 item 4 (learned embeddings in the trainer):
+# `products` with its given features in host memory (--features jdirect)
+# against `products_learned` (the same graph without features, a learned
+# 128-dim embedding alone; its tables in device memory, auto, and in host
+# memory), GraphSAGE and the MLP baseline each, then the learned SAGE epoch
+# with each sparse optimizer (auto memory), then
 # tests/test_learned_features.py on the GPU. Every command runs under
 # `timeout`, within a total of ~470 s on an H200. Metrics JSON, logs and a
 # summary (embtrain-summary.json: epoch times past the first epoch, which
@@ -29,7 +30,9 @@ run() {  # run NAME SECONDS ARGS...: the CLI with its metrics in $OUT/NAME.json
 }
 
 run given 120 --config products --features jdirect
+# auto: the tables (1.25 GB + Adam's moments) fit the GPU, so device memory.
 run learned 130 --config products_learned
+run learned-host 130 --config products_learned --embedding-memory host --no-baseline
 for opt in sgd adagrad; do
   run "learned-$opt" 70 --config products_learned --embedding-optimizer "$opt" --epochs 2 \
     --no-baseline --no-full-eval
@@ -50,7 +53,8 @@ for path in sorted(out.glob("given.json")) + sorted(out.glob("learned*.json")):
         summary[f"{path.stem}/{model}"] = dict(
             epoch_s=statistics.median(warm) if warm else None,
             test_acc=m[model].get("test_acc"), sampled_test_acc=m[model].get("sampled_test_acc"),
-            optimizer=m["config"]["embedding_optimizer"] if m["config"]["embedding_dim"] else None)
+            optimizer=m["config"]["embedding_optimizer"] if m["config"]["embedding_dim"] else None,
+            memory=m["config"].get("embedding_memory") if m["config"]["embedding_dim"] else None)
 for key, row in summary.items():
     print(f"{key:22s} epoch {row['epoch_s'] or float('nan'):7.3f} s  test {row['test_acc']}")
 given = summary.get("given/sage", {}).get("epoch_s")

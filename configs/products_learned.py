@@ -1,7 +1,9 @@
 """ogbn-products-sized graph without features (`products-featureless`: the
 `products` preset's nodes, edges, labels and splits): each node's input is a
-learned 128-dim float32 embedding in host memory (1.25 GB, and 2.5 GB of
-lazy Adam moments), trained row-wise inside each step. The other settings
+learned 128-dim float32 embedding (1.25 GB, and 2.5 GB of lazy Adam
+moments; on a GPU with room for them, in device memory: `embedding_memory`
+auto; `--embedding-memory host` keeps them in host memory), trained row-wise
+inside each step. The other settings
 are `products`'; the MLP baseline learns embeddings too, so the gap between
 the two is what the neighbourhoods give."""
 

@@ -46,7 +46,7 @@ from jdirect.graph.models import MODELS  # noqa: E402
 from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E402
                               check_metrics_path)
 from jdirect.graph.training import parallel  # noqa: E402
-from jdirect.graph.training.learned import OPTIMIZERS  # noqa: E402
+from jdirect.graph.training.learned import MEMORY, OPTIMIZERS  # noqa: E402
 from jdirect.graph.training.config import (FEATURE_DTYPES, MAX_SEED,  # noqa: E402
                                            SAMPLERS, apply_flags, load_config,
                                            parse_fanouts)
@@ -131,6 +131,8 @@ def parser() -> argparse.ArgumentParser:
         help="the learned embedding's row-wise sparse optimizer")
     add("--embedding-lr", type=_number(float, 0, open_low=True),
         help="the learned embedding's learning rate")
+    add("--embedding-memory", choices=list(MEMORY),
+        help="where the learned embedding and its moments live (auto: the GPU when they fit)")
     add("--sampler", choices=SAMPLERS, help="where neighbours are sampled (auto: GPU if present)")
     add("--no-overlap", dest="overlap", action="store_false", default=None,
         help="device sampler, jdirect modes: read each batch's rows in its own step instead "

@@ -119,19 +119,19 @@ def test_the_step_updates_the_touched_rows_as_optax_on_a_dense_table(graph, feat
 
 @pytest.mark.gpu
 @gpu_only
-def test_device_sampler_programs_thread_the_embedding_through_their_loops(graph):
+@pytest.mark.parametrize("memory", ["host", "device"])
+def test_device_sampler_programs_thread_the_embedding_through_their_loops(graph, memory):
     """The device sampler's programs: n steps per call (a fori_loop whose
-    carry holds the tokens) and the pipelined read equal one step per call
-    without it, in losses and in the trained table. (On a GPU only: these
-    programs compile for minutes on a CPU.)"""
+    carry holds the tokens, or the device tables) and the pipelined read
+    equal one step per call without it, in losses and in the trained table.
+    (On a GPU only: these programs compile for minutes on a CPU.)"""
     results = []
     for steps_per_call, overlap in ((1, False), (3, False), (3, True)):
         cfg = config(sampler="device", steps_per_call=steps_per_call, overlap=overlap,
-                     epochs=1)
+                     epochs=1, embedding_memory=memory)
         with Trainer(graph, cfg) as t:
             loss = t.train_epoch(0)["loss"]
-            t.learned.settle(t.state[1])
-            results.append((loss, t.learned.table.numpy().copy()))
+            results.append((loss, trained_rows(t)))
     for loss, table in results[1:]:
         np.testing.assert_allclose(loss, results[0][0], rtol=1e-5)
         np.testing.assert_allclose(table, results[0][1], rtol=1e-5, atol=1e-6)
@@ -277,3 +277,69 @@ def test_an_evaluation_input_too_large_is_refused_before_training(graph, monkeyp
     with pytest.raises(MemoryError, match="full-split evaluation's input rows"):
         Trainer(graph, config(full_eval=True))
     Trainer(graph, config(full_eval=False)).close()
+
+
+def trained_rows(t: Trainer) -> np.ndarray:
+    """The embedding table of a trainer's current state, wherever it lives."""
+    emb = t.state[1]
+    if emb.on_device:
+        return np.asarray(emb.leaves[0])
+    t.learned.settle(emb)
+    return t.learned.table.numpy().copy()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_device_tables_train_as_host_tables(featureless, optimizer):
+    """The same run with the tables in device memory (arrays in the step
+    state, the optimizers' jnp rules) and in host memory (HostTables, the
+    fused update): the same losses and table, to float32 rounding."""
+    runs = {}
+    for memory in ("host", "device"):
+        cfg = config(embedding_optimizer=optimizer, embedding_memory=memory, full_eval=True)
+        with Trainer(featureless, cfg) as t:
+            assert t.learned.memory == memory and t.state[1].on_device == (memory == "device")
+            out = t.fit(log=lambda line: None)
+            runs[memory] = ([m["loss"] for m in out["history"]], trained_rows(t), out)
+    (host_loss, host_rows, host_out), (dev_loss, dev_rows, dev_out) = runs["host"], runs["device"]
+    np.testing.assert_allclose(dev_loss, host_loss, rtol=1e-5)
+    np.testing.assert_allclose(dev_rows, host_rows, rtol=1e-4, atol=1e-6)
+    assert abs(dev_out["test_acc"] - host_out["test_acc"]) <= 0.02  # full split, same model
+
+
+@pytest.mark.parametrize("first, then", [("device", "device"), ("host", "device"),
+                                         ("device", "host")])
+def test_device_tables_resume_and_move_between_placements(featureless, tmp_path, first, then):
+    """A step file holds no device table (`EmbeddingState.light`); the
+    tables' own file is the same for both placements, so a run resumes in
+    either and equals the uninterrupted one."""
+    cfg = config(embedding_optimizer="adam", epochs=2)
+    with Trainer(featureless, cfg.replace(embedding_memory=then)) as t:
+        whole = t.fit(log=lambda line: None)
+        whole_rows = trained_rows(t)
+    part = cfg.replace(checkpoint_dir=str(tmp_path))
+    with Trainer(featureless, part.replace(epochs=1, embedding_memory=first)) as t:
+        t.fit(log=lambda line: None)
+    step_file = tmp_path / "epoch-00000000.npz"
+    table_bytes = featureless.num_nodes * cfg.embedding_dim * 4
+    assert step_file.stat().st_size < table_bytes  # the tables are in embeddings/ only
+    with Trainer(featureless, part.replace(embedding_memory=then)) as t:
+        resumed = t.fit(log=lambda line: None)
+        np.testing.assert_allclose(trained_rows(t), whole_rows, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose([m["loss"] for m in resumed["history"]],
+                               [m["loss"] for m in whole["history"]], rtol=1e-5)
+
+
+def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_values(
+        monkeypatch):
+    from jdirect.graph.training import learned
+    from jdirect.graph.training.learned import embedding_memory
+
+    assert embedding_memory("auto", 1 << 20) == "host"  # CPU backend: no device memory
+    # A GPU: the tables and a step's new version of them in half the free memory.
+    monkeypatch.setattr(learned, "device_free_bytes", lambda: 4 << 20)
+    assert embedding_memory("auto", 1 << 20) == "device"
+    assert embedding_memory("auto", (1 << 20) + 1) == "host"
+    monkeypatch.undo()
+    assert embedding_memory("device", 1 << 40) == "device"
+    with pytest.raises(ValueError, match=r"^embedding_memory must be one of"):
+        config(embedding_memory="gpu").validate()

@@ -79,6 +79,7 @@ def test_config_file_mistakes_are_one_line_errors(tmp_path, capsys, body, proble
 @pytest.mark.parametrize("flags, name", [
     (["--seed", "18446744073709551617"], "--seed"), (["--seed", "-1"], "--seed"),
     (["--lr", "inf"], "lr"), (["--lr", "nan"], "--lr"),
+    (["--embedding-memory", "gpu"], "--embedding-memory"),
 ])
 def test_bad_numbers_are_one_line_errors(flags, name, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -209,6 +210,7 @@ def test_help_shows_the_configurations_and_the_defaults(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "one of default, papers100m, products, products_learned, tiny" in out
     assert "(default: 15,10,5)" in out and "(default: jdirect)" in out
+    assert "--embedding-memory {auto,host,device}" in out and "(default: auto)" in out
 
 
 def test_progress_bars_are_not_drawn_into_a_log_file(tmp_path):

@@ -21,7 +21,7 @@ from ..data import DATASETS
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
 from ..features import ENCODINGS, SOURCES
 from ..models import MODELS, sampling_fanouts
-from .learned import OPTIMIZERS
+from .learned import MEMORY, OPTIMIZERS
 
 # The run configurations of a source checkout: configs/NAME.py.
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -53,12 +53,16 @@ class TrainConfig:
         table lives and how a step reads its rows); "none" ignores the
         graph's features (the learned embedding is the input alone).
       embedding_dim: > 0: each node's input also holds its row of a learned
-        (num_nodes, embedding_dim) float32 table in host memory, after the
-        given features (training/learned.py); needed by a graph without
-        features. 0: off. One device only (`devices` None means 1).
+        (num_nodes, embedding_dim) float32 table, after the given features
+        (training/learned.py); needed by a graph without features. 0: off.
+        One device only (`devices` None means 1).
       embedding_optimizer: the embedding rows' sparse optimizer, "sgd",
         "adagrad" or "adam" (lazy: only touched rows and moments change).
       embedding_lr: its learning rate.
+      embedding_memory: where the table and the optimizer's slots live:
+        "host" (host memory, written in place over PCIe), "device" or
+        "auto" (device memory when they fit twice in half the free device
+        memory, else host; host on the CPU backend).
       cache_fraction: jdirect-cache: share of the (encoded) table's bytes
         on the device (0.2: measured on products and papers100m); None: as
         many rows as fit in half the free device memory (none on the CPU
@@ -116,6 +120,7 @@ class TrainConfig:
     embedding_dim: int = 0
     embedding_optimizer: str = "adam"
     embedding_lr: float = 1e-2
+    embedding_memory: str = "auto"
     cache_fraction: float | None = 0.2
     row_encoding: str = "auto"
     sampler: str = "auto"
@@ -213,6 +218,8 @@ def _check_embedding(cfg: TrainConfig) -> None:
            f"must be one of {tuple(OPTIMIZERS)}, got {cfg.embedding_optimizer!r}")
     _check(math.isfinite(cfg.embedding_lr) and cfg.embedding_lr > 0, "embedding_lr",
            f"must be a finite number > 0, got {cfg.embedding_lr!r}")
+    _check(cfg.embedding_memory in MEMORY, "embedding_memory",
+           f"must be one of {MEMORY}, got {cfg.embedding_memory!r}")
     _check(cfg.features != "none" or cfg.embedding_dim > 0, "features",
            "'none' leaves the model no input: learn one with embedding_dim > 0 "
            "(--embedding-dim)")

@@ -169,7 +169,7 @@ class Trainer:
         # of a table too large, before the model's (dim, hidden) weights.
         self.learned = LearnedFeatures(
             graph.num_nodes, cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr,
-            seed=cfg.seed) if cfg.embedding_dim else None
+            seed=cfg.seed, memory=cfg.embedding_memory) if cfg.embedding_dim else None
         try:
             if self.learned is not None and given and cfg.full_eval:
                 # The full-split evaluation's input, [features, embedding] rows
@@ -301,15 +301,19 @@ class Trainer:
             if ckpt is not None:
                 tables = None if self.learned is None else functools.partial(
                     self.learned.restore, ckpt.directory)
-                restored = ckpt.restore_latest(dict(state=self.state, best=self.state),
-                                               companion=tables)
+                light = self._checkpointed(self.state)
+                restored = ckpt.restore_latest(dict(state=light, best=light), companion=tables)
                 if restored is not None:
                     saved, meta = restored
-                    self.state = saved["state"]
                     self.history = list(meta["history"])
                     first = meta["epoch"] + 1
-                    best = dict(state=saved["best"], **_best_of(
-                        self.history if self.learned is None else self.history[-1:]))
+                    if self.learned is None:
+                        self.state = saved["state"]
+                        best = dict(state=saved["best"], **_best_of(self.history))
+                    else:  # the last epoch is the best (see below)
+                        model_state, emb = saved["state"]
+                        self.state = (model_state, self.learned.resumed(emb))
+                        best = dict(state=self.state, **_best_of(self.history[-1:]))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
                 log(f"feature rows: {self.source.describe()}")
@@ -331,7 +335,8 @@ class Trainer:
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
                     if self.learned is not None:  # first: a step file has its tables
                         self.learned.save(ckpt.directory, epoch, self.state[1])
-                    ckpt.save(epoch, dict(state=self.state, best=best["state"]), self.history)
+                    ckpt.save(epoch, dict(state=self._checkpointed(self.state),
+                                          best=self._checkpointed(best["state"])), self.history)
                     if self.learned is not None:
                         self.learned.prune(ckpt.directory, ckpt.epochs())
                 if on_epoch is not None:
@@ -352,6 +357,11 @@ class Trainer:
             best_epoch=LAST_LEARNED if self.learned is not None else
             BEST_VAL if len(self.graph.val) else LAST_NO_VAL, eval_max=cfg.eval_max)
         return out
+
+    def _checkpointed(self, state: Any) -> Any:
+        """`state` as a step checkpoint holds it: a learned embedding's
+        device tables go to their own file (`LearnedFeatures.save`)."""
+        return state if self.learned is None else (state[0], state[1].light())
 
     def full_accuracy(self, state: Any) -> dict[str, float | None]:
         """{"val", "test"}: accuracy of `state`'s model over every node of the
