@@ -335,8 +335,8 @@ def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_
     from jdirect.graph.training.learned import embedding_memory
 
     assert embedding_memory("auto", 1 << 20) == "host"  # CPU backend: no device memory
-    # A GPU: the tables and a step's new version of them in half the free memory.
-    monkeypatch.setattr(learned, "device_free_bytes", lambda: 4 << 20)
+    # A GPU: six versions of the tables (queued steps') in half the free memory.
+    monkeypatch.setattr(learned, "device_free_bytes", lambda: 12 << 20)
     assert embedding_memory("auto", 1 << 20) == "device"
     assert embedding_memory("auto", (1 << 20) + 1) == "host"
     monkeypatch.undo()

@@ -61,8 +61,9 @@ class TrainConfig:
       embedding_lr: its learning rate.
       embedding_memory: where the table and the optimizer's slots live:
         "host" (host memory, written in place over PCIe), "device" or
-        "auto" (device memory when they fit twice in half the free device
-        memory, else host; host on the CPU backend).
+        "auto" (device memory when six versions of them, those of the
+        queued steps, fit in half the free device memory, else host; host
+        on the CPU backend).
       cache_fraction: jdirect-cache: share of the (encoded) table's bytes
         on the device (0.2: measured on products and papers100m); None: as
         many rows as fit in half the free device memory (none on the CPU

@@ -15,8 +15,8 @@ Where the tables live (`TrainConfig.embedding_memory`, `embedding_memory`):
 host memory (HostTables, updated in place by the GPU over PCIe: tables
 larger than the GPU) or device memory (arrays in the step state, updated
 functionally: tables that fit, read and written at device-memory speed).
-`auto` picks device memory when the tables fit twice in half the free
-device memory. Why (H200, products without features, Adam, 2026-11-25):
+`auto` picks device memory when the tables fit six times (the versions
+of queued steps) in half the free device memory. Why (H200, products without features, Adam, 2026-11-25):
 with the tables in host memory an epoch took 5.1 s against 0.97 s with
 the given features in host memory, and its floor is 2.4 s: Adam reads and
 writes the row and two moments of 83M rows an epoch, 128 GB each way.
@@ -199,19 +199,25 @@ def _join(x: jax.Array, rows: jax.Array) -> jax.Array:
 
 
 MEMORY = ("auto", "host", "device")  # TrainConfig.embedding_memory
+# Versions of device tables alive at once: a step's inputs and outputs, and
+# those of the steps queued behind it (steps.InFlight's depth, 4).
+_VERSIONS = 6
 
 
 def embedding_memory(memory: str, nbytes: int) -> str:
     """"host" or "device": where a run's embedding table and its slots
     (`nbytes` together) live, for `memory` in MEMORY.
 
-    auto: device memory when the tables and a step's new version of them
-    take at most half the device memory free (a step updates device arrays
-    functionally: its outputs are new arrays beside its inputs), else host
-    memory; the CPU backend: host memory (its device arrays are host memory
-    too, and host tables are written in place). Rows on the device are read
-    and written at device-memory speed; host tables cost their bytes over
-    PCIe each way (Adam: the row and two moments, read and written).
+    auto: device memory when `_VERSIONS` versions of the tables take at most
+    half the device memory free, else host memory; the CPU backend: host
+    memory (its device arrays are host memory too, and host tables are
+    written in place). A step updates device arrays functionally: its
+    outputs are new arrays beside its inputs (XLA copies each table once a
+    call, without donation: ~1.8 ms a step for products' 3.75 GB on an
+    H200, by its copy bandwidth), and every step queued ahead
+    (`steps.InFlight`) holds its own. Rows on the device are read and
+    written at device-memory speed; host tables cost their bytes over PCIe
+    each way (Adam: the row and two moments, read and written).
 
     Raises:
       ValueError: `memory` not in MEMORY.
@@ -221,7 +227,7 @@ def embedding_memory(memory: str, nbytes: int) -> str:
     if memory != "auto":
         return memory
     free = device_free_bytes()
-    return "device" if free is not None and 2 * nbytes <= free // 2 else "host"
+    return "device" if free is not None and _VERSIONS * nbytes <= free // 2 else "host"
 
 
 class LearnedFeatures:
