@@ -52,7 +52,9 @@ METRICS: dict[str, str] = {
                   "embedding's reads and writes are not counted)",
     "pcie_rows": "rows of the feature source the epoch's training batches read over PCIe "
                  "(cache misses; summed over devices; the host source's staged rows and a "
-                 "learned embedding's rows are not counted)",
+                 "learned embedding's rows are not counted). This and cache_hits are summed "
+                 "in float32 on the device: exact up to 2**24 rows an epoch, within ~1e-4 "
+                 "relative beyond",
     "pcie_gb": "pcie_rows x the stored row's bytes (an int8 row's packed d + 4), 1e9: the "
                "rows' payload over PCIe, not the link's transactions",
     "devices": "devices trained on, over all processes",
