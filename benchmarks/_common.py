@@ -86,3 +86,20 @@ def finish_figure(fig, ax, path: Path, ticks: Sequence[str], ylabel: str) -> Non
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
+
+
+def add_graph_args(p) -> None:
+    """The flags that choose a benchmark's graph (`load_graph_of`)."""
+    p.add_argument("--dataset", default="products" if jax.default_backend() == "gpu" else "small")
+    p.add_argument("--data-dir")
+    p.add_argument("--feature-dtype")
+    p.add_argument("--feature-dim", type=int, help="synthetic presets: feature width")
+
+
+def load_graph_of(args):
+    """The graph `add_graph_args`'s flags name."""
+    from jdirect.graph import load_dataset
+
+    overrides = {k: v for k, v in (("feature_dtype", args.feature_dtype),
+                                   ("feature_dim", args.feature_dim)) if v}
+    return load_dataset(args.dataset, args.data_dir, progress=False, **overrides)

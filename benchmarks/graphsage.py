@@ -36,15 +36,14 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jdirect.graph import load_dataset
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import FULL, SAMPLED, check
 from jdirect.graph.training import steps
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import (finish_figure, host_peak_gb, memory_peaks, print_table, run_meta,
-                     write_json)
+from _common import (add_graph_args, finish_figure, host_peak_gb, load_graph_of, memory_peaks,
+                     print_table, run_meta, write_json)
 from gather import memcpy_gbps
 
 
@@ -148,10 +147,7 @@ def run_mode(graph, cfg: TrainConfig, args, memcpy: float | None, row_bytes: int
 def main() -> None:
     on_gpu = jax.default_backend() == "gpu"
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="products" if on_gpu else "small")
-    p.add_argument("--data-dir")
-    p.add_argument("--feature-dtype")
-    p.add_argument("--feature-dim", type=int, help="synthetic presets: feature width")
+    add_graph_args(p)
     p.add_argument("--samplers", nargs="+", default=["device", "cpu"], choices=["device", "cpu"])
     p.add_argument("--modes", nargs="+", default=list(SOURCES), choices=list(SOURCES),
                    help="feature sources")
@@ -170,9 +166,7 @@ def main() -> None:
     args = p.parse_args()
 
     start = time.perf_counter()
-    overrides = {k: v for k, v in (("feature_dtype", args.feature_dtype),
-                                   ("feature_dim", args.feature_dim)) if v}
-    graph = load_dataset(args.dataset, args.data_dir, progress=False, **overrides)
+    graph = load_graph_of(args)
     made_s = time.perf_counter() - start
     generation_peak = host_peak_gb()  # before any trainer allocates
     print(f"{graph} [{made_s:.1f}s]", flush=True)

@@ -27,13 +27,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jdirect.graph import load_dataset
 from jdirect.graph.features import ENCODINGS
 from jdirect.graph.metrics import check
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import finish_figure, host_peak_gb, memory_peaks, print_table, run_meta, write_json
+from _common import (add_graph_args, finish_figure, host_peak_gb, load_graph_of, memory_peaks,
+                     print_table, run_meta, write_json)
 
 LABELS = ("mode", "encoding", "cache", "rows", "part")  # a record's settings
 COUNTERS = ("cache_hits", "pcie_rows", "pcie_gb")
@@ -81,9 +81,7 @@ def accuracy_runs(graph, cfg: TrainConfig, seeds: int, epochs: int) -> list[dict
 def main() -> None:
     on_gpu = jax.default_backend() == "gpu"
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="products" if on_gpu else "small")
-    p.add_argument("--data-dir")
-    p.add_argument("--feature-dtype")
+    add_graph_args(p)
     p.add_argument("--encodings", nargs="+", default=["float32", "bfloat16", "int8"],
                    choices=ENCODINGS, help="encodings of the jdirect and jdirect-cache runs")
     p.add_argument("--cache-fraction", type=float, default=0.2,
@@ -101,8 +99,7 @@ def main() -> None:
     args = p.parse_args()
 
     start = time.perf_counter()
-    overrides = {"feature_dtype": args.feature_dtype} if args.feature_dtype else {}
-    graph = load_dataset(args.dataset, args.data_dir, progress=False, **overrides)
+    graph = load_graph_of(args)
     made_s = time.perf_counter() - start
     generation_peak = host_peak_gb()
     print(f"{graph} [{made_s:.1f}s]", flush=True)

@@ -17,23 +17,14 @@ from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
 from jdirect.graph.features.encoding import (AUTO_SHARE, SLOT_BYTES, STORED, RowPlan,
                                              plan_rows, row_bytes)
-from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training.trainer import Trainer
 from jdirect.quantized import decode_rows, quantize_rows
+from test_train import config, graph  # noqa: F401 (graph: a fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 HOST_SOURCES = ("jdirect", "jdirect-cache")
 
 
-@pytest.fixture(scope="module")
-def graph():
-    return synthetic("tiny", seed=0, progress=False)
-
-
-def config(**kw) -> TrainConfig:
-    base = dict(dataset="tiny", fanouts=(4, 3), batch_size=64, hidden=16, epochs=2,
-                progress=False, workers=2, sampler="cpu")
-    return TrainConfig(**{**base, **kw})
 
 
 def decoded_table(features: np.ndarray, encoding: str) -> np.ndarray:
