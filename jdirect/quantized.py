@@ -51,35 +51,35 @@ def quantize_rows(array: Any, out: np.ndarray | None = None) -> np.ndarray:
         raise ValueError(f"out must be uint8 of shape {shape}, got {packed.dtype.name} {packed.shape}")
     # In blocks of rows: a whole-table pass would hold ~3 float32 copies of a
     # table that may be most of the host's memory (papers100M: 57 GB each).
+    # Two passes: nothing is written into `out` unless every row is accepted.
+    step = max(1, _BLOCK_BYTES // max(1, 4 * array.shape[1]))
     nonfinite, beyond = _Refusals(), _Refusals()
-    for start in range(0, array.shape[0], _BLOCK_ROWS):
-        block = array[start:start + _BLOCK_ROWS]
+    for start in range(0, array.shape[0], step):
+        block = array[start:start + step]
         nonfinite.add(~np.isfinite(block), start)
         with np.errstate(over="ignore", invalid="ignore"):
-            values = block.astype(np.float32)
-        beyond.add(np.isinf(values) & np.isfinite(block), start)
-        _pack(values, packed[start:start + _BLOCK_ROWS])
+            beyond.add(np.isinf(block.astype(np.float32)) & np.isfinite(block), start)
     nonfinite.check("finite values", "NaN or infinite values")
     beyond.check(f"values within float32's range (|x| <= {float(_F32.max):.7g})",
                  "values beyond it")
+    for start in range(0, array.shape[0], step):
+        _pack(array[start:start + step].astype(np.float32), packed[start:start + step])
     return packed
 
 
-_BLOCK_ROWS = 1 << 16
+_BLOCK_BYTES = 64 << 20  # float32 bytes of a block of rows
 
 
 def _pack(values: np.ndarray, out: np.ndarray) -> None:
-    """quantize_rows of float32 `values` [n, d] into `out` [n, d + 4]."""
-    with np.errstate(invalid="ignore"):  # rows of a refused table pack garbage
-        peak = np.abs(values).max(axis=1, initial=0.0)
+    """quantize_rows of float32 `values` [n, d] (finite) into `out` [n, d + 4]."""
+    peak = np.abs(values).max(axis=1, initial=0.0)
     scale = np.maximum(peak / np.float32(127), _F32.tiny)
     with np.errstate(over="ignore"):
         overflows = np.isinf(np.float32(127) * scale)
     scale[overflows] = np.nextafter(scale[overflows], np.float32(0))
     scale[peak == 0] = 1.0
-    with np.errstate(invalid="ignore"):
-        q = np.clip(np.rint(values / scale[:, None]), -127, 127)
-        out[:, :-4] = q.astype(np.int8).view(np.uint8)
+    q = np.clip(np.rint(values / scale[:, None]), -127, 127)
+    out[:, :-4] = q.astype(np.int8).view(np.uint8)
     out[:, -4:] = scale.astype("<f4")[:, None].view(np.uint8)
 
 

@@ -137,8 +137,9 @@ def test_device_sampler_programs_thread_the_embedding_through_their_loops(graph,
         np.testing.assert_allclose(table, results[0][1], rtol=1e-5, atol=1e-6)
 
 
-def test_concatenated_inputs_train_on_features_and_embedding(graph):
-    with Trainer(graph, config()) as t:
+@pytest.mark.parametrize("memory", ["host", "device"])
+def test_concatenated_inputs_train_on_features_and_embedding(graph, memory):
+    with Trainer(graph, config(embedding_memory=memory, full_eval=True)) as t:
         assert t.source.table is not None  # the given features are read too
         out = t.fit(log=lambda line: None)
     losses = [m["loss"] for m in out["history"]]
@@ -243,11 +244,14 @@ def test_a_table_too_large_is_refused_before_the_model_is_built(featureless, mon
         Trainer(featureless, config(embedding_dim=2**40))
 
 
-def test_a_damaged_embedding_file_falls_back_to_the_older_checkpoint(featureless, tmp_path):
-    cfg = config(embedding_optimizer="adagrad", epochs=2, checkpoint_dir=str(tmp_path))
+@pytest.mark.parametrize("memory", ["host", "device"])
+def test_a_damaged_embedding_file_falls_back_to_the_older_checkpoint(featureless, tmp_path,
+                                                                     memory):
+    cfg = config(embedding_optimizer="adagrad", epochs=2, checkpoint_dir=str(tmp_path),
+                 embedding_memory=memory)
     with Trainer(featureless, cfg.replace(epochs=1)) as t:
         t.fit(log=lambda line: None)
-        after_epoch_0 = t.learned.table.numpy().copy()
+        after_epoch_0 = trained_rows(t)
     with Trainer(featureless, cfg) as t:
         t.fit(log=lambda line: None)
     newest = tmp_path / "embeddings" / "epoch-00000001.npz"
@@ -258,7 +262,7 @@ def test_a_damaged_embedding_file_falls_back_to_the_older_checkpoint(featureless
         with pytest.warns(RuntimeWarning, match="epoch-00000001.*falling back"):
             t.fit(log=lines.append)
         assert any("resumed" in line and "epoch 0" in line for line in lines), lines
-        np.testing.assert_array_equal(t.learned.table.numpy(), after_epoch_0)
+        np.testing.assert_array_equal(trained_rows(t), after_epoch_0)
 
 
 def test_an_evaluation_input_too_large_is_refused_before_training(graph, monkeypatch):
@@ -339,6 +343,9 @@ def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_
     monkeypatch.setattr(learned, "device_free_bytes", lambda: 12 << 20)
     assert embedding_memory("auto", 1 << 20) == "device"
     assert embedding_memory("auto", (1 << 20) + 1) == "host"
+    with pytest.raises(MemoryError, match=r"^jdirect: refusing the learned embedding in "
+                                          r"device memory.*--embedding-memory host\)$"):
+        embedding_memory("device", (12 << 20) + 1)
     monkeypatch.undo()
     assert embedding_memory("device", 1 << 40) == "device"
     with pytest.raises(ValueError, match=r"^embedding_memory must be one of"):

@@ -242,17 +242,21 @@ def test_int8_rows_train_to_float32_accuracy_over_three_seeds(graph):
     assert abs(accuracy["int8"] - accuracy["float32"]) <= 0.02, accuracy
 
 
-def test_full_split_evaluation_keeps_the_graphs_dtype_under_narrower_rows(graph, monkeypatch):
-    # A source's copy may be bfloat16 (`auto` picks it from the free device
-    # memory); the reported accuracy's hidden tables follow feature_dtype.
+def test_full_split_evaluation_reads_the_graphs_rows_not_narrower_ones(graph, monkeypatch):
+    # A source's copy may be bfloat16 or int8 (`auto` picks bfloat16 from the
+    # free device memory): the reported accuracy reads the graph's rows, and
+    # its hidden tables take feature_dtype.
     from jdirect.graph import inference
 
     seen = []
     evaluate = inference.evaluate
-    monkeypatch.setattr(inference, "evaluate", lambda *a, **kw: seen.append(kw) or
-                        evaluate(*a, **kw))
-    cfg = config(features="jdirect", row_encoding="bfloat16", full_eval=True, epochs=1)
-    with Trainer(graph, cfg) as t:
-        assert t.source.table.dtype == ml_dtypes.bfloat16
-        t.fit(log=lambda line: None)
-    assert [np.dtype(kw["table_dtype"]) for kw in seen] == [np.dtype(np.float32)]
+    monkeypatch.setattr(inference, "evaluate", lambda model, graph, table, **kw: seen.append(
+        (table, kw)) or evaluate(model, graph, table, **kw))
+    for encoding, exact in (("bfloat16", False), ("int8", False), ("float32", True)):
+        cfg = config(features="jdirect", row_encoding=encoding, full_eval=True, epochs=1)
+        with Trainer(graph, cfg) as t:
+            assert t.source.exact_rows == exact
+            t.fit(log=lambda line: None)
+            table, kw = seen.pop()
+            assert (table is t.source.table) == exact
+        assert table.dtype == np.dtype(kw["table_dtype"]) == graph.features.dtype

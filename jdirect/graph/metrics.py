@@ -33,7 +33,8 @@ METRICS: dict[str, str] = {
                         "eval_max nodes",
     "sampled_val_acc": "the validation accuracy measured as in training: sampled "
                        "neighbours, at most eval_max nodes",
-    "protocol": "per accuracy of a run, how it was measured",
+    "protocol": "per accuracy of a run, how it was measured; best_epoch: which epoch's model "
+                "is evaluated",
     "epochs": "epochs the run trained (min_steps can raise it above the configuration's)",
     "best_epoch": "the epoch whose model is evaluated: the best validation accuracy's (the "
                   "last without validation nodes, or with a learned embedding, which "

@@ -66,6 +66,8 @@ class FeatureSource(abc.ABC):
         a jdirect table) that the feeds place on every device of the mesh.
       link_row_bytes: bytes one row moves over PCIe (the stored row; 0 for
         a source whose rows never cross it), for `traffic`.
+      exact_rows: `table`'s rows are the graph's features as they are (not
+        a narrower encoding of them), so full-split evaluation may read them.
 
     Args (of every source):
       graph: the graph whose `features` (float[num_nodes, dim]) to place.
@@ -77,6 +79,7 @@ class FeatureSource(abc.ABC):
     encodes_rows: ClassVar[bool] = False
     table: Any = None
     link_row_bytes: int = 0
+    exact_rows: bool = True
     # The figures of `count`, in its order (names of jdirect.graph.metrics).
     COUNTERS: ClassVar[tuple[str, str]] = ("cache_hits", "pcie_rows")
 

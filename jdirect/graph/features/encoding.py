@@ -16,8 +16,8 @@ An encoding that is the table's own dtype opens the table in place, with no
 copy; float16 tables have no encoding of their own name, so `auto` keeps
 them as they are (`STORED`).
 
-`auto` (the default), one rule: every row on the device when it can be,
-narrower rows when it cannot.
+`auto` (the default), one rule: every row as stored when the cache takes
+them all, narrower rows when only a share of them is cached.
   * No separate device memory (the CPU backend): the table as stored, no
     cache: a "device" copy would be a second host copy.
   * The cache budget is half the device memory free when the source opens

@@ -41,6 +41,7 @@ class HostTableSource(FeatureSource):
         self._about = encoding.describe(self.plan, features.shape, features.dtype)
         self.table = self.host = encoding.open_rows(features, self.plan.encoding)
         self.link_row_bytes = self.host.row_bytes
+        self.exact_rows = self.plan.encoding in (encoding.STORED, features.dtype.name)
 
     @staticmethod
     def read(table: Any, input_nodes: jax.Array, staged: Any) -> jax.Array:

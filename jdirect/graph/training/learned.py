@@ -221,12 +221,17 @@ def embedding_memory(memory: str, nbytes: int) -> str:
 
     Raises:
       ValueError: `memory` not in MEMORY.
+      MemoryError: "device", and the tables exceed the free device memory.
     """
     if memory not in MEMORY:
         raise ValueError(f"embedding_memory must be one of {MEMORY}, got {memory!r}")
+    free = device_free_bytes()
+    if memory == "device" and free is not None and nbytes > free:
+        raise MemoryError(f"jdirect: refusing the learned embedding in device memory: its "
+                          f"table and slots take {nbytes / 1e9:.1f} GB, {free / 1e9:.1f} GB "
+                          f"are free; use embedding_memory 'host' (--embedding-memory host)")
     if memory != "auto":
         return memory
-    free = device_free_bytes()
     return "device" if free is not None and _VERSIONS * nbytes <= free // 2 else "host"
 
 
@@ -341,6 +346,8 @@ class LearnedFeatures:
         if self.memory == "host":
             return state
         leaves, self._restored = self._restored, None
+        if leaves is None:
+            raise ValueError("no device tables were restored (restore before resumed)")
         return dataclasses.replace(state, leaves=leaves)
 
     @staticmethod
@@ -371,8 +378,9 @@ class LearnedFeatures:
         return out
 
     def close(self, state: EmbeddingState | None = None) -> None:
-        """Closes the tables, after the writes of `state` (the last state a
-        step returned) have landed."""
+        """Closes the host tables, after the writes of `state` (the last
+        state a step returned) have landed. Device tables are `state`'s
+        leaves: they go when it does (`EmbeddingState.light`)."""
         if self.memory == "device":
             self._initial = self._restored = None  # the arrays go with the last state
             return

@@ -268,7 +268,9 @@ class Trainer:
 
         Returns the history, the test accuracy of the model from the epoch
         with the best validation accuracy (the last epoch when there are no
-        validation nodes), and the devices and processes trained on.
+        validation nodes, or with a learned embedding, which changes in
+        place; `protocol["best_epoch"]` says which), and the devices and
+        processes trained on.
 
         With several processes, every process trains; only process 0 calls
         `log` and `on_epoch` and saves checkpoints. Every process resumes
@@ -295,7 +297,11 @@ class Trainer:
                 multihost_utils.sync_global_devices("jdirect checkpoint directory")
             if not lead:
                 ckpt = Checkpoints(cfg.checkpoint_dir, run_config, read_only=True)
-        best = dict(state=self.state, epoch=-1, val_acc=-1.0)
+        # A learned run evaluates its current state (its tables change in
+        # place): `best` keeps no state of it, which would hold a version of
+        # device tables alive.
+        keep = (lambda: None) if self.learned is not None else (lambda: self.state)
+        best = dict(state=keep(), epoch=-1, val_acc=-1.0)
         first = 0
         try:
             if ckpt is not None:
@@ -313,7 +319,7 @@ class Trainer:
                     else:  # the last epoch is the best (see below)
                         model_state, emb = saved["state"]
                         self.state = (model_state, self.learned.resumed(emb))
-                        best = dict(state=self.state, **_best_of(self.history[-1:]))
+                        best = dict(state=None, **_best_of(self.history[-1:]))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
                 log(f"feature rows: {self.source.describe()}")
@@ -329,14 +335,15 @@ class Trainer:
                 # model has its table, so it is the one evaluated.
                 if m["val_acc"] is None or m["val_acc"] > best["val_acc"] \
                         or self.learned is not None:
-                    best = dict(state=self.state, epoch=epoch, val_acc=m["val_acc"] or 0.0)
+                    best = dict(state=keep(), epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
                     if self.learned is not None:  # first: a step file has its tables
                         self.learned.save(ckpt.directory, epoch, self.state[1])
+                    chosen = self.state if self.learned is not None else best["state"]
                     ckpt.save(epoch, dict(state=self._checkpointed(self.state),
-                                          best=self._checkpointed(best["state"])), self.history)
+                                          best=self._checkpointed(chosen)), self.history)
                     if self.learned is not None:
                         self.learned.prune(ckpt.directory, ckpt.epochs())
                 if on_epoch is not None:
@@ -345,8 +352,9 @@ class Trainer:
             if ckpt is not None:
                 ckpt.close()
         with self.timings.phase("evaluate_s"):
-            sampled = self.evaluate(self.graph.test, best["state"])
-            full = self.full_accuracy(best["state"]) if cfg.full_eval else {}
+            chosen = self.state if self.learned is not None else best["state"]
+            sampled = self.evaluate(self.graph.test, chosen)
+            full = self.full_accuracy(chosen) if cfg.full_eval else {}
         out = dict(history=self.history, best_epoch=best["epoch"],
                    val_acc=full.get("val"), test_acc=full.get("test", sampled),
                    sampled_test_acc=sampled, epochs=self.epochs, devices=self.mesh.size,
@@ -372,13 +380,15 @@ class Trainer:
             state, table = state[0], self.learned.input_table(
                 self.graph.features[:, :self._given], state[1])
             own = table
-        elif table is None:  # a source that stages rows on the CPU keeps no table
+        elif table is None or not self.source.exact_rows:
+            # A source that stages rows on the CPU keeps no table, and one of
+            # narrower rows (bfloat16, int8) is not what is evaluated.
             table = own = HostTable(self.graph.features)
         model, _ = nnx.merge(self.graphdef, jax.device_put(state, jax.local_devices()[0]))
         try:
-            # Hidden tables in the graph's dtype (feature_dtype), not in the
-            # source's row encoding: a reported accuracy must not change
-            # with the device memory that `auto` saw.
+            # The graph's rows and hidden tables in its dtype (feature_dtype),
+            # not in the source's row encoding: a reported accuracy must not
+            # change with the device memory that `auto` saw.
             acc = inference.evaluate(model, self.graph, table, splits=("val", "test"),
                                      table_dtype=self.graph.features.dtype)
         finally:
@@ -393,6 +403,8 @@ class Trainer:
     def _close_learned(self) -> None:
         if self.learned is not None:
             self.learned.close(self.state[1])
+            # Device tables are the state's leaves: drop them with it.
+            self.state = (self.state[0], self.state[1].light())
             self.learned = None
 
     def __enter__(self) -> "Trainer":
