@@ -192,7 +192,7 @@ class Trainer:
                 self.learned.close()
             raise
         if self.learned is not None:
-            self.state = (self.state, self.learned.initial_state())
+            self.state = (self.state, self._placed(self.learned.initial_state()))
         try:
             self.source = SOURCES[features](graph, SourceOptions(
                 rows_per_batch=caps[-1], staging_buffers=cfg.workers,
@@ -318,7 +318,7 @@ class Trainer:
                         best = dict(state=saved["best"], **_best_of(self.history))
                     else:  # the last epoch is the best (see below)
                         model_state, emb = saved["state"]
-                        self.state = (model_state, self.learned.resumed(emb))
+                        self.state = (model_state, self._placed(self.learned.resumed(emb)))
                         best = dict(state=None, **_best_of(self.history[-1:]))
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
@@ -365,6 +365,11 @@ class Trainer:
             best_epoch=LAST_LEARNED if self.learned is not None else
             BEST_VAL if len(self.graph.val) else LAST_NO_VAL, eval_max=cfg.eval_max)
         return out
+
+    def _placed(self, emb: Any) -> Any:
+        """A learned embedding's device tables placed as the model's state
+        and every step's output are (one compilation per step kind)."""
+        return parallel.replicate(self.mesh, emb) if emb.on_device else emb
 
     def _checkpointed(self, state: Any) -> Any:
         """`state` as a step checkpoint holds it: a learned embedding's
