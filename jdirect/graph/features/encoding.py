@@ -45,9 +45,10 @@ unchanged (0.9988 against float32's 0.9987). On a papers100M-sized table
 against 10.7 s for float32. int8 rows move half of bfloat16's bytes, but an
 `Int8Table` read cannot be started ahead (`jdirect.gather_start` falls back
 to the ordinary gather for it), so it does not overlap the update as a
-bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs of every encoding x cache combination,
-their PCIe counters and accuracy over 3 seeds are measured by
-benchmarks/row_encoding.py (benchmarks/run_gpu_compress.sh).
+bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
+of every encoding x cache combination, their PCIe counters and accuracy
+over 3 seeds are measured by benchmarks/row_encoding.py
+(benchmarks/run_gpu_compress.sh).
 """
 
 from __future__ import annotations

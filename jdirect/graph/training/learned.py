@@ -16,9 +16,10 @@ host memory (HostTables, updated in place by the GPU over PCIe: tables
 larger than the GPU) or device memory (arrays in the step state, updated
 functionally: tables that fit, read and written at device-memory speed).
 `auto` picks device memory when the tables fit six times (the versions
-of queued steps) in half the free device memory. Why (H200, products without features, Adam, 2026-11-25):
-with the tables in host memory an epoch took 5.1 s against 0.97 s with
-the given features in host memory, and its floor is 2.4 s: Adam reads and
+of queued steps) in half the free device memory. Why (H200, products
+without features, Adam, 2026-11-25): with the tables in host memory an
+epoch took 5.1 s against 0.97 s with the given features in host memory,
+and its floor is 2.4 s: Adam reads and
 writes the row and two moments of 83M rows an epoch, 128 GB each way.
 
 Ordering. The step state is (the model's state, `EmbeddingState`). Host
