@@ -3,9 +3,9 @@
 # `products` with its given features in host memory (--features jdirect)
 # against `products_learned` (the same graph without features, a learned
 # 128-dim embedding alone; its tables in device memory, auto, and in host
-# memory), GraphSAGE and the MLP baseline each, then the learned SAGE epoch
-# with each sparse optimizer (auto memory), then
-# tests/test_learned_features.py on the GPU. Every command runs under
+# memory, RUN_HOST=0 skips it), GraphSAGE and the MLP baseline each, then the learned SAGE epoch
+# with each sparse optimizer (auto memory; OPTS="" skips these), then
+# tests/test_learned_features.py on the GPU (RUN_TESTS=0 skips it). Every command runs under
 # `timeout`, within a total of ~470 s on an H200. Metrics JSON, logs and a
 # summary (embtrain-summary.json: epoch times past the first epoch, which
 # compiles, accuracies, and the learned/given epoch ratio; the target
@@ -32,8 +32,10 @@ run() {  # run NAME SECONDS ARGS...: the CLI with its metrics in $OUT/NAME.json
 run given 120 --config products --features jdirect
 # auto: the tables (1.25 GB + Adam's moments) fit the GPU, so device memory.
 run learned 130 --config products_learned
-run learned-host 130 --config products_learned --embedding-memory host --no-baseline
-for opt in sgd adagrad; do
+if [ "${RUN_HOST:-1}" = 1 ]; then
+  run learned-host 130 --config products_learned --embedding-memory host --no-baseline
+fi
+for opt in ${OPTS-sgd adagrad}; do
   run "learned-$opt" 70 --config products_learned --embedding-optimizer "$opt" --epochs 2 \
     --no-baseline --no-full-eval
 done
