@@ -497,11 +497,16 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
         say(f"--- {name} ---")
         with timings.phase("place_s"):
             trainer = Trainer(graph, run_cfg, timings=timings)
+        if trainer.learned is not None:  # where auto put the tables decides the epoch's speed
+            say(f"learned input: {run_cfg.embedding_dim}-dim embedding, "
+                f"{run_cfg.embedding_optimizer}, in {trainer.learned.memory} memory")
         with trainer:
             hook = None if metrics is None else (
                 lambda h, name=name: metrics.update(**{name: dict(history=h)}))
             try:
                 out = results[name] = trainer.fit(log=log, on_epoch=hook)
+                if trainer.learned is not None:
+                    out["embedding_memory"] = trainer.learned.memory
             except TrainingDiverged as e:
                 if metrics is not None:
                     metrics.update(error=f"{name}: {e}")
