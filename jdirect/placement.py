@@ -69,15 +69,41 @@ def put(array: np.ndarray, dtype=None, device: jax.Device | None = None) -> jax.
     return put_rows(lambda a, b: array[a:b], array.shape, dtype or array.dtype, device)
 
 
+def _memory_stats() -> dict[str, int] | None:
+    """JAX's allocator statistics of this process's first device, or None
+    on the CPU backend (whose device buffers are host memory)."""
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    return stats if stats and "bytes_limit" in stats else None
+
+
 def device_free_bytes() -> int | None:
     """Bytes JAX's allocator can still hand out on this process's first
     device (its limit less what is in use), or None on the CPU backend,
     whose device buffers are host memory."""
-    device = jax.local_devices()[0]
-    stats = device.memory_stats() if device.platform != "cpu" else None
-    if not stats or "bytes_limit" not in stats:
+    stats = _memory_stats()
+    if stats is None:
         return None
     return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+
+
+def device_block_bytes() -> int | None:
+    """The largest single buffer JAX's allocator can still hand out on this
+    process's first device, or None on the CPU backend.
+
+    Less than `device_free_bytes` when the pool grew in pieces (JAX not
+    preallocating): freed pieces stay in the pool, and a buffer cannot span
+    two. Measured (H100, 2026-11-25): 57 GB refused with 72 GB free, after
+    a 28 GB buffer was freed. This is the larger of the largest free block
+    in the pool and what the pool may still grow by; an allocator that does
+    not report both gets `device_free_bytes`.
+    """
+    stats = _memory_stats()
+    if stats is None:
+        return None
+    if "largest_free_block_bytes" not in stats or "pool_bytes" not in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    return int(max(stats["largest_free_block_bytes"], stats["bytes_limit"] - stats["pool_bytes"]))
 
 
 def replicate_array(x: jax.Array | np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:

@@ -179,6 +179,41 @@ def test_outputs_over_the_budget_go_to_host_tables(graph, name):
     on_host.logits.close()
 
 
+def test_a_table_larger_than_the_allocators_largest_block_goes_to_host(graph, monkeypatch):
+    """A pool grown in pieces can have a table's bytes free but not in one
+    buffer (H100: 57 GB refused with 72 GB free): such a table is neither
+    staged nor made on the device, whatever the budget."""
+    from jdirect import placement
+
+    model = build("sage", 6, 8, 7, 3, dropout=0.5, seed=4)
+    with jdirect.HostTable(graph.features) as features:
+        whole = layerwise(model, graph, features)
+        block = graph.num_nodes * 6 * 4 - 1  # one byte short of the staged input
+        monkeypatch.setattr(placement, "device_block_bytes", lambda: block)
+        split = layerwise(model, graph, features, device_budget=1 << 40, chunk_nodes=16,
+                          chunk_edges=20)
+    assert not any("staged" in t for t in split.report.tables)
+    made = [t for t in split.report.tables if " cache: " not in t]
+    assert made and all(": host" in t for t in made), split.report.tables
+    np.testing.assert_allclose(logits(split), logits(whole), rtol=1e-5, atol=1e-5)
+    split.logits.close()
+
+
+def test_device_block_bytes_is_the_largest_free_block_or_the_pools_growth(monkeypatch):
+    from jdirect import placement
+
+    def stats(**kw):
+        monkeypatch.setattr(placement, "_memory_stats", lambda: dict(bytes_limit=100,
+                                                                   bytes_in_use=10, **kw))
+        return placement.device_block_bytes()
+
+    assert stats() == 90  # no pool statistics: the free bytes
+    assert stats(largest_free_block_bytes=30, pool_bytes=60) == 40  # the pool may grow by 40
+    assert stats(largest_free_block_bytes=50, pool_bytes=60) == 50
+    monkeypatch.setattr(placement, "_memory_stats", lambda: None)
+    assert placement.device_block_bytes() is None  # the CPU backend
+
+
 def test_a_host_input_that_does_not_fit_is_read_per_edge(graph):
     """Budget 0: nothing is staged; every edge reads its source row."""
     model = build("sage", 6, 8, 4, 1, dropout=0.5, seed=5)

@@ -81,7 +81,7 @@ class Output:
                  report: Report):
         dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
         size = nbytes(shape, dtype)
-        self.on_device = size <= budget
+        self.on_device = fits_device(size, budget)
         self.device_bytes = size if self.on_device else 0
         if not self.on_device:
             host_memory.check_host_room(
@@ -126,6 +126,9 @@ def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
         return table, None
     rows = table.shape[0]
     stored = rows * table.row_bytes
+    block = placement.device_block_bytes()
+    if block is not None:  # the cached rows are one buffer
+        room = min(room, block)
     room = int(min(room, stored)) - 4 * rows  # less the cache's slot of each row
     if room < MIN_CACHED_SHARE * stored:
         return table, None
@@ -136,6 +139,16 @@ def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
     report.tables.append(f"{what} cache: device {cached.cached_rows.size:,} of {rows:,} rows "
                          f"(highest degree)")
     return cached, hot
+
+
+def fits_device(size: int, budget: float) -> bool:
+    """Whether a table of `size` bytes goes in device memory: within
+    `budget`, and no larger than the largest buffer the device's allocator
+    can still hand out (`placement.device_block_bytes`)."""
+    if size > budget:
+        return False
+    block = placement.device_block_bytes()
+    return block is None or size <= block
 
 
 def span(a: int, b: int) -> np.ndarray:

@@ -196,7 +196,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         reads = dst.rows + (src.rows if conv.projects
                             else dst.num_edges if model.uses_neighbors else 0)
         if (tables.on_host(table) and reads > src.rows
-                and tables.nbytes(table.shape, table.dtype) <= budget):
+                and tables.fits_device(tables.nbytes(table.shape, table.dtype), budget)):
             staged = tables.Output(f"layer {i} input (staged)", table.shape, table.dtype,
                                    budget, report)
             for a, b in ranges:
