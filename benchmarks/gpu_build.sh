@@ -18,6 +18,8 @@ else
         -DPython_EXECUTABLE="$(which python3)" && ninja -C build/gpu &&
       cp build/gpu/libjdirect_cpu.so build/gpu/libjdirect_cuda.so jdirect/; } >> "$OUT/build.log" 2>&1
   fi
-  mkdir -p build && echo "$stamp" > build/gpu-stamp
+  if python3 -c "import sys, jdirect; sys.exit(not jdirect.has_cuda())" 2> /dev/null; then
+    mkdir -p build && echo "$stamp" > build/gpu-stamp
+  fi
 fi
 python3 -c "import jax, jdirect; print('jax', jax.__version__, jax.devices(), 'cuda lib', jdirect.has_cuda())"

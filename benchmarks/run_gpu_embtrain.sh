@@ -58,7 +58,7 @@ for path in sorted(out.glob("given.json")) + sorted(out.glob("learned*.json")):
             epoch_s=statistics.median(warm) if warm else None,
             test_acc=m[model].get("test_acc"), sampled_test_acc=m[model].get("sampled_test_acc"),
             optimizer=m["config"]["embedding_optimizer"] if m["config"]["embedding_dim"] else None,
-            memory=m["config"].get("embedding_memory") if m["config"]["embedding_dim"] else None)
+            memory=m[model].get("embedding_memory") if m["config"]["embedding_dim"] else None)
 for key, row in summary.items():
     print(f"{key:22s} epoch {row['epoch_s'] or float('nan'):7.3f} s  test {row['test_acc']}")
 given = summary.get("given/sage", {}).get("epoch_s")

@@ -84,15 +84,16 @@ def check_writes(rng: np.random.Generator, memory: str) -> None:
                     _, first = np.unique(np.where(ids < 0, ids + ROWS, ids), return_index=True)
                     ids = ids[np.sort(first)]
                 rows = (rng.standard_normal((ids.size, dim)) * 8).astype(dtype)
+                # bfloat16 adds round in another order than jnp's; sets are exact.
+                loose = op == "add" and dtype == jnp.bfloat16
                 with jdirect.HostTable(jdirect.host_empty(values.shape, dtype, memory=memory)) as t:
                     t.numpy()[...] = values
                     out = jax.jit(lambda t, i, r: jdirect.write_rows(t, i, r, op=op))(t, ids, rows)
                     jax.block_until_ready(out)
                     np.testing.assert_allclose(np.asarray(t.numpy(), np.float32),
                                                _expected(values, ids, rows, op).astype(np.float32),
-                                               # bfloat16 adds round in another order than jnp's
-                                               rtol=5e-2 if dtype == jnp.bfloat16 else 1e-5,
-                                               atol=1.0 if dtype == jnp.bfloat16 else 1e-4)
+                                               rtol=5e-2 if loose else 1e-5,
+                                               atol=1.0 if loose else 1e-4)
     print(f"write_rows set/add ({memory}): every kind matches jnp's scatter")
 
 

@@ -306,9 +306,9 @@ class HostTable(RegisteredTable):
         then unpins its memory; closing again is a no-op.
 
         Results of gathers dispatched but not yet started raise when read,
-        so block on results before closing. A write the GPU refused (e.g.
-        misaligned memory for a fused update) raises from its own results,
-        not from close.
+        so block on results before closing. A write that failed when it ran
+        (on a GPU, errors arrive late) raises here too, after the memory is
+        released, so that no failed write goes unnoticed.
         """
         if self._finalizer is None:
             raise ValueError("this HostTable is a version of a table (a view); close the table "
@@ -320,8 +320,6 @@ class HostTable(RegisteredTable):
             try:
                 if self._written:  # let eager writes land rather than fail
                     jax.block_until_ready(self._after)
-            except jax.errors.JaxRuntimeError:
-                pass  # a refused write: its own results raise it; it wrote nothing
             finally:
                 release(handle, pin, array)
 

@@ -95,15 +95,19 @@ def device_block_bytes() -> int | None:
     preallocating): freed pieces stay in the pool, and a buffer cannot span
     two. Measured (H100, 2026-11-25): 57 GB refused with 72 GB free, after
     a 28 GB buffer was freed. This is the larger of the largest free block
-    in the pool and what the pool may still grow by; an allocator that does
-    not report both gets `device_free_bytes`.
+    in the pool and what the pool may still grow by. Some allocators report
+    the largest free block as 0 (never computed): then the pool's free bytes
+    stand for it. An allocator without the pool's size gets
+    `device_free_bytes`.
     """
     stats = _memory_stats()
     if stats is None:
         return None
-    if "largest_free_block_bytes" not in stats or "pool_bytes" not in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
-    return int(max(stats["largest_free_block_bytes"], stats["bytes_limit"] - stats["pool_bytes"]))
+    used = stats.get("bytes_in_use", 0)
+    if "pool_bytes" not in stats:
+        return int(stats["bytes_limit"] - used)
+    block = stats.get("largest_free_block_bytes") or stats["pool_bytes"] - used
+    return int(max(block, stats["bytes_limit"] - stats["pool_bytes"]))
 
 
 def replicate_array(x: jax.Array | np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:

@@ -210,6 +210,9 @@ def test_device_block_bytes_is_the_largest_free_block_or_the_pools_growth(monkey
     assert stats() == 90  # no pool statistics: the free bytes
     assert stats(largest_free_block_bytes=30, pool_bytes=60) == 40  # the pool may grow by 40
     assert stats(largest_free_block_bytes=50, pool_bytes=60) == 50
+    # A largest block never computed (0): the pool's free bytes stand for it.
+    assert stats(largest_free_block_bytes=0, pool_bytes=100) == 90  # preallocated
+    assert stats(largest_free_block_bytes=0, pool_bytes=40) == 60  # grown to 40 of 100
     monkeypatch.setattr(placement, "_memory_stats", lambda: None)
     assert placement.device_block_bytes() is None  # the CPU backend
 

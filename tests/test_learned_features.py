@@ -355,3 +355,15 @@ def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_
         embedding_memory("device", (12 << 20) + 1)
     with pytest.raises(ValueError, match=r"^embedding_memory must be one of"):
         config(embedding_memory="gpu").validate()
+
+
+def test_the_run_says_where_the_embedding_lives(featureless, tmp_path):
+    from jdirect.graph.training.trainer import train_and_evaluate
+
+    lines: list[str] = []
+    out = train_and_evaluate(config(epochs=1), tmp_path, graph=featureless, baseline=False,
+                             log=lines.append)
+    assert out["sage"]["embedding_memory"] == "host"
+    assert "learned input: 8-dim embedding, adam, in host memory" in lines
+    import json
+    assert json.loads((tmp_path / "metrics.json").read_text())["sage"]["embedding_memory"] == "host"

@@ -10,6 +10,8 @@ shown to be the call that runs, and refused on tables it must not write.
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,10 +191,15 @@ def test_refuses_a_table_over_unaligned_memory(dtype):
     values[...] = 1
     assert values.ctypes.data % itemsize
     opt = OPTIMIZERS["sgd"]()
-    with jdirect.HostTable(values) as table:
-        state = opt.init(table)
-        with pytest.raises(jax.errors.JaxRuntimeError, match="not aligned"):
-            jax.block_until_ready(opt.apply(table, state, jnp.array([1]), jnp.ones((1, 4), dtype)))
+    table = jdirect.HostTable(values)
+    state = opt.init(table)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="not aligned"):
+        jax.block_until_ready(opt.apply(table, state, jnp.array([1]), jnp.ones((1, 4), dtype)))
+    # On a GPU the refusal arrives late, so close reports it again (after
+    # releasing the table): a write that failed is never silent.
+    with contextlib.suppress(jax.errors.JaxRuntimeError):
+        table.close()
+    assert table.closed
     np.testing.assert_array_equal(np.asarray(values, np.float32), 1)  # nothing written
 
 
