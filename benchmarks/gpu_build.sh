@@ -7,9 +7,9 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 # A warm machine keeps ignored build outputs between calls: build again only
 # when the native sources changed since the last build there.
+cuda_built() { python3 -c "import sys, jdirect; sys.exit(not jdirect.has_cuda())" 2> /dev/null; }
 stamp=$(cat ffi/* CMakeLists.txt pyproject.toml | sha1sum | cut -c1-16)
-if [ "$(cat build/gpu-stamp 2>/dev/null)" = "$stamp" ] &&
-    python3 -c "import sys, jdirect; sys.exit(not jdirect.has_cuda())" 2> /dev/null; then
+if [ "$(cat build/gpu-stamp 2>/dev/null)" = "$stamp" ] && cuda_built; then
   echo "build up to date ($stamp)" > "$OUT/build.log"
 else
   if ! python3 -m pip install -q --no-build-isolation --no-deps -e . \
@@ -18,7 +18,7 @@ else
         -DPython_EXECUTABLE="$(which python3)" && ninja -C build/gpu &&
       cp build/gpu/libjdirect_cpu.so build/gpu/libjdirect_cuda.so jdirect/; } >> "$OUT/build.log" 2>&1
   fi
-  if python3 -c "import sys, jdirect; sys.exit(not jdirect.has_cuda())" 2> /dev/null; then
+  if cuda_built; then
     mkdir -p build && echo "$stamp" > build/gpu-stamp
   fi
 fi

@@ -302,6 +302,10 @@ class Trainer:
         # device tables alive.
         keep = (lambda: None) if self.learned is not None else (lambda: self.state)
         best = dict(state=keep(), epoch=-1, val_acc=-1.0)
+
+        def evaluated() -> Any:  # the state whose model is saved as best and tested
+            return self.state if self.learned is not None else best["state"]
+
         first = 0
         try:
             if ckpt is not None:
@@ -341,9 +345,8 @@ class Trainer:
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
                     if self.learned is not None:  # first: a step file has its tables
                         self.learned.save(ckpt.directory, epoch, self.state[1])
-                    chosen = self.state if self.learned is not None else best["state"]
                     ckpt.save(epoch, dict(state=self._checkpointed(self.state),
-                                          best=self._checkpointed(chosen)), self.history)
+                                          best=self._checkpointed(evaluated())), self.history)
                     if self.learned is not None:
                         self.learned.prune(ckpt.directory, ckpt.epochs())
                 if on_epoch is not None:
@@ -352,9 +355,8 @@ class Trainer:
             if ckpt is not None:
                 ckpt.close()
         with self.timings.phase("evaluate_s"):
-            chosen = self.state if self.learned is not None else best["state"]
-            sampled = self.evaluate(self.graph.test, chosen)
-            full = self.full_accuracy(chosen) if cfg.full_eval else {}
+            sampled = self.evaluate(self.graph.test, evaluated())
+            full = self.full_accuracy(evaluated()) if cfg.full_eval else {}
         out = dict(history=self.history, best_epoch=best["epoch"],
                    val_acc=full.get("val"), test_acc=full.get("test", sampled),
                    sampled_test_acc=sampled, epochs=self.epochs, devices=self.mesh.size,
