@@ -6,7 +6,10 @@
 # memory), GraphSAGE and the MLP baseline each, then the learned SAGE epoch
 # with each sparse optimizer (auto memory), then
 # tests/test_learned_features.py on the GPU. RUN_HOST=0, OPTS="" and
-# RUN_TESTS=0 skip the host-memory run, the optimizer runs and the tests.
+# RUN_TESTS=0 skip the host-memory run, the optimizer runs and the tests;
+# STEPS="8 ..." adds a learned run in device memory per steps-per-call value
+# (one device runs 1 a call by default; a carried table is updated in place
+# only inside a call's loop).
 # Every command runs under `timeout`, within a total of BUDGET s (470). Metrics
 # JSON, logs and a summary (embtrain-summary.json: epoch times past the first
 # epoch, which compiles, accuracies, and the learned/given epoch ratio; the
@@ -37,6 +40,10 @@ run learned 130 --config products_learned
 if [ "${RUN_HOST:-1}" = 1 ]; then
   run learned-host 130 --config products_learned --embedding-memory host --no-baseline
 fi
+for steps in ${STEPS-}; do
+  run "learned-spc$steps" 130 --config products_learned --embedding-memory device \
+    --steps-per-call "$steps" --no-baseline
+done
 for opt in ${OPTS-sgd adagrad}; do
   run "learned-$opt" 70 --config products_learned --embedding-optimizer "$opt" --epochs 2 \
     --no-baseline --no-full-eval

@@ -15,9 +15,7 @@ tail -1 "$OUT/device.txt"
 export PYTHONPATH="$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_sparse_update.py \
   tests/test_sparse_optim.py 2>&1 | tee "$OUT/pytest-fusedopt.log" | tail -8
-XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 compute-sanitizer --tool memcheck \
-  --print-limit 20 python3 benchmarks/sanitize_kernels.py > "$OUT/sanitizer-kernels.log" 2>&1
-grep -E "sanitize_kernels: done|ERROR SUMMARY" "$OUT/sanitizer-kernels.log" | tail -2
+bash benchmarks/sanitize.sh managed:fused pinned:fused
 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 420 python3 benchmarks/embeddings.py \
   --batches 1048576 --dists uniform zipf --out "$OUT" 2>&1 | tee "$OUT/embeddings-bench.log" \
   | tail -25

@@ -17,9 +17,7 @@ python3 -m pytest -q -p no:cacheprovider tests/test_host_table.py tests/test_gat
   | tee "$OUT/pytest-tables.log" | tail -15
 # memcheck over the pytest files crashed the tool under JAX; the standalone
 # script drives the same kernels.
-XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 compute-sanitizer --tool memcheck \
-  --print-limit 20 python3 benchmarks/sanitize_kernels.py > "$OUT/sanitizer-kernels.log" 2>&1
-grep -E "sanitize_kernels: done|ERROR SUMMARY" "$OUT/sanitizer-kernels.log" | tail -2
+bash benchmarks/sanitize.sh managed:writes pinned:writes
 # Throughput of set/add into managed and pinned tables against the D2H memcpy.
 XLA_PYTHON_CLIENT_PREALLOCATE=false python3 benchmarks/writes.py --table-gb 8 \
   --json "$OUT/writes.json" 2>&1 | tee "$OUT/writes-bench.log" | tail -20
