@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._arrays import all_distinct
 from ._ops import DeviceCache, Pending, ReadRequest
 from ._table_base import RegisteredTable, TableBase
 
@@ -174,7 +175,7 @@ def check_rows(rows: Any, nrows: int) -> np.ndarray:
     rows = rows.astype(np.int64).ravel()
     if rows.size and (rows.min() < 0 or rows.max() >= nrows):
         raise ValueError(f"cached row ids must lie in [0, {nrows})")
-    if np.unique(rows).size != rows.size:
+    if not all_distinct(rows):
         raise ValueError("cached row ids must be distinct")
     if rows.size >= 2**31:
         raise ValueError("at most 2**31 - 1 rows can be cached")
@@ -214,6 +215,7 @@ def _top_rows(counts: np.ndarray, k: int) -> np.ndarray:
     if k == 0:
         return np.empty(0, np.int64)
     threshold = np.partition(counts, n - k)[n - k]
-    above = np.flatnonzero(counts > threshold)
-    ties = np.flatnonzero(counts == threshold)[: k - above.size]
-    return np.union1d(above, ties)
+    keep = counts > threshold
+    ties = np.flatnonzero(counts == threshold)[: k - np.count_nonzero(keep)]
+    keep[ties] = True
+    return np.flatnonzero(keep)

@@ -14,6 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .._arrays import sorted_unique
 from .data import Graph
 
 # A layer is restricted to the nodes that the next one reads only while
@@ -82,7 +83,8 @@ def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
         elif top.ids is None or top.num_edges > SPARSE * graph.num_nodes:
             out.insert(0, Nodes(graph))
         else:
-            ids = np.union1d(top.ids, top.edges(0, top.num_edges)).astype(np.int64)
+            ids = sorted_unique(np.concatenate([top.ids, top.edges(0, top.num_edges)]))
+            ids = ids.astype(np.int64)
             out.insert(0, Nodes(graph, ids if ids.size <= SPARSE * graph.num_nodes else None))
     return out
 

@@ -70,6 +70,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from .._arrays import sorted_unique
 from ..gather import gather
 from ..host_table import HostTable
 from . import _layer_nodes as layer_nodes
@@ -280,7 +281,7 @@ def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:
     nodes = np.asarray(nodes)
     if nodes.size and not np.issubdtype(nodes.dtype, np.integer):
         raise TypeError(f"nodes must be integer node ids, got dtype {nodes.dtype}")
-    nodes = np.unique(nodes.astype(np.int64).reshape(-1))
+    nodes = sorted_unique(nodes.astype(np.int64))
     if nodes.size and (nodes[0] < 0 or nodes[-1] >= n):
         raise ValueError(f"nodes must lie in [0, {n}), got ids from {nodes[0]} to {nodes[-1]}")
     return nodes

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..._arrays import sorted_unique
 from ..batch import Batch, check_config, layer_caps
 from ..data.csr import Graph
 
@@ -77,7 +78,7 @@ class NeighborSampler:
     def _unique(self, ids: np.ndarray, seen: np.ndarray) -> np.ndarray:
         """Sorted distinct values of `ids` (a bitmap pass when they are many)."""
         if ids.size * 16 < seen.size:
-            return np.unique(ids)
+            return sorted_unique(ids)
         seen[ids] = True
         out = np.flatnonzero(seen)
         seen[out] = False

@@ -513,8 +513,8 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
                 if metrics is not None:
                     metrics.update(error=f"{name}: {e}")
                 raise TrainingDiverged(f"{name}: {e}") from None
-        if metrics is not None:
-            metrics.update(**{name: out})
+        if metrics is not None:  # timings so far too: a run stopped later still says where
+            metrics.update(**{name: out}, timings=timings.as_dict())
         say(f"{name}: {_accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
             f"{out['protocol']['best_epoch']})")
     if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):

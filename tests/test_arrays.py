@@ -1,0 +1,24 @@
+"""The sort-based set helpers equal NumPy's own (np.unique), on ids as the
+library meets them: empty, one, repeated, negative, int32 and int64."""
+
+import numpy as np
+from hypothesis import given, strategies as st
+from hypothesis.extra import numpy as hnp
+
+from jdirect._arrays import all_distinct, sorted_unique
+
+ids = hnp.arrays(st.sampled_from([np.int32, np.int64]), hnp.array_shapes(min_dims=1, max_dims=2,
+                 min_side=0, max_side=40), elements=st.integers(-50, 50))
+
+
+@given(ids)
+def test_sorted_unique_is_np_unique(values):
+    got = sorted_unique(values)
+    want = np.unique(values)
+    assert got.dtype == values.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@given(ids)
+def test_all_distinct_is_np_unique_size(values):
+    assert all_distinct(values) == (np.unique(values).size == values.size)
