@@ -367,3 +367,16 @@ def test_the_run_says_where_the_embedding_lives(featureless, tmp_path):
     assert "learned input: 8-dim embedding, adam, in host memory" in lines
     import json
     assert json.loads((tmp_path / "metrics.json").read_text())["sage"]["embedding_memory"] == "host"
+
+
+@pytest.mark.parametrize("memory, steps", [("host", 1), ("device", 8)])
+def test_device_tables_default_to_several_steps_a_call(graph, memory, steps):
+    """One device runs one step a call by default, but a step that carries
+    the learned tables in device memory copies them at each call's end, so
+    then the default is a loop of several (`default_steps_per_call`); a
+    configured value wins."""
+    with Trainer(graph, config(sampler="device", embedding_memory=memory)) as t:
+        assert t.feed.steps_per_call == steps
+    with Trainer(graph, config(sampler="device", embedding_memory=memory,
+                               steps_per_call=2)) as t:
+        assert t.feed.steps_per_call == 2

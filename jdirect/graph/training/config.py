@@ -87,7 +87,8 @@ class TrainConfig:
       steps_per_call: device sampler: optimizer steps per dispatch (one
         compiled loop), so that the host's cost of a dispatch is paid once
         for many short steps; the result does not depend on it. None: 1 on
-        one device, 8 on several (`device_feed.default_steps_per_call`).
+        one device, 8 on several or with a learned embedding in device memory
+        (`device_feed.default_steps_per_call`).
         The CPU sampler runs one step per batch and refuses a value.
       prefetch, workers: the CPU sampler's batches in flight and threads.
       eval_max: per-epoch (sampled) evaluation: at most this many val/test

@@ -103,13 +103,15 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
 
 
 def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
-              batch_size: int, mesh: Mesh, learned: Any = None) -> Feed:
+              batch_size: int, mesh: Mesh, learned: Any = None,
+              device_tables: bool = False) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
     `batch_size` seeds per step over all devices; `learned` as
-    `steps.StepContext.learned`."""
+    `steps.StepContext.learned`, its tables in device memory if
+    `device_tables` (`default_steps_per_call`)."""
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
-        steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size)
+        steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size, device_tables)
         return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
                           mesh=mesh, steps_per_call=steps_per_call, learned=learned)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
@@ -202,7 +204,8 @@ class Trainer:
             raise
         try:
             self.feed = make_feed(graph, cfg, self.source, self.graphdef, fanouts, batch_size,
-                                  mesh, self.learned and self.learned.input)
+                                  mesh, self.learned and self.learned.input,
+                                  self.learned is not None and self.learned.memory == "device")
         except BaseException:
             self.close()
             raise
