@@ -30,6 +30,10 @@ of one call, measured to completion, sort and scatter included. Methods:
 Indices are uniform random int32, or Zipf (a=1.1) ranks scattered over the
 table. Prints a table, writes JSON and a PNG plot. Example (GPU machine):
   python benchmarks/gather.py --table-gb 16 --json benchmarks/out/gather.json
+`--profile` also splits each jitted call's device time by kernel (issue 21:
+the call against its gather kernel), e.g.
+  python benchmarks/gather.py --row-bytes 512 64 --indices 100000 --dists uniform \
+      --methods jdirect --profile
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import numpy as np
 
 import jdirect
 from _common import print_table, run_meta, timed, write_json
+from _profile import kernel_profile, print_profile
 
 ROW_BYTES = (64, 128, 512, 1024, 4096)
 INDICES = (100_000, 1_000_000)
@@ -141,6 +146,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--cache-fraction", type=float, default=0.10,
                         help="jdirect-cached: share of the table's bytes cached on the device")
+    parser.add_argument("--profile", action="store_true",
+                        help="also the device time of each jitted method's call by kernel "
+                             "(jax.profiler): what of the call is the read")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/out/gather.json"))
     parser.add_argument("--replot", action="store_true",
                         help="only redraw the PNG from an existing --json file")
@@ -236,6 +244,9 @@ def main() -> None:
                     records.append(rec)
                     print(f"  {name:17s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
                           f"{rec['gbps']:8.2f} GB/s", flush=True)
+                    if args.profile and name not in ("numpy+device_put", "torch-16threads"):
+                        rec["profile"] = kernel_profile(runs[name], args.reps)
+                        print_profile(name, rec["profile"])
         table.close()
         inplace.close()
         for t in extra.values():

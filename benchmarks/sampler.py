@@ -23,6 +23,8 @@ Example (GPU machine):
   python benchmarks/sampler.py --json benchmarks/out/sampler.json
 CPU smoke run:
   python benchmarks/sampler.py --nodes 20000 --batches 3 --batch-size 256 --cpu-batches 2
+`--profile` adds, for the device mode, one epoch's kernels by device time
+(jax.profiler; `_profile.py`), per batch.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 from jax import lax
 
 from _common import run_meta, timed, write_json
+from _profile import kernel_profile, print_profile
 from jdirect.graph import DeviceSampler, Graph, NeighborSampler
 from jdirect.graph.metrics import check
 
@@ -58,7 +61,8 @@ def random_graph(num_nodes: int, num_edges: int, num_train: int, seed: int = 0) 
                  num_classes=1, name="random")
 
 
-def time_device(sampler: DeviceSampler, train: jax.Array, reps: int) -> dict:
+def time_device(sampler: DeviceSampler, train: jax.Array, reps: int,
+                profile: bool = False) -> dict:
     arrays = sampler.arrays
     seeds = jax.jit(sampler.epoch_seeds)(arrays, train, 0)
     step = jax.jit(lambda arrays, seeds, i: sampler.sample(arrays, seeds[i], sampler.key(0, i)))
@@ -70,8 +74,17 @@ def time_device(sampler: DeviceSampler, train: jax.Array, reps: int) -> dict:
 
     batch_s = timed(lambda: step(arrays, seeds, 0), reps=20)
     sample_epoch_s = timed(epoch, reps, budget_s=30.0)
-    return dict(batch_ms=1e3 * batch_s, sample_epoch_s=sample_epoch_s,
-                epoch_batch_ms=1e3 * sample_epoch_s / len(seeds))
+    row = dict(batch_ms=1e3 * batch_s, sample_epoch_s=sample_epoch_s,
+               epoch_batch_ms=1e3 * sample_epoch_s / len(seeds))
+    if profile:  # one epoch's kernels, per batch
+        prof = kernel_profile(epoch, reps=1)
+        per_batch = dict(prof, wall_ms=prof["wall_ms"] / len(seeds),
+                         device_ms=prof["device_ms"] / len(seeds),
+                         kernels=[dict(k, ms=k["ms"] / len(seeds), calls=k["calls"] / len(seeds))
+                                  for k in prof["kernels"]])
+        print_profile(f"one batch of the epoch (of {len(seeds)})", per_batch)
+        row["profile"] = per_batch
+    return row
 
 
 def time_device_scan(sampler: DeviceSampler, train: jax.Array, reps: int) -> dict:
@@ -112,6 +125,8 @@ def main() -> None:
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--reps", type=int, default=5, help="timed epochs (median)")
     p.add_argument("--cpu-batches", type=int, default=10)
+    p.add_argument("--profile", action="store_true",
+                   help="device mode: the kernels of one epoch by device time (jax.profiler)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
@@ -131,10 +146,11 @@ def main() -> None:
         else:
             sampler = DeviceSampler(graph, fanouts, args.batch_size,
                                     csr="host" if mode == "host" else "device")
-            timer = time_device_scan if mode == "device-scan" else time_device
-            row = timer(sampler, train, args.reps)
-        results.append(check(dict(mode=mode, **row), labels=("mode",)))
-        print(f"{mode:>12}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()), flush=True)
+            row = (time_device_scan(sampler, train, args.reps) if mode == "device-scan"
+                   else time_device(sampler, train, args.reps, args.profile and mode == "device"))
+        results.append(check(dict(mode=mode, **row), labels=("mode", "profile")))
+        print(f"{mode:>12}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()
+                                         if k != "profile"), flush=True)
 
     meta = run_meta(nodes=graph.num_nodes, edges=graph.num_edges, fanouts=list(fanouts),
                     batch_size=args.batch_size, batches=args.batches, cpu_threads=1)
