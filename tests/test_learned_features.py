@@ -16,7 +16,7 @@ import optax
 import pytest
 
 from conftest import CONFIGS, gpu_only
-from jdirect.graph import synthetic
+from jdirect.graph import PRESETS, synthetic
 from jdirect.graph.training import steps
 from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
 from jdirect.graph.training.trainer import Trainer
@@ -205,6 +205,11 @@ def test_flags_set_the_embedding_and_the_default_config_is_unchanged():
     assert (cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr) == (32, "sgd", 0.1)
     learned = load_config("products_learned", configs=CONFIGS).validate()
     assert (learned.dataset, learned.embedding_dim) == ("products-featureless", 128)
+    # The table larger than an 80 GB GPU: rows and Adagrad's accumulator.
+    big = load_config("papers100m_learned", configs=CONFIGS).validate()
+    nodes = PRESETS[big.dataset]["num_nodes"]
+    assert big.embedding_optimizer == "adagrad" and big.embedding_memory == "host"
+    assert 2 * nodes * big.embedding_dim * 4 > 85e9
 
 
 def test_a_closed_trainer_frees_its_embedding_tables(graph):

@@ -37,8 +37,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                        num_classes=172, noise=6.0, unit_variance=True,
                        split=tuple(n / PAPERS100M_NODES for n in (1_207_179, 125_265, 214_338))),
 }
-# products' graph, labels and splits without features: for learned embeddings.
+# The graphs, labels and splits without features: for learned embeddings.
 PRESETS["products-featureless"] = dict(PRESETS["products"], feature_dim=0)
+PRESETS["papers100m-featureless"] = dict(PRESETS["papers100m"], feature_dim=0)
 
 
 def synthetic(preset: str = "small", *, seed: int = 0, progress: bool = True, **overrides) -> Graph:
