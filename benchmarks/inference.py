@@ -58,6 +58,9 @@ def parse_args() -> argparse.Namespace:
                         "preset's")
     p.add_argument("--table-dtype", default=None,
                    help="dtype of the hidden layer tables (default: the features')")
+    p.add_argument("--logits-dtype", default="float32",
+                   help="dtype of the logits table (bfloat16 halves it: papers100m's logits "
+                        "of every node are 76 GB in float32)")
     p.add_argument("--nodes", choices=("all", "eval"), default=None,
                    help="logits of every node, or of the val and test nodes only (default: "
                         "eval for papers100m, whose float32 logits of every node would be "
@@ -91,7 +94,7 @@ def run(model, graph, features, args, budget: int | None, link: float | None) ->
         start = time.perf_counter()
         result = layerwise(model, graph, features, nodes=nodes, chunk_nodes=args.chunk_nodes,
                            chunk_edges=args.chunk_edges, device_budget=budget,
-                           table_dtype=table_dtype)
+                           table_dtype=table_dtype, logits_dtype=jnp.dtype(args.logits_dtype))
         jax.block_until_ready(result.logits)
         times.append(time.perf_counter() - start)
     report = result.report

@@ -110,6 +110,26 @@ def test_bfloat16_features_give_bfloat16_tables(graph, name):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize("budget", [None, 0])
+def test_logits_dtype_names_the_last_table(graph, budget):
+    """bfloat16 logits (half the bytes of the largest table on papers100M)
+    round the float32 ones, on the device or in a host table; a dtype that
+    is not a float type is refused in one line."""
+    model = build("sage", 6, 8, 4, 3, dropout=0.0, seed=3)
+    features = jnp.asarray(graph.features)
+    want = layerwise(model, graph, features, device_budget=budget)
+    half = layerwise(model, graph, features, device_budget=budget, logits_dtype="bfloat16")
+    assert half.report.tables[-1].endswith("bfloat16")
+    assert half.logits.dtype == jnp.bfloat16
+    rows = np.arange(graph.num_nodes)
+    np.testing.assert_allclose(np.asarray(half.rows(rows), np.float32), want.rows(rows),
+                               rtol=1e-2, atol=1e-2)
+    for result in (want, half):
+        result.close()
+    with pytest.raises(ValueError, match="logits_dtype must be a float type, got int32"):
+        layerwise(model, graph, features, logits_dtype=np.int32)
+
+
 def record_host_tables(monkeypatch) -> list:
     """Patches the HostTable.empty that inference calls to record, for each
     table made, (table, [whether each table made before it is closed])."""

@@ -27,7 +27,7 @@ Tables. Layer l reads its input (the features for l = 0) through
 `jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array. The
 hidden tables inference makes are of `table_dtype` (by default the
 features' floating dtype: bfloat16 features give bfloat16 tables); the
-logits are float32. Each table that inference makes (a staged copy of an
+logits are float32 unless `logits_dtype` says otherwise. Each table that inference makes (a staged copy of an
 input in host memory, a layer's output, GAT's source rows) lives in
 device memory while the tables on the device fit `device_budget` bytes,
 else in host memory: first a host input is staged on the device (read
@@ -87,8 +87,9 @@ class Result:
     """What `layerwise` computed.
 
     Attributes:
-      logits: float32[len(nodes) or num_nodes, classes]: a jax.Array on
-        the device or a HostTable (`close()` it when done).
+      logits: [len(nodes) or num_nodes, classes] of `logits_dtype`
+        (float32 by default): a jax.Array on the device or a HostTable
+        (`close()` it when done).
       report: a `Report`.
       nodes: int64 ascending node id of each row of `logits`; None: row i
         is node i (every node).
@@ -99,7 +100,8 @@ class Result:
     nodes: np.ndarray | None = None
 
     def rows(self, nodes: Any) -> np.ndarray:
-        """float32[len(nodes), classes]: the logits of node ids `nodes`.
+        """float32[len(nodes), classes]: the logits of node ids `nodes`
+        (converted from `logits_dtype`).
 
         Raises:
           ValueError: a node whose logits were not computed.
@@ -121,7 +123,8 @@ class Result:
 
 def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
               chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
-              device_budget: int | None = None, table_dtype: Any = None) -> Result:
+              device_budget: int | None = None, table_dtype: Any = None,
+              logits_dtype: Any = np.float32) -> Result:
     """Logits of every node of `graph` (or of `nodes`) by layer-wise inference.
 
     Equals `model` on sampled blocks whose fanouts are at least the
@@ -147,8 +150,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
       table_dtype: element type of the hidden tables made (a staged input
         keeps its own); None: the features' dtype if it is a float type
         (bfloat16 features: bfloat16 tables, half the bytes of float32),
-        else float32. The logits are float32 (rounding them would decide
-        near-ties of the argmax).
+        else float32.
+      logits_dtype: element type of the logits, a float type (default
+        float32: rounding would decide near-ties of the argmax; bfloat16
+        halves the last table, e.g. papers100M's 111M x 172 logits: 76 GB
+        in float32, more than fits beside the graph on a 128 GB host).
 
     Returns:
       A `Result`; its `logits` are a HostTable when they did not fit.
@@ -157,7 +163,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
       TypeError: `graph` is not a Graph, `model` has no `convs`, `nodes`
         are not integers.
       ValueError: features of the wrong shape, chunk sizes below 1, a
-        negative budget, `nodes` outside [0, num_nodes), or 2**31 - 1
+        table_dtype or logits_dtype that is not a float type, a negative budget, `nodes` outside [0, num_nodes), or 2**31 - 1
         nodes or more (int32 ids).
       MemoryError: a table that fits neither the device budget nor the
         host memory available (one line: its bytes and those available).
@@ -179,6 +185,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
     nodes = _check_nodes(nodes, n)
     hidden_dtype = _table_dtype(table_dtype, features.dtype)
+    logits_dtype = _float_dtype(logits_dtype, "logits_dtype")
     size = min(chunk_nodes, max(n, 1))
     width = max(max(c.in_dim, c.source_dim) for c in convs)
     working = (3 * chunk_edges + 6 * size) * width * 4 + 16 * chunk_edges
@@ -189,7 +196,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     table, owned, src = features, False, layer_nodes.Nodes(graph)
     for i, (conv, dst) in enumerate(zip(convs, plans)):
         last = i + 1 == len(convs)
-        dtype = np.dtype(np.float32) if last else hidden_dtype
+        dtype = logits_dtype if last else hidden_dtype
         steps = _steps(graphdef, i, size, None if last else model.activation, dtype)
         ranges = layer_nodes.chunks(src, size, None)  # rows of the input's table
         # Rows this layer reads from its input: its nodes' own, then every
@@ -295,12 +302,16 @@ def _degrees(graph: Graph, nodes: layer_nodes.Nodes) -> np.ndarray:
     return (graph.indptr[1:] - graph.indptr[:-1])[ids]
 
 
+def _float_dtype(dtype: Any, name: str) -> np.dtype:
+    dtype = jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"{name} must be a float type, got {dtype.name}")
+    return dtype
+
+
 def _table_dtype(table_dtype: Any, features_dtype: Any) -> np.dtype:
     if table_dtype is not None:
-        dtype = np.dtype(table_dtype)
-        if not jnp.issubdtype(dtype, jnp.floating):
-            raise ValueError(f"table_dtype must be a float type, got {dtype.name}")
-        return dtype
+        return _float_dtype(table_dtype, "table_dtype")
     features_dtype = np.dtype(features_dtype)
     return features_dtype if jnp.issubdtype(features_dtype, jnp.floating) else np.dtype(np.float32)
 
