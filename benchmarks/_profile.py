@@ -32,14 +32,14 @@ def kernel_profile(fn: Callable[[], object], reps: int, top: int = 12) -> dict:
     {"wall_ms": per call, "device_ms": summed device events per call,
     "kernels": [{"name", "calls", "ms": per call of fn, "share"}], the `top`
     names by time, share of device_ms}. `fn` should be warm (compiled)."""
-    out = tempfile.mkdtemp(prefix="jdirect-profile-")
-    with jax.profiler.trace(out):
-        start = time.perf_counter()
-        for _ in range(reps):
-            jax.block_until_ready(fn())
-        wall = (time.perf_counter() - start) / reps
-    [path] = glob.glob(f"{out}/**/*.xplane.pb", recursive=True)
-    data = jax.profiler.ProfileData.from_file(path)
+    with tempfile.TemporaryDirectory(prefix="jdirect-profile-") as out:
+        with jax.profiler.trace(out):
+            start = time.perf_counter()
+            for _ in range(reps):
+                jax.block_until_ready(fn())
+            wall = (time.perf_counter() - start) / reps
+        [path] = glob.glob(f"{out}/**/*.xplane.pb", recursive=True)
+        data = jax.profiler.ProfileData.from_file(path)
     devices = [p for p in data.planes if p.name.startswith("/device:")]
     totals: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.Counter()

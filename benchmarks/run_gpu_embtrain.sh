@@ -7,9 +7,9 @@
 # with each sparse optimizer (auto memory), then
 # tests/test_learned_features.py on the GPU. RUN_HOST=0, OPTS="" and
 # RUN_TESTS=0 skip the host-memory run, the optimizer runs and the tests;
-# STEPS="8 ..." adds a learned run in device memory per steps-per-call value
-# (one device runs 1 a call by default; a carried table is updated in place
-# only inside a call's loop).
+# STEPS="1 ..." adds a learned run in device memory per steps-per-call value
+# (device tables default to 8 a call: each call copies the tables its step
+# returns; measured 2026-11-26 with STEPS=8 before that default).
 # Every command runs under `timeout`, within a total of BUDGET s (470). Metrics
 # JSON, logs and a summary (embtrain-summary.json: epoch times past the first
 # epoch, which compiles, accuracies, and the learned/given epoch ratio; the
@@ -65,9 +65,11 @@ for path in sorted(out.glob("given.json")) + sorted(out.glob("learned*.json")):
             epoch_s=statistics.median(warm) if warm else None,
             test_acc=m[model].get("test_acc"), sampled_test_acc=m[model].get("sampled_test_acc"),
             optimizer=m["config"]["embedding_optimizer"] if m["config"]["embedding_dim"] else None,
-            memory=m[model].get("embedding_memory") if m["config"]["embedding_dim"] else None)
+            memory=m[model].get("embedding_memory") if m["config"]["embedding_dim"] else None,
+            steps_per_call=m[model].get("steps_per_call"))
 for key, row in summary.items():
-    print(f"{key:22s} epoch {row['epoch_s'] or float('nan'):7.3f} s  test {row['test_acc']}")
+    print(f"{key:22s} epoch {row['epoch_s'] or float('nan'):7.3f} s  test {row['test_acc']}  "
+          f"{row['memory'] or ''} {row['steps_per_call']} a call")
 given = summary.get("given/sage", {}).get("epoch_s")
 for key, row in summary.items():
     if key.startswith("learned") and key.endswith("/sage") and given and row["epoch_s"]:

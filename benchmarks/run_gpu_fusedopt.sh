@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Device-machine check of the fused sparse optimizer step (jdirect.sparse_update,
 # issue 18's sparse Adam target): build for Hopper, the sparse optimizer tests on
-# the GPU, compute-sanitizer memcheck over benchmarks/sanitize_kernels.py (every
-# read, write and fused-update kernel on small managed and pinned tables), then
+# the GPU, compute-sanitizer memcheck over the fused-update kernels on small
+# managed and pinned tables (benchmarks/sanitize.sh; with no arguments it
+# covers every kernel group), then
 # the embeddings benchmark at the issue's size (50M x 128 float32 + Adam
 # moments, 1M ids). Logs and JSON/PNG go to $OUT (or ./out). About 6 minutes on an H200.
 #   bash benchmarks/run_gpu_fusedopt.sh

@@ -2,7 +2,8 @@
 # Device-machine check of jdirect.write_rows (issue 18 item 1): build for
 # Hopper, the write tests on the GPU (every kind of host memory), the table
 # and gather tests that the HostTable's write token touches, then
-# compute-sanitizer memcheck over benchmarks/sanitize_kernels.py, then the write benchmark
+# compute-sanitizer memcheck over the write kernels (benchmarks/sanitize.sh;
+# with no arguments it covers every kernel group), then the write benchmark
 # (benchmarks/writes.py). Logs, JSON and the PNG go to $OUT (or ./out).
 #   bash benchmarks/run_gpu_writes.sh
 set -uo pipefail

@@ -14,7 +14,7 @@ import numpy as np
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """`np.unique(values)`: the distinct values of the flattened array,
+    """`np.unique(values)` for integer ids: the distinct values of the flattened array,
     ascending, in its dtype, by one sort and one comparison pass."""
     ordered = np.sort(np.ravel(values))
     if ordered.size < 2:
@@ -26,7 +26,7 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 def all_distinct(values: np.ndarray) -> bool:
-    """Whether no value of the flattened array repeats
+    """Whether no id of the flattened integer array repeats
     (`np.unique(values).size == values.size`)."""
     ordered = np.sort(np.ravel(values))
     return not np.any(ordered[1:] == ordered[:-1])

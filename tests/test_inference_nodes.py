@@ -3,6 +3,7 @@ within the host's memory: against the dense reference of test_inference."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -128,6 +129,9 @@ def test_logits_dtype_names_the_last_table(graph, budget):
         result.close()
     with pytest.raises(ValueError, match="logits_dtype must be a float type, got int32"):
         layerwise(model, graph, features, logits_dtype=np.int32)
+    if not jax.config.jax_enable_x64:  # JAX would compute float32 and say float64
+        with pytest.raises(ValueError, match="logits_dtype float64 needs jax_enable_x64"):
+            layerwise(model, graph, features, device_budget=0, logits_dtype=np.float64)
 
 
 def record_host_tables(monkeypatch) -> list:

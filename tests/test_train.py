@@ -183,6 +183,32 @@ def test_short_runs_warn_and_min_steps_adds_epochs(graph):
             t.fit(log=lambda s: None)
 
 
+def test_a_run_stopped_in_the_baseline_keeps_its_models_result_and_timings(
+        graph, tmp_path, monkeypatch):
+    """The metrics file gets each model's result and the timings so far when
+    that model's run ends: a run stopped in the baseline still says where
+    its time went (a user's papers100m run killed in the MLP did not)."""
+    from jdirect.graph.training import trainer as trainer_module
+
+    fit = trainer_module.Trainer.fit
+
+    def fit_then_stop(self, **kw):
+        if self.cfg.model == "mlp":
+            raise KeyboardInterrupt
+        return fit(self, **kw)
+
+    monkeypatch.setattr(trainer_module.Trainer, "fit", fit_then_stop)
+    path = tmp_path / "metrics.json"
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate(config(epochs=1), graph=graph, baseline=True, metrics_path=path,
+                           log=lambda s: None)
+    import json
+
+    saved = json.loads(path.read_text())
+    assert "mlp" not in saved and saved["sage"]["steps_per_call"] == 1
+    assert saved["timings"]["place_s"] > 0 and saved["timings"]["train_s"] > 0
+
+
 def test_train_and_evaluate_writes_metrics_and_checkpoints(graph, tmp_path):
     out = train_and_evaluate(config(epochs=2), tmp_path / "work", graph=graph, log=lambda s: None)
     import json

@@ -84,7 +84,7 @@ def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
             out.insert(0, Nodes(graph))
         else:
             ids = sorted_unique(np.concatenate([top.ids, top.edges(0, top.num_edges)]))
-            ids = ids.astype(np.int64)
+            ids = ids.astype(np.int64, copy=False)
             out.insert(0, Nodes(graph, ids if ids.size <= SPARSE * graph.num_nodes else None))
     return out
 

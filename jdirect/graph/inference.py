@@ -151,8 +151,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         keeps its own); None: the features' dtype if it is a float type
         (bfloat16 features: bfloat16 tables, half the bytes of float32),
         else float32.
-      logits_dtype: element type of the logits, a float type (default
-        float32: rounding would decide near-ties of the argmax; bfloat16
+      logits_dtype: element type of the logits, a float type (None or the
+        default: float32; rounding would decide near-ties of the argmax; bfloat16
         halves the last table, e.g. papers100M's 111M x 172 logits: 76 GB
         in float32, more than fits beside the graph on a 128 GB host).
 
@@ -163,7 +163,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
       TypeError: `graph` is not a Graph, `model` has no `convs`, `nodes`
         are not integers.
       ValueError: features of the wrong shape, chunk sizes below 1, a
-        table_dtype or logits_dtype that is not a float type, a negative budget, `nodes` outside [0, num_nodes), or 2**31 - 1
+        table_dtype or logits_dtype that is not a float type (or float64
+        without x64), a negative budget, `nodes` outside [0, num_nodes), or 2**31 - 1
         nodes or more (int32 ids).
       MemoryError: a table that fits neither the device budget nor the
         host memory available (one line: its bytes and those available).
@@ -185,7 +186,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
     nodes = _check_nodes(nodes, n)
     hidden_dtype = _table_dtype(table_dtype, features.dtype)
-    logits_dtype = _float_dtype(logits_dtype, "logits_dtype")
+    logits_dtype = _float_dtype(np.float32 if logits_dtype is None else logits_dtype,
+                                "logits_dtype")
     size = min(chunk_nodes, max(n, 1))
     width = max(max(c.in_dim, c.source_dim) for c in convs)
     working = (3 * chunk_edges + 6 * size) * width * 4 + 16 * chunk_edges
@@ -303,9 +305,13 @@ def _degrees(graph: Graph, nodes: layer_nodes.Nodes) -> np.ndarray:
 
 
 def _float_dtype(dtype: Any, name: str) -> np.dtype:
+    """`dtype` as a float type JAX computes in (float64 only under x64)."""
     dtype = jnp.dtype(dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"{name} must be a float type, got {dtype.name}")
+    if jax.dtypes.canonicalize_dtype(dtype) != dtype:
+        raise ValueError(f"{name} {dtype.name} needs jax_enable_x64 (JAX would compute "
+                         f"{jax.dtypes.canonicalize_dtype(dtype).name})")
     return dtype
 
 

@@ -38,8 +38,9 @@ def default_steps_per_call(devices: int, device_tables: bool = False) -> int:
     """Steps per dispatch when the configuration leaves it to the feed: 1 on
     one device, `SEVERAL_DEVICES_STEPS` on several (see `DeviceFeed`) or
     when the step carries learned tables in device memory (`device_tables`):
-    a step returns their next version, which XLA updates in place only
-    inside a call's loop, so one step a call copies them every step (H200,
+    a step returns their next version, and the call does not donate its
+    state (learned.py), so each call copies them; a call's loop updates them
+    in place, so several steps a call copy them once per call (H200,
     `products_learned`, 3.75 GB of tables with Adam's moments, 2026-11-26:
     2.24 s an epoch at 1 a call, 1.77 s at 8)."""
     return 1 if devices == 1 and not device_tables else SEVERAL_DEVICES_STEPS

@@ -363,7 +363,8 @@ class Trainer:
         out = dict(history=self.history, best_epoch=best["epoch"],
                    val_acc=full.get("val"), test_acc=full.get("test", sampled),
                    sampled_test_acc=sampled, epochs=self.epochs, devices=self.mesh.size,
-                   processes=jax.process_count())
+                   processes=jax.process_count(),
+                   steps_per_call=getattr(self.feed, "steps_per_call", 1))
         out["protocol"] = dict(
             val_acc=FULL if cfg.full_eval else None, test_acc=FULL if cfg.full_eval else SAMPLED,
             sampled_test_acc=SAMPLED, history_val_acc=SAMPLED,
