@@ -110,8 +110,19 @@ def test_the_step_updates_the_touched_rows_as_optax_on_a_dense_table(graph, feat
     opt = OPTAX[name](0.05)
     sub = jnp.asarray(before[touched])
     updates, _ = opt.update(grad[touched], opt.init(sub), sub)
-    np.testing.assert_allclose(after[touched], optax.apply_updates(sub, updates),
-                               rtol=1e-5, atol=1e-6)
+    atol = 1e-6
+    if name == "adam":
+        # Adam's first step is lr * g / (|g| + eps): where |g| is near eps it
+        # turns the float rounding of g (both paths sum the same terms, in
+        # other orders; jax 0.9.0's order left 1e-11 of |g| ~ 2e-8 and moved
+        # rows by 3.5e-6) into lr * eps / (|g| + eps)**2 per unit of g.
+        g_abs, eps = np.abs(np.asarray(grad[touched])), 1e-8
+        rounding = 1e-6 * g_abs.max()
+        atol = 1e-6 + 0.05 * eps * rounding / (g_abs + eps) ** 2
+    want = np.asarray(optax.apply_updates(sub, updates))
+    off = ~np.isclose(after[touched], want, rtol=1e-5, atol=atol)
+    assert not off.any(), (f"{off.sum()} of {off.size} values differ: {after[touched][off][:5]} "
+                           f"against {want[off][:5]}")
     untouched = np.setdiff1d(np.arange(g.num_nodes), touched)
     np.testing.assert_array_equal(after[untouched], before[untouched])
     for slot in slots.values():  # lazy: untouched rows' moments stay at their start
