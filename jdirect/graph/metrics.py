@@ -60,6 +60,8 @@ METRICS: dict[str, str] = {
                "rows' payload over PCIe, not the link's transactions",
     "devices": "devices trained on, over all processes",
     "processes": "processes of the run",
+    "steps_per_call": "optimizer steps per dispatch (the device sampler's loop; 1 with the "
+                      "CPU sampler)",
     # Benchmarks: one epoch split into parts, each timed alone.
     "sample_epoch_s": "one epoch's sampling alone, every batch waited for "
                       "(benchmarks/sampler.py)",
