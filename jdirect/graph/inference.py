@@ -25,20 +25,20 @@ computes, so no [num_nodes, classes] table is made.
 
 Tables. Layer l reads its input (the features for l = 0) through
 `jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array. The
-hidden tables inference makes are of `table_dtype` (by default the
-features' floating dtype: bfloat16 features give bfloat16 tables); the
-logits are float32 unless `logits_dtype` says otherwise. Each table that inference makes (a staged copy of an
-input in host memory, a layer's output, GAT's source rows) lives in
-device memory while the tables on the device fit `device_budget` bytes,
-else in host memory: first a host input is staged on the device (read
-once over the link instead of once per edge, when its edges read more
-rows than it has), then the source rows, then the output; a host input
-read per edge is then read through a device cache of its highest-degree
-rows in what is left of the budget (`jdirect.CachedTable`). Host outputs are
-stored by the device straight into host memory, chunk by chunk, from the
-compiled step's results (`jdirect.write_rows`; no host copy,
-`_layer_tables.write_host`). A layer's input and source tables are freed
-as soon as its output is written.
+hidden tables inference makes are of `table_dtype` (by default the features'
+floating dtype: bfloat16 features give bfloat16 tables); the logits are
+float32 unless `logits_dtype` says otherwise. Each table that inference
+makes (a staged copy of an input in host memory, a layer's output, GAT's
+source rows) lives in device memory while the tables on the device fit
+`device_budget` bytes, else in host memory: first a host input is staged on
+the device (read once over the link instead of once per edge, when its edges
+read more rows than it has), then the source rows, then the output; a host
+input read per edge is then read through a device cache of its
+highest-degree rows in what is left of the budget (`jdirect.CachedTable`).
+Host outputs are stored by the device straight into host memory, chunk by
+chunk, from the compiled step's results (`jdirect.write_rows`; no host copy,
+`_layer_tables.write_host`). A layer's input and source tables are freed as
+soon as its output is written.
 
 GPU memory: the tables on the device (at most `device_budget` bytes; at
 most one layer's input or its cache, source and output tables at a time) and the
@@ -152,9 +152,10 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         (bfloat16 features: bfloat16 tables, half the bytes of float32),
         else float32.
       logits_dtype: element type of the logits, a float type (None or the
-        default: float32; rounding would decide near-ties of the argmax; bfloat16
-        halves the last table, e.g. papers100M's 111M x 172 logits: 76 GB
-        in float32, more than fits beside the graph on a 128 GB host).
+        default: float32; rounding would decide near-ties of the argmax;
+        bfloat16 halves the last table, e.g. papers100M's 111M x 172
+        logits: 76 GB in float32, more than fits beside the graph on a
+        128 GB host).
 
     Returns:
       A `Result`; its `logits` are a HostTable when they did not fit.
