@@ -65,6 +65,17 @@ def host_peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
 
 
+def host_memory_line() -> str:
+    """This process's resident memory now and the host's MemAvailable, GB."""
+    from jdirect.host_memory import host_available_bytes
+
+    with open("/proc/self/status") as f:
+        rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) * 1024
+    available = host_available_bytes()
+    return (f"host memory: process resident {rss / 1e9:.1f} GB, available "
+            + ("unknown" if available is None else f"{available / 1e9:.1f} GB"))
+
+
 def memory_peaks(graph, generation_peak_gb: float) -> dict:
     """Peak host RSS of this process after generating the graph and over the
     whole run (training adds the samplers' and caches' host temporaries),

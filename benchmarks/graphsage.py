@@ -122,7 +122,10 @@ def run_mode(graph, cfg: TrainConfig, args, memcpy: float | None, row_bytes: int
             if best[1] is None or val is None or val > best[0]:
                 best = (val, t.state)
         overlapped = isinstance(t.feed, DeviceFeed) and t.feed.overlap
-        rec = dict(sampler=cfg.sampler, mode=cfg.features + ("+overlap" if overlapped else ""),
+        calls = getattr(t.feed, "steps_per_call", 1)
+        rec = dict(sampler=cfg.sampler, mode=cfg.features + ("+overlap" if overlapped else "")
+                   + (f"/{calls}" if len(args.steps_per_call) > 1 else ""),
+                   steps_per_call=calls,
                    epoch_s=statistics.median(m["epoch_s"] for m in epochs),
                    loss=epochs[-1]["loss"], sampled_val_acc=best[0],
                    sampled_test_acc=t.evaluate(graph.test, best[1]),
@@ -153,6 +156,9 @@ def main() -> None:
                    help="feature sources")
     p.add_argument("--overlap", choices=["both", "on", "off"], default="both",
                    help="device sampler, jdirect modes: read the next batch on a side stream")
+    p.add_argument("--steps-per-call", type=int, nargs="+", default=[None],
+                   help="device sampler: steps per dispatch, each value a run (default: the "
+                        "trainer's default)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
@@ -185,9 +191,11 @@ def main() -> None:
             # without reading the next batch ahead (the trainer's default is with).
             overlaps = {"both": (True, False), "on": (True,), "off": (False,)}[args.overlap] \
                 if sampler == "device" and SOURCES[mode].overlaps else (True,)
-            for overlap in overlaps:
+            calls = args.steps_per_call if sampler == "device" else [None]
+            for overlap, n in ((o, n) for o in overlaps for n in calls):
                 rec = run_mode(graph, base.replace(features=mode, sampler=sampler,
-                                                   overlap=overlap), args, memcpy, row_bytes)
+                                                   overlap=overlap, steps_per_call=n),
+                               args, memcpy, row_bytes)
                 records.append(rec)
                 print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in rec.items() if k != "protocol"), flush=True)

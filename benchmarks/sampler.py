@@ -12,6 +12,9 @@ seeds, the seeds of `epoch_seeds`):
                 an epoch's calls dispatched back to back and waited for once
   device-scan   the same batches in one jitted program (lax.fori_loop over
                 steps; each batch reduced to a checksum so nothing is dropped)
+  device-many   `--group` batches a jitted call (`DeviceSampler.sample_many`:
+                one sort per hop over all of them)
+  device-vmap   the same calls as jax.vmap of `sample` (XLA's batched sort)
   host          as `device` with the CSR in host memory, read zero-copy
   cpu           NeighborSampler, one thread, `--cpu-batches` batches scaled
                 to an epoch
@@ -45,7 +48,7 @@ from jdirect.graph import DeviceSampler, Graph, NeighborSampler
 from jdirect.graph.metrics import check
 
 PRODUCTS_NODES, PRODUCTS_EDGES = 2_449_029, 123_718_280
-MODES = ("device", "device-scan", "host", "cpu")
+MODES = ("device", "device-scan", "device-many", "device-vmap", "host", "cpu")
 
 
 def random_graph(num_nodes: int, num_edges: int, num_train: int, seed: int = 0) -> Graph:
@@ -83,6 +86,40 @@ def time_device(sampler: DeviceSampler, train: jax.Array, reps: int,
                          kernels=[dict(k, ms=k["ms"] / len(seeds), calls=k["calls"] / len(seeds))
                                   for k in prof["kernels"]])
         print_profile(f"one batch of the epoch (of {len(seeds)})", per_batch)
+        row["profile"] = per_batch
+    return row
+
+
+def time_device_many(sampler: DeviceSampler, train: jax.Array, reps: int, group: int,
+                     vmap: bool, profile: bool = False) -> dict:
+    """Epochs of `group` batches a call: sample_many, or vmap of sample."""
+    arrays = sampler.arrays
+    seeds = jax.jit(sampler.epoch_seeds)(arrays, train, 0)
+    steps = seeds.shape[0]
+    calls = -(-steps // group)
+    seeds = jnp.concatenate([seeds, jnp.full((calls * group - steps, seeds.shape[1]), -1,
+                                             jnp.int32)])
+    many = (jax.vmap(sampler.sample, (None, 0, 0)) if vmap else sampler.sample_many)
+
+    @jax.jit
+    def call(arrays, seeds, c):
+        i = c * group + jnp.arange(group, dtype=jnp.int32)
+        keys = jax.vmap(lambda i: sampler.key(0, i))(i)
+        return many(arrays, lax.dynamic_slice_in_dim(seeds, c * group, group), keys)
+
+    def epoch():
+        for c in range(calls):
+            batch = call(arrays, seeds, c)
+        return batch
+
+    sample_epoch_s = timed(epoch, reps, budget_s=30.0)
+    row = dict(sample_epoch_s=sample_epoch_s, epoch_batch_ms=1e3 * sample_epoch_s / steps)
+    if profile:
+        prof = kernel_profile(epoch, reps=1)
+        per_batch = dict(prof, wall_ms=prof["wall_ms"] / steps, device_ms=prof["device_ms"] / steps,
+                         kernels=[dict(k, ms=k["ms"] / steps, calls=k["calls"] / steps)
+                                  for k in prof["kernels"]])
+        print_profile(f"one batch of the epoch ({group} a call)", per_batch)
         row["profile"] = per_batch
     return row
 
@@ -125,6 +162,9 @@ def main() -> None:
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--reps", type=int, default=5, help="timed epochs (median)")
     p.add_argument("--cpu-batches", type=int, default=10)
+    p.add_argument("--group", type=int, default=8,
+                   help="device-many / device-vmap: batches a call (at most the sampler's "
+                        "max_group)")
     p.add_argument("--profile", action="store_true",
                    help="device mode: the kernels of one epoch by device time (jax.profiler)")
     p.add_argument("--json", type=Path)
@@ -146,8 +186,14 @@ def main() -> None:
         else:
             sampler = DeviceSampler(graph, fanouts, args.batch_size,
                                     csr="host" if mode == "host" else "device")
-            row = (time_device_scan(sampler, train, args.reps) if mode == "device-scan"
-                   else time_device(sampler, train, args.reps, args.profile and mode == "device"))
+            if mode == "device-scan":
+                row = time_device_scan(sampler, train, args.reps)
+            elif mode in ("device-many", "device-vmap"):
+                row = time_device_many(sampler, train, args.reps,
+                                       min(args.group, sampler.max_group),
+                                       mode == "device-vmap", args.profile)
+            else:
+                row = time_device(sampler, train, args.reps, args.profile and mode == "device")
         results.append(check(dict(mode=mode, **row), labels=("mode", "profile")))
         print(f"{mode:>12}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()
                                          if k != "profile"), flush=True)

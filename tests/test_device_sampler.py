@@ -214,3 +214,36 @@ def test_bad_arguments(graph):
     s = DeviceSampler(graph, FANOUTS, BATCH)
     with pytest.raises(ValueError, match="seeds must be shaped"):
         s.sample(s.arrays, jnp.zeros(BATCH + 1, jnp.int32), s.key(0, 0))
+
+
+@pytest.mark.parametrize("config", ["device", "host-chunks"])
+def test_sample_many_equals_one_batch_at_a_time(graph, seeds, runs, config):
+    """K batches at once (one sort per hop over all K, the batch in the keys'
+    top bits) give exactly the batches sampled one by one, padding included."""
+    s = runs[config].sampler
+    many = jax.jit(s.sample_many)
+    for group in (1, 3, len(seeds)):
+        rows = seeds[-group:]  # the padded last batch included
+        first = len(seeds) - group
+        keys = jnp.stack([s.key(0, i) for i in range(first, len(seeds))])
+        got = jax.device_get(many(s.arrays, rows, keys))
+        for k in range(group):
+            want = runs[config].batches[first + k]
+            jax.tree.map(np.testing.assert_array_equal,
+                         jax.tree.map(lambda x: x[k], got), want)
+
+
+def test_sample_many_bad_arguments(graph):
+    s = DeviceSampler(graph, FANOUTS, BATCH)
+    # 300 nodes: keys of 2 * 300 + 1 < 2**10 leave 22 bits for the batch
+    # index; the largest hop sorts 144 x (1 + 3) keys a batch, int32-indexed.
+    assert s.max_group == min(2**22, (2**31 - 1) // (144 * 4))
+    keys = jnp.stack([s.key(0, i) for i in range(2)])
+    with pytest.raises(ValueError, match=r"seeds must be shaped \(K, 48\)"):
+        s.sample_many(s.arrays, jnp.zeros(BATCH, jnp.int32), keys)
+    with pytest.raises(ValueError, match="keys must be 2 keys"):
+        s.sample_many(s.arrays, jnp.zeros((2, BATCH), jnp.int32), keys[:1])
+    with pytest.raises(ValueError, match="1 to"):
+        s.sample_many(s.arrays, jnp.zeros((0, BATCH), jnp.int32), keys[:0])
+    big = DeviceSampler(star_forest(1, 2**16), (4,), 2**6)  # 65,537 nodes: 18-bit keys
+    assert big.max_group == 2**14

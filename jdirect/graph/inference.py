@@ -248,6 +248,10 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         if source is not None:
             tables.release(source, True, done)
         table, owned, src = done, True, dst
+        # A table's memory is freed with its last reference, not when it is
+        # released (a HostTable keeps its array after close): drop this
+        # layer's references before the next layer allocates its tables.
+        out = staged = source = edges_from = hot = done = None
     return Result(table, report, nodes)
 
 

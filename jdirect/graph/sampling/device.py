@@ -17,6 +17,12 @@ shape. Per hop, over a node list of capacity C and fanout f:
     carries its label (a current node's position, or count + rank); a
     scatter writes the new ids into the next node list.
 
+Several batches at once (`sample_many`): K batches' hops run as one, each
+sort over all K batches' keys with the batch's index in the keys' top
+bits, so a hop's K sorts are one sort of K times the keys (a flat radix
+sort; XLA's sort of a [K, m] array along m is another kernel) and every
+other kernel is launched once for K batches.
+
 Randomness: one jax.random key per batch, folded from (seed, epoch, step);
 the draws depend on it and the seeds only, not on the launch grid, the
 device or the CSR's placement.
@@ -83,6 +89,8 @@ class DeviceSampler:
     Attributes:
       fanouts, batch_size, caps (`layer_caps`), num_nodes, seed: static
         configuration.
+      max_group: most batches `sample_many` samples at once (2 ** (32 -
+        the bits of 2 * num_nodes + 1): 16 for papers100M's 111M nodes).
       placement: "device" or "host", as resolved.
       arrays: the `CsrArrays` to pass to `sample`.
 
@@ -118,6 +126,9 @@ class DeviceSampler:
             raise ValueError(
                 f"batch_size {self.batch_size} with fanouts {self.fanouts} needs {sort_size:,} "
                 "sort slots per hop, more than int32 can index")
+        # Sort keys are (batch << shift) | (id << 1) | picked, in 32 bits.
+        self._shift = (2 * n + 1).bit_length()
+        self.max_group = min(2 ** (32 - self._shift), (2**31 - 1) // max(sort_size, 1))
         if csr == "auto":
             csr = "device" if _fits_on_device(4 * (n + 1 + num_edges)) else "host"
         self.placement = csr
@@ -181,28 +192,61 @@ class DeviceSampler:
         Raises:
           ValueError: `seeds` is not shaped [batch_size].
         """
-        n = self.num_nodes
         seeds = jnp.asarray(seeds, jnp.int32)
         if seeds.shape != (self.batch_size,):
             raise ValueError(f"seeds must be shaped ({self.batch_size},), got {seeds.shape}")
+        return jax.tree.map(lambda x: x[0], self.sample_many(arrays, seeds[None], key[None]))
+
+    def sample_many(self, arrays: CsrArrays, seeds: jax.Array, keys: jax.Array) -> Batch:
+        """`sample` of K batches at once; jittable. Equals
+        `jax.vmap(self.sample, (None, 0, 0))(arrays, seeds, keys)`, in one
+        sort per hop over all K batches (module docstring).
+
+        Args:
+          arrays: `self.arrays`.
+          seeds: int32[K, batch_size], rows as `sample`'s seeds; 1 <= K <=
+            `max_group`.
+          keys: K keys, one per row (`self.key(epoch, step)`).
+
+        Returns:
+          A `Batch` whose every array has a leading axis of K: batch k is
+          `jax.tree.map(lambda x: x[k], batch)`.
+
+        Raises:
+          ValueError: `seeds` is not shaped [K, batch_size] with K in
+            [1, max_group], or `keys` is not K keys.
+        """
+        n = self.num_nodes
+        seeds = jnp.asarray(seeds, jnp.int32)
+        if seeds.ndim != 2 or seeds.shape[1] != self.batch_size:
+            raise ValueError(f"seeds must be shaped (K, {self.batch_size}), got {seeds.shape}")
+        group = seeds.shape[0]
+        if not 1 <= group <= self.max_group:
+            raise ValueError(f"sample_many takes 1 to {self.max_group} batches at once on "
+                             f"this graph, got {group}")
+        if keys.shape != (group,):
+            raise ValueError(f"keys must be {group} keys (shape ({group},)), got {keys.shape}")
         seed_mask = seeds >= 0
         nodes = jnp.where(seed_mask, seeds, n)
-        counts = [jnp.sum(seed_mask, dtype=jnp.int32)]
+        counts = [jnp.sum(seed_mask, axis=1, dtype=jnp.int32)]
         nbrs, masks = [], []
-        # One draw for all hops: a single random-number kernel.
+        # One draw per batch for all hops: a single random-number kernel.
         sizes = [c * f for c, f in zip(self.caps, reversed(self.fanouts))]
-        bits = jnp.split(jax.random.bits(key, (sum(sizes),), jnp.uint32),
-                         np.cumsum(sizes)[:-1].tolist())
+        bits = jax.vmap(lambda k: jax.random.bits(k, (sum(sizes),), jnp.uint32))(keys)
+        bits = jnp.split(bits, np.cumsum(sizes)[:-1].tolist(), axis=1)
         for hop, fanout in enumerate(reversed(self.fanouts), start=1):
             valid = nodes < n
             rows = jnp.where(valid, nodes, 0)
-            start, end = jnp.split(_take(arrays.indptr, jnp.concatenate([rows, rows + 1])), 2)
+            start, end = jnp.split(_take(arrays.indptr, jnp.concatenate([rows, rows + 1], 1)),
+                                   2, axis=1)
             deg = jnp.where(valid, (end - start).astype(jnp.int32), 0)
-            pos = _draw_positions(bits[hop - 1].reshape(-1, fanout), deg)
+            pos = _draw_positions(bits[hop - 1].reshape(-1, fanout), deg.reshape(-1))
+            pos = pos.reshape(deg.shape + (fanout,))
             mask = pos >= 0
-            edges = start[:, None] + jnp.maximum(pos, 0).astype(jnp.uint32)
+            edges = start[..., None] + jnp.maximum(pos, 0).astype(jnp.uint32)
             picked = _read_edges(arrays.indices, edges, mask, fill=n)
-            nodes, count, local = _extend(nodes, counts[-1], picked, self.caps[hop], n)
+            nodes, count, local = _extend(nodes, counts[-1], picked, self.caps[hop], n,
+                                          self._shift)
             nbrs.append(jnp.where(mask, local, 0))
             masks.append(mask)
             counts.append(count)
@@ -213,7 +257,7 @@ class DeviceSampler:
             masks=tuple(reversed(masks)),
             labels=labels,
             seed_mask=seed_mask,
-            counts=jnp.stack(counts),
+            counts=jnp.stack(counts, axis=1),
         )
 
 
@@ -285,42 +329,55 @@ def _draw_positions(bits: jax.Array, deg: jax.Array) -> jax.Array:
 
 
 def _extend(nodes: jax.Array, count: jax.Array, picked: jax.Array, cap: int,
-            num_nodes: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Appends the new ids of `picked` to `nodes`; relabels `picked`.
+            num_nodes: int, shift: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Appends the new ids of `picked` to `nodes`; relabels `picked`; for K
+    batches at once.
 
     Args:
-      nodes: int32[C]: `count` distinct ids, then num_nodes (padding).
-      count: int32 scalar.
-      picked: int32[C, f] ids, num_nodes where unused.
+      nodes: int32[K, C]: in each row `count` distinct ids, then num_nodes
+        (padding).
+      count: int32[K].
+      picked: int32[K, C, f] ids, num_nodes where unused.
       cap: the result's capacity, >= count + the number of new ids.
       num_nodes: the padding value.
+      shift: the bits of 2 * num_nodes + 1; K <= 2 ** (32 - shift).
 
     Returns:
-      next_nodes: int32[cap]: nodes[:count], the distinct ids of `picked`
-        absent from it in ascending order, then num_nodes.
-      next_count: int32 scalar, the valid entries of next_nodes.
-      local: int32[C, f], each picked id's position in next_nodes
-        (meaningless where picked is padding).
+      next_nodes: int32[K, cap]: per row, nodes[:count], the distinct ids of
+        `picked` absent from it in ascending order, then num_nodes.
+      next_count: int32[K], the valid entries of next_nodes.
+      local: int32[K, C, f], each picked id's position in its row of
+        next_nodes (meaningless where picked is padding).
     """
-    size = nodes.shape[0]
-    flat = jnp.concatenate([nodes, picked.ravel()]).astype(jnp.uint32)
-    # Key 2 * id + (1 if picked): an id's current entry sorts before its
-    # picked copies, and padding (num_nodes) sorts last. 2 * id + 1 < 2**32.
+    group, size = nodes.shape
+    flat = jnp.concatenate([nodes, picked.reshape(group, -1)], axis=1).astype(jnp.uint32)
+    width = flat.shape[1]
+    # Key (k << shift) | (id << 1) | (1 if picked): batch k's keys sort
+    # together, and within them an id's current entry sorts before its
+    # picked copies, and padding (num_nodes) last. One flat sort of all K
+    # batches' keys leaves batch k's sorted keys at [k * width, (k + 1) * width).
     # Keys alone, no payload: XLA's CPU sort is ~20x faster so, and a GPU
     # radix sort moves half the bytes.
-    from_picked = (jnp.arange(flat.shape[0]) >= size).astype(jnp.uint32)
-    keys = lax.sort((flat << 1) | from_picked)
-    ids = (keys >> 1).astype(jnp.int32)
-    new = jnp.concatenate([jnp.ones(1, bool), ids[1:] != ids[:-1]]) & ((keys & 1) == 1)
-    new &= ids < num_nodes
-    new_rank = jnp.cumsum(new, dtype=jnp.int32) - 1
+    query = (jnp.arange(group, dtype=jnp.uint32)[:, None] << shift) | (flat << 1)
+    from_picked = (jnp.arange(width) >= size).astype(jnp.uint32)
+    keys = lax.sort((query | from_picked).reshape(-1))
+    ids = ((keys & jnp.uint32((1 << shift) - 1)) >> 1).astype(jnp.int32).reshape(group, width)
+    first = jnp.concatenate([jnp.ones((group, 1), bool), ids[:, 1:] != ids[:, :-1]], axis=1)
+    new = first & ((keys & 1) == 1).reshape(group, width) & (ids < num_nodes)
+    new_rank = jnp.cumsum(new, axis=1, dtype=jnp.int32) - 1
     # An id's first sorted slot (its current entry, if any) labels it: with
-    # the current node's position, or else with count + its rank among new ids.
-    head = jnp.searchsorted(keys, flat << 1, method="scan_unrolled").astype(jnp.int32)
-    position = jnp.zeros(keys.shape, jnp.int32).at[head[:size]].set(jnp.arange(size))
-    head = head[size:]
-    local = jnp.where((keys[head] & 1) == 0, position[head], count + new_rank[head])
-    padding = jnp.full(cap - size, num_nodes, jnp.int32)
-    next_nodes = jnp.concatenate([nodes, padding]).at[jnp.where(new, count + new_rank, cap)].set(
-        ids, mode="drop")
-    return next_nodes, count + new_rank[-1] + 1, local.reshape(picked.shape)
+    # the current node's position, or else with count + its rank among new
+    # ids. Slots are positions in the flat keys.
+    head = jnp.searchsorted(keys, query.reshape(-1), method="scan_unrolled")
+    head = head.astype(jnp.int32).reshape(group, width)
+    position = jnp.zeros(keys.shape, jnp.int32).at[head[:, :size]].set(
+        jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (group, size)))
+    head = head[:, size:]
+    label = count[:, None] + new_rank
+    local = jnp.where((keys[head] & 1) == 0, position[head], label.reshape(-1)[head])
+    row = jnp.arange(group, dtype=jnp.int32)[:, None] * cap
+    padding = jnp.full((group, cap - size), num_nodes, jnp.int32)
+    next_nodes = jnp.concatenate([nodes, padding], axis=1).reshape(-1).at[
+        jnp.where(new, row + label, group * cap)].set(ids, mode="drop")
+    return (next_nodes.reshape(group, cap), count + new_rank[:, -1] + 1,
+            local.reshape(picked.shape))
