@@ -313,3 +313,25 @@ def test_host_slots_live_with_the_table(init_values):
         finally:
             embeddings.close(state)
         assert all(s.closed for s in state.slots.values())
+
+
+@pytest.mark.parametrize("kind, asked", [("managed", "auto"), ("pinned", "pinned")])
+def test_host_slots_beside_a_managed_table_may_fall_back_to_pinned(init_values, monkeypatch,
+                                                                    kind, asked):
+    """Slots of a managed table ask for "auto" (managed while the GPU has
+    room, else pinned), never for "managed" outright: that refused Adagrad's
+    second 42.6 GB table on an H200. A pinned table's slots stay pinned."""
+    asks = []
+    real = jdirect.HostTable.empty.__func__
+
+    def empty(cls, shape, dtype=np.float32, *, memory="auto"):
+        asks.append(memory)
+        return real(cls, shape, dtype)
+
+    with jdirect.HostTable.copy_of(init_values) as table:
+        monkeypatch.setattr(table, "memory", kind)
+        monkeypatch.setattr(jdirect.HostTable, "empty", classmethod(empty))
+        state = embeddings.sparse_adagrad(0.1).init(table)
+        monkeypatch.undo()
+        embeddings.close(state)
+    assert asks == [asked]
