@@ -86,8 +86,9 @@ class TrainConfig:
         device with the device sampler; the CPU sampler feeds one).
       steps_per_call: device sampler: optimizer steps per dispatch (one
         compiled loop), so that the host's cost of a dispatch is paid once
-        for many short steps; the result does not depend on it. None: 1 on
-        one device, 8 on several or with a learned embedding in device memory
+        for many short steps (on a GPU, their batches are sampled together);
+        the result does not depend on it. None: 8 on a GPU, on several
+        devices or with a learned embedding in device memory, else 1
         (`device_feed.default_steps_per_call`).
         The CPU sampler runs one step per batch and refuses a value.
       prefetch, workers: the CPU sampler's batches in flight and threads.

@@ -24,26 +24,33 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..features import FeatureSource
 from ..sampling import DeviceSampler
 from . import parallel
-from ._sharded import ALL, POSITION, Position, repeat, sample, shard_map, share
+from ._sharded import ALL, POSITION, Position, call_batches, repeat, shard_map, share
 from .feeds import EVAL_EPOCH
 from .parallel import AXIS
 from .pipelined import Pipeline
 from .steps import StepContext, count_reads, dropout_key
 
-# Steps per dispatch on a mesh of several devices, by default (see DeviceFeed).
-SEVERAL_DEVICES_STEPS = 8
+# Steps per dispatch of a loop by default (see `default_steps_per_call`).
+LOOP_STEPS = 8
 
 
 def default_steps_per_call(devices: int, device_tables: bool = False) -> int:
-    """Steps per dispatch when the configuration leaves it to the feed: 1 on
-    one device, `SEVERAL_DEVICES_STEPS` on several (see `DeviceFeed`) or
-    when the step carries learned tables in device memory (`device_tables`):
-    a step returns their next version, and the call does not donate its
-    state (learned.py), so each call copies them; a call's loop updates them
-    in place, so several steps a call copy them once per call (H200,
-    `products_learned`, 3.75 GB of tables with Adam's moments, 2026-11-26:
-    2.24 s an epoch at 1 a call, 1.77 s at 8)."""
-    return 1 if devices == 1 and not device_tables else SEVERAL_DEVICES_STEPS
+    """Steps per dispatch when the configuration leaves it to the feed:
+    `LOOP_STEPS` on a GPU, on several devices (see `DeviceFeed`) or when
+    the step carries learned tables in device memory (`device_tables`),
+    else 1 (one CPU device).
+
+    On a GPU a call samples its steps' batches together
+    (`_sharded.call_batches`). H200, 2026-11-26, one step a call against
+    8: all-in-GPU epochs 0.457 vs 0.187 s (products) and 2.257 vs 1.143 s
+    (papers100M-sized), `jdirect-cache` with overlap 0.462 vs 0.433 s and
+    2.948 vs 2.666 s. A step that returns learned tables in device memory
+    copies them at each call's end (the call does not donate its state,
+    learned.py); a loop updates them in place (`products_learned`, 3.75 GB
+    of tables with Adam's moments: 2.24 s an epoch at 1 a call, 1.77 s at
+    8, before the grouped sampling)."""
+    several = devices > 1 or device_tables or jax.default_backend() == "gpu"
+    return LOOP_STEPS if several else 1
 
 
 class StepRange(NamedTuple):
@@ -64,15 +71,14 @@ class DeviceFeed:
     The graph's arrays and the table are replicated on every device.
 
     A pass runs `steps_per_call` steps per dispatch (a loop inside one
-    program), its remainder one at a time: two compiled programs per step
-    kind, whatever the pass's length. The loop costs each step about 5 %
-    (likely its carry: the read-ahead rows, copied once per iteration),
-    which one device, whose dispatch keeps ahead of it, never recovers, and
-    several devices recover many times over. On 2 H200s, papers100M-sized
-    (1,179 steps of 2.2 ms on one GPU, `jdirect-cache`): one step per call
-    2.65 s an epoch on one GPU and 3.7 s on two, whose dispatch (2 ms a
-    step) outran the devices; 8 per call 2.83 s and 1.68 s. Hence
-    `default_steps_per_call`.
+    program; on a GPU its batches are sampled together first), its
+    remainder one at a time: two compiled programs per step kind, whatever
+    the pass's length. On 2 H200s, papers100M-sized (1,179 steps of 2.2 ms
+    on one GPU, `jdirect-cache`, 2026-11-22, before the grouped sampling):
+    one step per call 2.65 s an epoch on one GPU and 3.7 s on two, whose
+    dispatch (2 ms a step) outran the devices; 8 per call 2.83 s and
+    1.68 s. With the grouped sampling, 8 per call is faster on one GPU too.
+    Hence `default_steps_per_call`.
 
     With `overlap` and a source whose reads overlap (`FeatureSource.overlaps`),
     training steps are pipelined (pipelined.py): step i samples batch i + 1
@@ -156,9 +162,10 @@ def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, a
 
     def body(state, metrics, data, at, step):
         arrays, table = data
+        batch_of = call_batches(ctx.sampler, arrays, at, 0, ctx.n)
 
         def one(j, carry):
-            batch = sample(ctx.sampler, arrays, at, j)
+            batch = batch_of(j)
             x = ctx.source.read(table, batch.input_nodes, None)
             state, metrics = carry
             metrics = count_reads(ctx.source, metrics, table, batch.input_nodes, AXIS)
@@ -178,9 +185,10 @@ def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
 
     def body(state, correct, data, at):
         arrays, table = data
+        batch_of = call_batches(ctx.sampler, arrays, at, 0, ctx.n)
 
         def one(j, correct):
-            batch = sample(ctx.sampler, arrays, at, j)
+            batch = batch_of(j)
             x = ctx.source.read(table, batch.input_nodes, None)
             return ctx.count_correct(state, correct, x, batch, AXIS)
 

@@ -18,7 +18,8 @@ from typing import Any
 import jax
 
 from ..batch import Batch
-from ._sharded import ALL, POSITION, SPLIT, Position, repeat, sample, shard_map, share
+from ._sharded import (ALL, POSITION, SPLIT, Position, call_batches, repeat, sample,
+                       shard_map, share)
 from .parallel import AXIS
 from .steps import StepContext, count_reads, dropout_key
 
@@ -71,8 +72,9 @@ def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
 def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead,
                            data: Any, at: Position, step: jax.Array):
     """Steps i .. i + n - 1 after `at`, pipelined: step i + j updates on
-    batch i + j (for j = 0: `ahead`) while batch i + j + 1 is sampled and
-    its rows are read on every device.
+    batch i + j (for j = 0: `ahead`) while batch i + j + 1 is sampled (on
+    a GPU: batches i + 1 .. i + n together, first; `_sharded.call_batches`)
+    and its rows are read on every device.
 
     Returns (state, metrics, rows and batch i + n); rows and batches are
     per-device (`SPLIT`, as from `read_first`). The optimization barriers
@@ -83,10 +85,11 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
 
     def body(state, metrics, ahead, data, at, step):
         arrays, table = data
+        batch_of = call_batches(ctx.sampler, arrays, at, 1, ctx.n)
 
         def one(j, carry):
             state, metrics, (x, batch) = carry
-            nxt = sample(ctx.sampler, arrays, at, j + 1)
+            nxt = batch_of(j)
             pending = start(table, nxt.input_nodes)
             metrics = count_reads(ctx.source, metrics, table, nxt.input_nodes, AXIS)
             pending, state, x = jax.lax.optimization_barrier((pending, state, x))
