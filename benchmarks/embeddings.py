@@ -59,6 +59,7 @@ import numpy as np  # noqa: E402
 from _common import print_table, run_meta, timed, write_json  # noqa: E402
 from gather import make_indices  # noqa: E402
 from jdirect import embeddings  # noqa: E402
+from jdirect._arrays import sorted_unique  # noqa: E402
 
 METHODS = ("jdirect", "conventional-numpy", "conventional-torch", "all-in-gpu")
 LR, B1, B2, EPS = 1e-2, 0.9, 0.999, 1e-8
@@ -262,7 +263,7 @@ def main() -> None:
             for name, idx_np, run in cases:
                 ids = jax.device_put(idx_np, device)
                 seconds = timed(lambda: run(idx_np, ids), args.reps, budget_s=2.0)
-                unique = int(np.unique(idx_np).size)
+                unique = int(sorted_unique(idx_np).size)
                 useful = 3 * unique * row_bytes / seconds / 1e9
                 rec = dict(method=name, dist=dist, batch=n, unique=unique, seconds=seconds,
                            table_rows={"conventional-torch": torch_rows,
