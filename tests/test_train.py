@@ -14,7 +14,7 @@ from jdirect import gather
 from jdirect.graph import synthetic
 from jdirect.graph.features import SOURCES, FeatureSource
 from jdirect.graph.metrics import check
-from jdirect.graph.training import steps
+from jdirect.graph.training import _sharded, steps
 from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
 from jdirect.graph.training.trainer import Trainer, train_and_evaluate
 
@@ -72,10 +72,15 @@ def test_one_program_step_equals_sampling_then_stepping(graph):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_steps_per_call_changes_the_dispatch_not_the_arithmetic(graph, overlap):
+def test_steps_per_call_changes_the_dispatch_not_the_arithmetic(graph, overlap, grouped,
+                                                                monkeypatch):
     """Four steps per compiled loop, the pass's remainder one by one, train
-    and evaluate like one step per call."""
+    and evaluate like one step per call, whether the loop samples its
+    batches one at a time or together (`grouped`: a GPU's way, forced here
+    on any backend)."""
+    monkeypatch.setattr(_sharded, "groups_batches", lambda: grouped)
     kw = dict(sampler="device", features="jdirect", overlap=overlap, devices=1)
     with Trainer(graph, config(steps_per_call=1, **kw)) as one, \
             Trainer(graph, config(steps_per_call=4, **kw)) as four:

@@ -53,12 +53,18 @@ def sample(sampler, arrays, at: Position, j: jax.Array | int) -> Batch:
     return sampler.sample(arrays, at.order[i], sampler.key(at.epoch, share(i)))
 
 
+def groups_batches() -> bool:
+    """Whether a call samples its steps' batches together: on GPUs (see
+    `call_batches`)."""
+    return jax.default_backend() == "gpu"
+
+
 def call_batches(sampler, arrays, at: Position, first: int,
                  n: int) -> Callable[[jax.Array | int], Batch]:
     """j -> this device's part of the batch first + j steps after `at`
     (`sample`), for j in [0, n) (n static).
 
-    On a GPU the n batches are sampled together at once
+    On a GPU (`groups_batches`) the n batches are sampled together at once
     (`DeviceSampler.sample_many`, in groups of at most its `max_group`):
     one sort per hop for the group instead of one per batch. H200,
     2026-11-26: a papers100M-sized batch (fanouts 15,10,5, 1,024 seeds)
@@ -67,7 +73,7 @@ def call_batches(sampler, arrays, at: Position, first: int,
     ran for more than 10 minutes on a group of 4 batches of fanouts
     15,10,5, and a grouped step crashed in the two-CPU-device tests (jax
     0.11.2)."""
-    if jax.default_backend() != "gpu":
+    if not groups_batches():
         return lambda j: sample(sampler, arrays, at, first + j)
     i = at.i + first + jnp.arange(n, dtype=jnp.int32)
     seeds = jax.lax.dynamic_slice_in_dim(at.order, at.i + first, n)
