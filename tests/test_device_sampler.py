@@ -245,5 +245,12 @@ def test_sample_many_bad_arguments(graph):
         s.sample_many(s.arrays, jnp.zeros((2, BATCH), jnp.int32), keys[:1])
     with pytest.raises(ValueError, match="1 to"):
         s.sample_many(s.arrays, jnp.zeros((0, BATCH), jnp.int32), keys[:0])
+    # Raw uint32 keys (jax.random.PRNGKey's kind) draw what typed ones do.
+    rows = jnp.zeros((2, BATCH), jnp.int32).at[:, :5].set(jnp.arange(5))
+    typed = s.sample_many(s.arrays, rows, keys)
+    raw = s.sample_many(s.arrays, rows, jax.random.key_data(keys))
+    jax.tree.map(np.testing.assert_array_equal, typed, raw)
+    one = s.sample(s.arrays, rows[0], jax.random.key_data(keys[0]))
+    jax.tree.map(np.testing.assert_array_equal, one, jax.tree.map(lambda x: x[0], typed))
     big = DeviceSampler(star_forest(1, 2**16), (4,), 2**6)  # 65,537 nodes: 18-bit keys
     assert big.max_group == 2**14

@@ -206,7 +206,8 @@ class DeviceSampler:
           arrays: `self.arrays`.
           seeds: int32[K, batch_size], rows as `sample`'s seeds; 1 <= K <=
             `max_group`.
-          keys: K keys, one per row (`self.key(epoch, step)`).
+          keys: K keys, one per row (`self.key(epoch, step)`), stacked
+            along a leading axis (typed keys, or raw uint32 ones).
 
         Returns:
           A `Batch` whose every array has a leading axis of K: batch k is
@@ -224,8 +225,9 @@ class DeviceSampler:
         if not 1 <= group <= self.max_group:
             raise ValueError(f"sample_many takes 1 to {self.max_group} batches at once on "
                              f"this graph, got {group}")
-        if keys.shape != (group,):
-            raise ValueError(f"keys must be {group} keys (shape ({group},)), got {keys.shape}")
+        if keys.shape[:1] != (group,):
+            raise ValueError(f"keys must be {group} keys (a leading axis of {group}), got "
+                             f"shape {keys.shape}")
         seed_mask = seeds >= 0
         nodes = jnp.where(seed_mask, seeds, n)
         counts = [jnp.sum(seed_mask, axis=1, dtype=jnp.int32)]
