@@ -24,7 +24,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..features import FeatureSource
 from ..sampling import DeviceSampler
 from . import parallel
-from ._sharded import ALL, POSITION, Position, call_batches, repeat, shard_map, share
+from ._sharded import (ALL, POSITION, Position, call_batches, groups_batches, repeat,
+                       shard_map, share)
 from .feeds import EVAL_EPOCH
 from .parallel import AXIS
 from .pipelined import Pipeline
@@ -49,7 +50,7 @@ def default_steps_per_call(devices: int, device_tables: bool = False) -> int:
     learned.py); a loop updates them in place (`products_learned`, 3.75 GB
     of tables with Adam's moments: 2.24 s an epoch at 1 a call, 1.77 s at
     8, before the grouped sampling)."""
-    several = devices > 1 or device_tables or jax.default_backend() == "gpu"
+    several = devices > 1 or device_tables or groups_batches()
     return LOOP_STEPS if several else 1
 
 
