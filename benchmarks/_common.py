@@ -76,16 +76,20 @@ def host_memory_line() -> str:
             + ("unknown" if available is None else f"{available / 1e9:.1f} GB"))
 
 
+def graph_bytes(graph) -> int:
+    """Bytes of the graph's features and CSR."""
+    return graph.features.nbytes + graph.indptr.nbytes + graph.indices.nbytes
+
+
 def memory_peaks(graph, generation_peak_gb: float) -> dict:
     """Peak host RSS of this process after generating the graph and over the
     whole run (training adds the samplers' and caches' host temporaries),
     and peak device memory in use, against the bytes of the graph's
     features and CSR."""
     stats = jax.devices()[0].memory_stats() or {}
-    graph_bytes = graph.features.nbytes + graph.indptr.nbytes + graph.indices.nbytes
     return dict(generation_host_peak_gb=generation_peak_gb, host_peak_gb=host_peak_gb(),
                 device_peak_gb=stats.get("peak_bytes_in_use", 0) / 1e9,
-                features_and_csr_gb=graph_bytes / 1e9)
+                features_and_csr_gb=graph_bytes(graph) / 1e9)
 
 
 def finish_figure(fig, ax, path: Path, ticks: Sequence[str], ylabel: str) -> None:

@@ -40,8 +40,8 @@ import jdirect
 from jdirect.graph import load_dataset
 from jdirect.graph.inference import layerwise
 from jdirect.graph.models import build
-from _common import (finish_figure, host_memory_line, host_peak_gb, memory_peaks, print_table,
-                     run_meta, write_json)
+from _common import (finish_figure, graph_bytes, host_memory_line, host_peak_gb, memory_peaks,
+                     print_table, run_meta, write_json)
 from gather import memcpy_gbps
 
 
@@ -119,7 +119,8 @@ def main() -> None:
     link = args.link_gbps or (memcpy_gbps(jax.devices()[0], 5) if on_gpu else None)
     records = []
     with jdirect.HostTable(graph.features) as features:
-        print(host_memory_line(), f"(graph {graph_gb(graph):.1f} GB)", flush=True)
+        print(host_memory_line(), f"(features and CSR {graph_bytes(graph) / 1e9:.1f} GB)",
+              flush=True)
         for name in args.models.split(","):
             model = build(name, graph.features.shape[1], args.hidden, graph.num_classes,
                           args.layers, dropout=0.0, seed=0)
@@ -145,10 +146,6 @@ def main() -> None:
                     config=vars(args) | {"json": str(args.json)}, **peaks)
     write_json(args.json, meta, records)
     plot(records, args.json.with_suffix(".png"))
-
-
-def graph_gb(graph) -> float:
-    return sum(a.nbytes for a in (graph.features, graph.indptr, graph.indices, graph.labels)) / 1e9
 
 
 def timing_line(rec: dict, link: float | None) -> str:
