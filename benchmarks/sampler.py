@@ -79,15 +79,20 @@ def time_device(sampler: DeviceSampler, train: jax.Array, reps: int,
     sample_epoch_s = timed(epoch, reps, budget_s=30.0)
     row = dict(batch_ms=1e3 * batch_s, sample_epoch_s=sample_epoch_s,
                epoch_batch_ms=1e3 * sample_epoch_s / len(seeds))
-    if profile:  # one epoch's kernels, per batch
-        prof = kernel_profile(epoch, reps=1)
-        per_batch = dict(prof, wall_ms=prof["wall_ms"] / len(seeds),
-                         device_ms=prof["device_ms"] / len(seeds),
-                         kernels=[dict(k, ms=k["ms"] / len(seeds), calls=k["calls"] / len(seeds))
-                                  for k in prof["kernels"]])
-        print_profile(f"one batch of the epoch (of {len(seeds)})", per_batch)
-        row["profile"] = per_batch
+    if profile:
+        row["profile"] = epoch_profile(epoch, len(seeds),
+                                       f"one batch of the epoch (of {len(seeds)})")
     return row
+
+
+def epoch_profile(epoch, steps: int, title: str) -> dict:
+    """One epoch's kernels (`epoch()`, warm) by device time, per batch; printed."""
+    prof = kernel_profile(epoch, reps=1)
+    per_batch = dict(prof, wall_ms=prof["wall_ms"] / steps, device_ms=prof["device_ms"] / steps,
+                     kernels=[dict(k, ms=k["ms"] / steps, calls=k["calls"] / steps)
+                              for k in prof["kernels"]])
+    print_profile(title, per_batch)
+    return per_batch
 
 
 def time_device_many(sampler: DeviceSampler, train: jax.Array, reps: int, group: int,
@@ -115,12 +120,7 @@ def time_device_many(sampler: DeviceSampler, train: jax.Array, reps: int, group:
     sample_epoch_s = timed(epoch, reps, budget_s=30.0)
     row = dict(sample_epoch_s=sample_epoch_s, epoch_batch_ms=1e3 * sample_epoch_s / steps)
     if profile:
-        prof = kernel_profile(epoch, reps=1)
-        per_batch = dict(prof, wall_ms=prof["wall_ms"] / steps, device_ms=prof["device_ms"] / steps,
-                         kernels=[dict(k, ms=k["ms"] / steps, calls=k["calls"] / steps)
-                                  for k in prof["kernels"]])
-        print_profile(f"one batch of the epoch ({group} a call)", per_batch)
-        row["profile"] = per_batch
+        row["profile"] = epoch_profile(epoch, steps, f"one batch of the epoch ({group} a call)")
     return row
 
 
