@@ -67,40 +67,29 @@ JDIRECT_EXPORT int32_t jdirect_cuda_mem_info(int64_t* free_bytes, int64_t* total
   return 0;
 }
 
-// Allocates `bytes` (> 0) of host memory of `kind` (0 managed, 1 pinned).
-// Returns null with `err` set on failure.
-JDIRECT_EXPORT void* jdirect_cuda_host_alloc(int64_t bytes, int32_t kind, char* err,
-                                             int64_t errlen) {
+// Allocates `bytes` (> 0) of host-resident managed memory. Returns null with
+// `err` set on failure. (Pinned memory is registered in place by
+// jdirect_cuda_pin: jdirect/host_memory.py first touches its pages on many
+// threads, which cudaHostAlloc does on one.)
+JDIRECT_EXPORT void* jdirect_cuda_managed_alloc(int64_t bytes, char* err, int64_t errlen) {
   void* p = nullptr;
   const size_t n = static_cast<size_t>(bytes);
-  if (kind == 0) {
-    cudaError_t e = cudaMallocManaged(&p, n, cudaMemAttachGlobal);
-    if (e != cudaSuccess) {
-      SetError(err, errlen, "cudaMallocManaged", e);
-      return nullptr;
-    }
-    e = AdviseHostResident(p, n);
-    if (e != cudaSuccess) {
-      SetError(err, errlen, "cudaMemAdvise", e);
-      cudaFree(p);
-      return nullptr;
-    }
-    return p;
-  }
-  cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocMapped | cudaHostAllocPortable);
+  cudaError_t e = cudaMallocManaged(&p, n, cudaMemAttachGlobal);
   if (e != cudaSuccess) {
-    SetError(err, errlen, "cudaHostAlloc", e);
+    SetError(err, errlen, "cudaMallocManaged", e);
+    return nullptr;
+  }
+  e = AdviseHostResident(p, n);
+  if (e != cudaSuccess) {
+    SetError(err, errlen, "cudaMemAdvise", e);
+    cudaFree(p);
     return nullptr;
   }
   return p;
 }
 
-JDIRECT_EXPORT void jdirect_cuda_host_free(void* p, int32_t kind) {
-  if (kind == 0) {
-    cudaFree(p);
-  } else {
-    cudaFreeHost(p);
-  }
+JDIRECT_EXPORT void jdirect_cuda_managed_free(void* p) {
+  cudaFree(p);
   cudaGetLastError();
 }
 

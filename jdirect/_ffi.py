@@ -98,8 +98,8 @@ if _cuda is not None:
         "jdirect_cuda_sort_workspace_bytes": ([_i64, _i64], _i64),
         "jdirect_cuda_sorted_gathers": ([], _i64),
         "jdirect_cuda_mem_info": ([ctypes.POINTER(_i64), ctypes.POINTER(_i64), _err, _i64], _i32),
-        "jdirect_cuda_host_alloc": ([_i64, _i32, _err, _i64], _ptr),
-        "jdirect_cuda_host_free": ([_ptr, _i32], None),
+        "jdirect_cuda_managed_alloc": ([_i64, _err, _i64], _ptr),
+        "jdirect_cuda_managed_free": ([_ptr], None),
     })
     _register(_cuda, "Cuda", "CUDA")
 
@@ -173,10 +173,6 @@ def sorted_gathers() -> int:
     return int(_cuda.jdirect_cuda_sorted_gathers()) if _cuda is not None else 0
 
 
-# Kinds of jdirect_cuda_host_alloc (ffi/host_memory_cuda.cu).
-HOST_KINDS = {"managed": 0, "pinned": 1}
-
-
 def cuda_mem_info() -> tuple[int, int]:
     """(free, total) bytes of the local GPU with the least free memory."""
     require_cuda("Allocating host memory for GPU gathers")
@@ -187,17 +183,17 @@ def cuda_mem_info() -> tuple[int, int]:
     return free.value, total.value
 
 
-def cuda_host_alloc(nbytes: int, kind: str) -> int:
-    """Allocates `nbytes` > 0 of host memory of `kind` ("managed" or
-    "pinned"); raises RuntimeError on failure."""
+def cuda_managed_alloc(nbytes: int) -> int:
+    """Allocates `nbytes` > 0 of host-resident managed memory; raises
+    RuntimeError on failure."""
     require_cuda("Allocating host memory for GPU gathers")
     err = ctypes.create_string_buffer(_ERRLEN)
-    address = _cuda.jdirect_cuda_host_alloc(nbytes, HOST_KINDS[kind], err, _ERRLEN)
+    address = _cuda.jdirect_cuda_managed_alloc(nbytes, err, _ERRLEN)
     if not address:
-        raise RuntimeError(f"jdirect could not allocate {nbytes:,} bytes of {kind} memory: "
+        raise RuntimeError(f"jdirect could not allocate {nbytes:,} bytes of managed memory: "
                            f"{err.value.decode()}")
     return int(address)
 
 
-def cuda_host_free(address: int, kind: str) -> None:
-    _cuda.jdirect_cuda_host_free(address, HOST_KINDS[kind])
+def cuda_managed_free(address: int) -> None:
+    _cuda.jdirect_cuda_managed_free(address)

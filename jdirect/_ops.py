@@ -174,21 +174,35 @@ def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.
     rows, workspace = start(*operands)
     # The handle needs no keep-alive: it is read on the host, when the
     # start is enqueued.
-    return Pending(rows, operands[-3:] + (workspace,))
+    return Pending(rows, operands[0 if isinstance(handle, int) else 1:] + (workspace,))
 
 
 def _registered(handle: jax.Array | int, shape: tuple[int, ...], prep: _Prepared,
                 idx: jax.Array, cache: DeviceCache | None) -> tuple[dict, tuple[jax.Array, ...]]:
     """A registered read's static configuration and operands ([handle,]
-    slots, cached rows, idx); a handle given as an int is an attribute."""
+    [slots, cached rows,] idx: no cache, no cache operands); a handle given
+    as an int is an attribute."""
     static = dict(prep.static)
     static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes))
-    if cache is None:  # no cache: empty operands
-        cache = DeviceCache(jnp.zeros((0,), jnp.int32), jnp.zeros((0,), prep.static["dtype"]))
+    # No cache: the compiled call makes the empty cache operands itself
+    # (`_with_cache`), so an eager read dispatches no arrays of its own.
+    static["empty_cache"] = cache is None
+    cached = () if cache is None else (cache.slots, cache.rows)
     if isinstance(handle, int):
         static["attrs"] += (("handle", handle),)
-        return static, (cache.slots, cache.rows, idx)
-    return static, (handle, cache.slots, cache.rows, idx)
+        return static, cached + (idx,)
+    return static, (handle,) + cached + (idx,)
+
+
+def _with_cache(operands: tuple[jax.Array, ...], empty_cache: bool,
+                dtype: np.dtype) -> tuple[jax.Array, ...]:
+    """A read's FFI operands: `operands`, or with `empty_cache` a registered
+    read's operands without a cache ([handle,] idx) with empty cache slots
+    and rows inserted before idx (every row is read from the host table)."""
+    if not empty_cache:
+        return operands
+    empty = (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), dtype))
+    return operands[:-1] + empty + operands[-1:]
 
 
 def finish_read(pending: Pending) -> jax.Array:
@@ -222,8 +236,8 @@ def _results(idx: jax.Array, row_shape: tuple[int, ...], dtype: np.dtype, nrows:
 
 
 def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
-                memory: str, locality: bool | None,
-                attrs: tuple) -> Callable[..., tuple[jax.Array, jax.Array]]:
+                memory: str, locality: bool | None, attrs: tuple,
+                empty_cache: bool = False) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """The asynchronous start for one static configuration: operands as
     `_make_call`'s, results (rows, workspace). Not batched under vmap, nor
     split over sharded indices (every device reads every row): the done
@@ -232,6 +246,7 @@ def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nro
 
     def call(*operands: jax.Array) -> tuple[jax.Array, jax.Array]:
         outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        operands = _with_cache(operands, empty_cache, dtype)
         return tuple(jax.ffi.ffi_call(target, outs)(*operands, **dict(attrs)))
 
     return jax.jit(call)
@@ -241,11 +256,13 @@ _cached_start = functools.lru_cache(maxsize=None)(_make_start)
 
 
 def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
-               memory: str, locality: bool | None, attrs: tuple) -> Callable[..., jax.Array]:
+               memory: str, locality: bool | None, attrs: tuple,
+               empty_cache: bool = False) -> Callable[..., jax.Array]:
     """The FFI call for one static configuration, with its batching rule.
 
-    Operands are (table, idx) or ([handle,] cache slots, cached rows, idx):
-    idx is always last. Results as `_results`; only the rows are returned.
+    Operands are (table, idx), ([handle,] cache slots, cached rows, idx),
+    or with `empty_cache` ([handle,] idx): idx is always last. Results as
+    `_results`; only the rows are returned.
     Under jit with sharded indices each device calls it on its own index
     shard (`_partition.by_indices`), its workspace sized from that shard.
     """
@@ -254,7 +271,7 @@ def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrow
         rows, workspace = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
         outs = (typed_like_indices(operands[-1], rows), workspace)
         ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
-        return ffi(*operands, **dict(attrs))[0]
+        return ffi(*_with_cache(operands, empty_cache, dtype), **dict(attrs))[0]
 
     batched_call = jax.custom_batching.custom_vmap(by_indices(call))
 

@@ -16,11 +16,14 @@ the process later, with no error to catch.
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
+import os
 import threading
 import warnings
 import weakref
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -59,7 +62,9 @@ def host_empty(shape: int | tuple[int, ...], dtype: Any = np.float32, *,
         managed memory can hang the GPU); then pinned memory, with one
         warning saying how to make room.
       - "managed": managed memory as above, or RuntimeError if it does not fit.
-      - "pinned": page-locked memory (cudaHostAlloc, mapped).
+      - "pinned": page-locked memory (anonymous pages, transparent huge
+        pages where the kernel allows, touched by several threads, then
+        registered with cudaHostRegister, mapped).
     On the CPU backend every choice gives ordinary NumPy memory.
 
     The array owns the memory: it is freed when the array, every view of it
@@ -182,18 +187,69 @@ def _choose(memory: str, nbytes: int) -> str:
 
 def _allocate(shape: tuple[int, ...], dtype: np.dtype, nbytes: int, kind: str) -> np.ndarray:
     size = max(nbytes, 1)  # CUDA refuses empty allocations
-    address = _ffi.cuda_host_alloc(size, kind)
+    if kind == "pinned":
+        address, free = _pinned(size)
+    else:
+        address = _ffi.cuda_managed_alloc(size)
+        free = functools.partial(_ffi.cuda_managed_free, address)
     buffer = (ctypes.c_char * size).from_address(address)
     with _lock:
         _live[address] = (address + size, kind)
     # The buffer is the base of every view: when the last one is collected,
     # the memory is freed (tables keep their array, so it outlives them).
     # Not at exit: the CUDA runtime may already be gone.
-    weakref.finalize(buffer, _free, address, kind).atexit = False
+    weakref.finalize(buffer, _free, address, free).atexit = False
     return np.frombuffer(buffer, dtype, count=nbytes // dtype.itemsize).reshape(shape)
 
 
-def _free(address: int, kind: str) -> None:
+def _free(address: int, free: Callable[[], None]) -> None:
     with _lock:
         del _live[address]
-    _ffi.cuda_host_free(address, kind)
+    free()
+
+
+# Pinned memory is anonymous pages, first touched by this many threads,
+# then page-locked in place (cudaHostRegister). On the lent H200, 16 GiB
+# took 0.7 s so (transparent huge pages, 16 threads) against 8.3 s from
+# cudaHostAlloc, which faults and locks 4 KB pages on one thread
+# (benchmarks/RESULTS.md, 2026-11-26 evening).
+_TOUCH_THREADS = min(16, os.cpu_count() or 1)
+_MADV_HUGEPAGE = 14  # linux/mman.h
+_PROT_RW, _MAP_PRIVATE_ANONYMOUS = 0x3, 0x22
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return libc
+
+
+def _pinned(size: int) -> tuple[int, Callable[[], None]]:
+    """(address, free) of `size` bytes of page-locked host memory mapped
+    for every GPU."""
+    libc = _libc()
+    address = libc.mmap(None, size, _PROT_RW, _MAP_PRIVATE_ANONYMOUS, -1, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise MemoryError(f"jdirect: mmap of {size:,} bytes failed: "
+                          f"{os.strerror(ctypes.get_errno())}")
+    unmap = functools.partial(libc.munmap, address, size)
+    try:
+        libc.madvise(address, size, _MADV_HUGEPAGE)  # refused where THP is off: 4 KB pages
+        pages = np.frombuffer((ctypes.c_char * size).from_address(address), np.uint8)
+        step = -(-size // _TOUCH_THREADS)
+        with ThreadPoolExecutor(_TOUCH_THREADS) as pool:  # NumPy fills drop the GIL
+            list(pool.map(lambda a: pages[a:a + step].fill(0), range(0, size, step)))
+        pin = _ffi.cuda_pin(address, size, read_only=False)
+    except BaseException:
+        unmap()
+        raise
+
+    def free() -> None:
+        _ffi.cuda_unpin(pin)
+        unmap()
+
+    return address, free

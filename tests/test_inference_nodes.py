@@ -76,8 +76,9 @@ def test_some_nodes_with_every_table_in_host_memory(graph, name):
     np.testing.assert_allclose(result.rows(nodes),
                                reference(model, graph, graph.features)[nodes], rtol=1e-4,
                                atol=1e-4)
+    logits = result.logits
     result.close()
-    assert result.logits.closed
+    assert logits.closed and result.logits is None
 
 
 def test_evaluate_matches_the_reference_and_closes_the_logits(graph, monkeypatch):

@@ -89,13 +89,13 @@ class Result:
     Attributes:
       logits: [len(nodes) or num_nodes, classes] of `logits_dtype`
         (float32 by default): a jax.Array on the device or a HostTable
-        (`close()` it when done).
+        (`close()` it when done; None after).
       report: a `Report`.
       nodes: int64 ascending node id of each row of `logits`; None: row i
         is node i (every node).
     """
 
-    logits: jax.Array | HostTable
+    logits: jax.Array | HostTable | None
     report: Report
     nodes: np.ndarray | None = None
 
@@ -106,6 +106,8 @@ class Result:
         Raises:
           ValueError: a node whose logits were not computed.
         """
+        if self.logits is None:
+            raise ValueError("this Result was closed: its logits are freed")
         nodes = np.asarray(nodes, np.int64).reshape(-1)
         if self.nodes is None:
             return logits_of(self.logits, nodes)
@@ -117,8 +119,12 @@ class Result:
         return logits_of(self.logits, at)
 
     def close(self) -> None:
-        """Frees the logits (a HostTable's host memory; a device array's buffer)."""
-        tables.release(self.logits, True)
+        """Frees the logits (a HostTable's host memory, once no one else
+        holds the table; a device array's buffer); `logits` becomes None."""
+        if self.logits is not None:
+            tables.release(self.logits, True)
+            # A HostTable's memory goes with its last reference, not at close().
+            self.logits = None
 
 
 def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
