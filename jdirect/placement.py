@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _ffi
+
 PIECE_BYTES = 64 << 20
 
 
@@ -69,21 +71,34 @@ def put(array: np.ndarray, dtype=None, device: jax.Device | None = None) -> jax.
     return put_rows(lambda a, b: array[a:b], array.shape, dtype or array.dtype, device)
 
 
+def _on_cpu() -> bool:
+    return jax.local_devices()[0].platform == "cpu"
+
+
 def _memory_stats() -> dict[str, int] | None:
     """JAX's allocator statistics of this process's first device, or None
-    on the CPU backend (whose device buffers are host memory)."""
-    device = jax.local_devices()[0]
-    stats = device.memory_stats() if device.platform != "cpu" else None
-    return stats if stats and "bytes_limit" in stats else None
+    on the CPU backend (whose device buffers are host memory) and for an
+    allocator that keeps no pool (XLA_PYTHON_CLIENT_ALLOCATOR=platform or
+    cuda_async: no limit, or a limit of 0)."""
+    stats = None if _on_cpu() else jax.local_devices()[0].memory_stats()
+    return stats if stats and stats.get("bytes_limit") else None
+
+
+def _driver_free_bytes() -> int:
+    return _ffi.cuda_mem_info()[0]
 
 
 def device_free_bytes() -> int | None:
     """Bytes JAX's allocator can still hand out on this process's first
     device (its limit less what is in use), or None on the CPU backend,
-    whose device buffers are host memory."""
+    whose device buffers are host memory. An allocator without a pool
+    (`_memory_stats` None on a GPU) takes buffers from the driver: then the
+    driver's free memory."""
+    if _on_cpu():
+        return None
     stats = _memory_stats()
     if stats is None:
-        return None
+        return _driver_free_bytes()
     return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
 
 

@@ -265,7 +265,24 @@ def test_device_block_bytes_is_the_largest_free_block_or_the_pools_growth(monkey
     assert stats(largest_free_block_bytes=0, pool_bytes=100) == 90  # preallocated
     assert stats(largest_free_block_bytes=0, pool_bytes=40) == 60  # grown to 40 of 100
     monkeypatch.setattr(placement, "_memory_stats", lambda: None)
-    assert placement.device_block_bytes() is None  # the CPU backend
+    assert placement.device_block_bytes() is None  # the CPU backend, or no pool
+
+
+def test_an_allocator_without_a_pool_reads_the_drivers_free_memory(monkeypatch):
+    """XLA_PYTHON_CLIENT_ALLOCATOR=platform keeps no statistics: the free
+    device memory is then the driver's (papers100M on an H100 needs it: the
+    pool's fragments refused its 57 GB layer tables), never the CPU
+    backend's None."""
+    from jdirect import placement
+
+    assert placement.device_free_bytes() is None  # the CPU backend
+    monkeypatch.setattr(placement, "_on_cpu", lambda: False)
+    monkeypatch.setattr(placement, "_driver_free_bytes", lambda: 77)
+    monkeypatch.setattr(placement, "_memory_stats", lambda: None)
+    assert placement.device_free_bytes() == 77
+    assert placement.device_block_bytes() is None  # any buffer up to the budget
+    monkeypatch.setattr(placement, "_memory_stats", lambda: dict(bytes_limit=100, bytes_in_use=10))
+    assert placement.device_free_bytes() == 90
 
 
 def test_a_host_input_that_does_not_fit_is_read_per_edge(graph):

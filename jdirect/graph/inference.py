@@ -51,6 +51,16 @@ to a host table, peak working memory is about (3 * E + 6 * B) * w * 4 +
 16 * E bytes. The defaults (B = 65,536, E = 2**20) take ~3.6 GB at
 w = 256 (GAT's source rows at hidden 256 are w = 264).
 
+JAX's default allocator keeps a pool whose free pieces do not merge around
+a buffer still in use: on an 80 GB H100, after papers100M's 28 GB staged
+features were freed, the largest buffer left was 52 GB, too small to
+stage a 57 GB layer table, so the layer then read its input per edge over
+the link (or found no host memory for its output). Tables that large fit
+with `XLA_PYTHON_CLIENT_ALLOCATOR=platform` (each buffer from the driver;
+the budget is then the driver's free memory): measured on an H100, all
+111M nodes with every layer output in host memory
+(benchmarks/RESULTS.md, 2026-11-26 evening).
+
 Host memory: a host table is allocated only where the host has its bytes
 available (`jdirect.host_memory.check_host_room`: MemAvailable, less a
 reserve); otherwise MemoryError, before anything is allocated.
