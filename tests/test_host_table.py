@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ctypes
 import gc
 import pickle
 import time
@@ -221,6 +222,39 @@ def test_empty_and_copy_of_make_tables_in_jdirect_memory():
         assert t.memory == ("managed" if ON_GPU else "host")
     with pytest.raises(ValueError, match="rank >= 1"):
         jdirect.HostTable.copy_of(np.float32(1.0))
+
+
+def test_pinned_memory_is_zeroed_pinned_whole_and_unmapped_after_unpinning(monkeypatch):
+    """host_empty's pinned memory (host_memory._pinned) on any backend, the
+    CUDA calls recorded instead of made: fresh zeroed pages, one
+    registration of them all, unpinned before they are unmapped; and a
+    failed registration unmaps them."""
+    from jdirect import host_memory
+
+    calls = []
+    monkeypatch.setattr(_ffi, "cuda_pin", lambda a, n, read_only: calls.append(("pin", a, n)) or 7)
+    monkeypatch.setattr(_ffi, "cuda_unpin", lambda pin: calls.append(("unpin", pin)))
+    size = 3 * (1 << 20) + 5  # not a multiple of the threads' share or of a page
+    address, free = host_memory._pinned(size)
+    pages = np.frombuffer((ctypes.c_char * size).from_address(address), np.uint8)
+    assert not pages.any()
+    pages[-1] = 9  # writable to its last byte
+    assert calls == [("pin", address, size)]
+    free()
+    assert calls[-1] == ("unpin", 7)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("jdirect could not pin the table: refused")
+
+    monkeypatch.setattr(_ffi, "cuda_pin", refuse)
+    unmapped = []
+    libc = host_memory._libc()
+    real_munmap = libc.munmap
+    monkeypatch.setattr(host_memory, "_libc", lambda: libc)
+    monkeypatch.setattr(libc, "munmap", lambda a, n: unmapped.append(n) or real_munmap(a, n))
+    with pytest.raises(RuntimeError, match="refused"):
+        host_memory._pinned(size)
+    assert unmapped == [size]
 
 
 @gpu_only
