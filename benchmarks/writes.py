@@ -6,7 +6,7 @@ wall time of one call measured to completion (id resolution, sort and
 duplicate reduction included). Rows start in device memory. Tables:
 
   managed   HostTable.empty(..., memory="managed"): host-resident managed
-  pinned    HostTable.empty(..., memory="pinned"): cudaHostAlloc memory
+  pinned    HostTable.empty(..., memory="pinned"): page-locked memory
 
 Ids: "unique" (a random permutation's prefix: no duplicates), "uniform"
 (with replacement), "zipf" (a=1.1 ranks scattered over the table). The

@@ -2,12 +2,13 @@
 // (jdirect/host_memory.py decides which kind and keeps the books). C API for
 // ctypes (jdirect/_ffi.py).
 //
-// - Managed (kind 0): cudaMallocManaged with the preferred location on the
+// - Managed: cudaMallocManaged with the preferred location on the
 //   host and every GPU marked as accessing it. Pages stay in host memory (no
 //   migration) and GPUs map them with 64 KB / 2 MB translation entries, so
 //   random row reads are not capped by translations as with pinned memory
 //   (4 KB entries): measured 3x-9x faster random gathers on an H200.
-// - Pinned (kind 1): cudaHostAlloc, mapped and portable.
+// Pinned memory is not allocated here: jdirect/host_memory.py maps and
+// touches its pages, and ffi/pin_cuda.cu registers them.
 #include <cuda_runtime.h>
 
 #include <cstdint>
