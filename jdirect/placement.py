@@ -78,8 +78,8 @@ def _on_cpu() -> bool:
 def _memory_stats() -> dict[str, int] | None:
     """JAX's allocator statistics of this process's first device, or None
     on the CPU backend (whose device buffers are host memory) and for an
-    allocator that keeps no pool (XLA_PYTHON_CLIENT_ALLOCATOR=platform or
-    cuda_async: no limit, or a limit of 0)."""
+    allocator that keeps no pool (XLA_PYTHON_CLIENT_ALLOCATOR=platform: no
+    statistics; any allocator reporting a limit of 0)."""
     stats = None if _on_cpu() else jax.local_devices()[0].memory_stats()
     return stats if stats and stats.get("bytes_limit") else None
 
