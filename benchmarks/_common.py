@@ -13,29 +13,15 @@ from typing import Callable, Sequence
 import jax
 
 
-def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0) -> float:
+def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0, calls: int = 1) -> float:
     """Median seconds of `fn()` run to completion, after one warm-up call.
 
-    Stops early (after at least 3 samples) once `budget_s` is spent, so slow
-    baselines do not dominate a run.
+    With `calls` > 1, the median seconds per call of `calls` calls
+    dispatched back to back with one wait at the end (a program's stream of
+    calls: the host waits once, so no call pays the wake-up after its
+    completion). Stops early (after at least 3 samples) once `budget_s` is
+    spent, so slow baselines do not dominate a run.
     """
-    jax.block_until_ready(fn())
-    samples: list[float] = []
-    spent = 0.0
-    while len(samples) < reps and (len(samples) < 3 or spent < budget_s):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        samples.append(time.perf_counter() - start)
-        spent += samples[-1]
-    return statistics.median(samples)
-
-
-def timed_streamed(fn: Callable[[], object], reps: int, calls: int,
-                   budget_s: float = 3.0) -> float:
-    """Median seconds per call of `calls` calls of `fn()` dispatched back to
-    back with one wait at the end (a program's stream of calls: the host
-    waits once, so no call pays the wake-up after its completion), after
-    one warm-up call; stops early as `timed` does."""
     jax.block_until_ready(fn())
     samples: list[float] = []
     spent = 0.0

@@ -54,7 +54,7 @@ import ml_dtypes
 import numpy as np
 
 import jdirect
-from _common import print_table, run_meta, timed, timed_streamed, write_json
+from _common import print_table, run_meta, timed, write_json
 from _profile import kernel_profile, print_profile
 
 ROW_BYTES = (64, 128, 512, 1024, 4096)
@@ -244,7 +244,7 @@ def main() -> None:
                     seconds = timed(runs[name], args.reps)
                     # Outputs of the calls in flight: at most ~4 GiB.
                     calls = int(np.clip((4 << 30) // (n * row_bytes), 2, STREAMED_CALLS))
-                    streamed = timed_streamed(runs[name], args.reps, calls)
+                    streamed = timed(runs[name], args.reps, calls=calls)
                     rec = dict(method=name, dist=dist, row_bytes=row_bytes, indices=n,
                                seconds=seconds, gbps=n * row_bytes / seconds / 1e9,
                                mrows_per_s=n / seconds / 1e6, streamed_seconds=streamed,
