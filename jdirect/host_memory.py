@@ -218,6 +218,7 @@ _MADV_HUGEPAGE = 14  # linux/mman.h
 _PROT_RW, _MAP_PRIVATE_ANONYMOUS = 0x3, 0x22
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
