@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._arrays import all_distinct
-from ._ops import DeviceCache, Pending, ReadRequest
+from ._ops import DeviceCache, Pending, ReadRequest, WholeCache
 from ._table_base import RegisteredTable, TableBase
 
 
@@ -42,6 +42,10 @@ class CachedTable(TableCache):
     (`jnp.take` of its decoded rows). Useful when a few rows are read far
     more often than the rest (power-law graphs, embeddings of frequent ids).
     `gather_start` starts it asynchronously where the wrapped table can.
+    When every row is cached, reads take only the device copy, through
+    XLA's own gather (which XLA fuses into the operations that use the
+    rows), as fast as the table in device memory; `gather_start` then
+    reads at the start.
 
     Device memory used: the cached rows in the wrapped table's stored form
     (an Int8Table's stay packed), plus a 4-byte slot per table row. The
@@ -80,8 +84,8 @@ class CachedTable(TableCache):
         self.table = table
         self.cached_rows = rows
         self._count = int(rows.size)
-        self._cache: DeviceCache | None = DeviceCache(jax.device_put(slots),
-                                                      table.cache_rows(rows))
+        self._cache: DeviceCache | None = self._device_cache(jax.device_put(slots),
+                                                             table.cache_rows(rows))
 
     @classmethod
     def from_counts(cls, table: RegisteredTable, counts: Any,
@@ -97,6 +101,11 @@ class CachedTable(TableCache):
             NaN, or a negative budget.
         """
         return cls(table, hottest_rows(table, counts, budget_bytes, "CachedTable"))
+
+    @property
+    def all_cached(self) -> bool:
+        """Whether every row of the table is cached: reads never cross PCIe."""
+        return self._count == self.shape[0]
 
     @property
     def closed(self) -> bool:
@@ -150,10 +159,14 @@ class CachedTable(TableCache):
     def _tree_unflatten(cls, count, children) -> "CachedTable":
         view = object.__new__(cls)
         view.table, slots, rows = children
-        view._cache = None if slots is None else DeviceCache(slots, rows)
         view.cached_rows = None
         view._count = count
+        view._cache = None if slots is None else view._device_cache(slots, rows)
         return view
+
+    def _device_cache(self, slots: jax.Array, rows: jax.Array) -> DeviceCache:
+        """The cache's arrays, as a WholeCache when it holds every row."""
+        return (WholeCache if self.all_cached else DeviceCache)(slots, rows)
 
 
 def check_table(table: Any, kind: str) -> None:

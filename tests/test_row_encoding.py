@@ -203,6 +203,26 @@ def test_an_epochs_counters_equal_a_numpy_count_of_its_batches(graph, sampler, o
         assert m["cache_hits"] > 0 and m["pcie_rows"] > 0
 
 
+@pytest.mark.parametrize("sampler", ["cpu", "device"])
+def test_a_cache_of_every_row_reads_inline_and_trains_as_the_device_table(graph, sampler):
+    """Nothing crosses PCIe, so nothing is pipelined: the steps read the
+    device copy through XLA's gather, and the losses are the device
+    source's, step for step."""
+    losses = {}
+    for features in ("device", "jdirect-cache"):
+        cfg = config(sampler=sampler, features=features, overlap=True,
+                     **(dict(cache_fraction=1.0, row_encoding="float32")
+                        if features != "device" else {}))
+        with Trainer(graph, cfg) as t:
+            if features != "device":
+                assert t.source.table.all_cached and not t.source.overlaps
+                assert sampler == "cpu" or not t.feed.overlap
+            losses[features] = [t.train_epoch(e)["loss"] for e in range(2)]
+            if features != "device":
+                assert t.train_epoch(2)["pcie_rows"] == 0
+    assert losses["jdirect-cache"] == losses["device"]
+
+
 # -- settings ------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw,match", [

@@ -58,6 +58,7 @@ class FeatureSource(abc.ABC):
       overlaps: `start` returns before the rows have arrived, so that a
         step can update on the previous batch while they are read; `finish`
         waits for them. Otherwise `start` reads and `finish` returns it.
+        An instance may turn it off when its reads have nothing to hide.
       encodes_rows: the source stores the rows in `options.row_encoding`
         (others refuse an encoding other than "auto").
 
@@ -75,7 +76,7 @@ class FeatureSource(abc.ABC):
     """
 
     needs_cpu_sampler: ClassVar[bool] = False
-    overlaps: ClassVar[bool] = False
+    overlaps: bool = False
     encodes_rows: ClassVar[bool] = False
     table: Any = None
     link_row_bytes: int = 0

@@ -17,7 +17,12 @@ class CachedSource(HostTableSource):
     encoded table's bytes) hold the rows of the highest-degree nodes
     (sampling reaches nodes roughly in proportion to their degree), in the
     host table's encoding; the rest are read over PCIe. Reads overlap an
-    update as `jdirect`'s do."""
+    update as `jdirect`'s do, unless the cache took every row: then a
+    step reads the device copy inline, through XLA's gather, which XLA
+    fuses into the layer that uses the rows (pipelined, the rows would be
+    written out and carried to the next step instead: products on an
+    H200, 2026-11-26, every row cached, 0.264 s an epoch pipelined and
+    0.192 s inline, against 0.182 s with the table on the device)."""
 
     caches = True
 
@@ -29,6 +34,7 @@ class CachedSource(HostTableSource):
         except BaseException:
             self.host.close()
             raise
+        self.overlaps = not self.table.all_cached
 
     @staticmethod
     def count(table: CachedTable, input_nodes: jax.Array) -> jax.Array:

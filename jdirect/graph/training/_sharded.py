@@ -85,7 +85,8 @@ def call_batches(sampler, arrays, at: Position, first: int,
     return lambda j: jax.tree.map(lambda x: x[j], batches)
 
 
-def repeat(n: int, one: Callable, carry: Any) -> Any:
+def repeat(n: int, one: Callable, carry: Any, unroll: int = 1) -> Any:
     """`carry` after `carry = one(j, carry)` for j = 0 .. n - 1 (n static):
-    a loop whose trip count XLA knows runs its iterations back to back."""
-    return jax.lax.fori_loop(0, n, one, carry)
+    a loop whose trip count XLA knows runs its iterations back to back,
+    `unroll` of them in each pass of its body."""
+    return jax.lax.fori_loop(0, n, one, carry, unroll=unroll)
