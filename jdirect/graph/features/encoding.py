@@ -44,10 +44,10 @@ unchanged (0.9988 against float32's 0.9987). On a papers100M-sized table
 (192-dim, H100) bfloat16 rows with a 20 % cache trained an epoch in 9.2 s
 against 10.7 s for float32. At 8 steps a call (2026-11-26), products: the
 table on the device 0.182 s, every row cached 0.193 s (read inline through
-XLA's gather), bfloat16 rows with 20 % cached 0.369 s. int8 rows move half of bfloat16's bytes, but an
-`Int8Table` read cannot be started ahead (`jdirect.gather_start` falls back
-to the ordinary gather for it), so it does not overlap the update as a
-bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
+XLA's gather), bfloat16 rows with 20 % cached 0.369 s. int8 rows move half
+of bfloat16's bytes, but an `Int8Table` read cannot be started ahead
+(`jdirect.gather_start` falls back to the ordinary gather for it), so it
+does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
 of every encoding x cache combination, their PCIe counters and accuracy
 over 3 seeds are measured by benchmarks/row_encoding.py
 (benchmarks/run_gpu_compress.sh).
