@@ -143,6 +143,17 @@ def test_placements_and_chunks_draw_alike(graph, runs, name):
         jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
+@pytest.mark.parametrize("csr", ["device", "host"])
+def test_close_releases_the_graph_arrays(graph, csr):
+    s = DeviceSampler(graph, (2, 2), 8, seed=0, csr=csr, chunk_size=CHUNK)
+    arrays = s.arrays
+    s.close()
+    assert s.arrays is None
+    if csr == "host":  # the CSR's HostTables are closed, not left to the collector
+        assert all(t.closed for t in (arrays.indptr,) + arrays.indices)
+    s.close()  # twice is harmless
+
+
 def layout(batch) -> list:
     return jax.tree.map(lambda a: (a.shape, np.dtype(a.dtype)), batch)
 

@@ -4,6 +4,7 @@ ones, nothing waits per step, runs resume exactly, settings are validated."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import jax
 import numpy as np
@@ -147,6 +148,23 @@ def test_resume_mid_run_equals_an_uninterrupted_run(graph, tmp_path):
     assert out2["test_acc"] == out["test_acc"]
     for x, y in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_closed_trainer_leaves_no_arrays_behind(graph, overlap):
+    """jax.jit keeps a step program's static context (and the device
+    sampler in it) for the process: closing the trainer must still free
+    the graph's device arrays, or a second run has less device memory."""
+    gc.collect()
+    before = {id(a) for a in jax.live_arrays()}
+    with Trainer(graph, config(sampler="device", features="jdirect-cache", overlap=overlap,
+                               steps_per_call=2)) as t:
+        t.train_epoch(0)
+        sampler = t.feed.sampler
+    del t
+    gc.collect()
+    assert [a.shape for a in jax.live_arrays() if id(a) not in before] == []
+    assert sampler.arrays is None
 
 
 def test_test_accuracy_is_the_best_validation_epochs(graph):

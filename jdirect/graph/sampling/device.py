@@ -92,7 +92,7 @@ class DeviceSampler:
       max_group: most batches `sample_many` samples at once (2 ** (32 -
         the bits of 2 * num_nodes + 1): 16 for papers100M's 111M nodes).
       placement: "device" or "host", as resolved.
-      arrays: the `CsrArrays` to pass to `sample`.
+      arrays: the `CsrArrays` to pass to `sample` (None after `close`).
 
     Raises:
       TypeError: `graph` is not a `Graph`.
@@ -145,6 +145,22 @@ class DeviceSampler:
     def num_batches(self, num_nodes: int) -> int:
         """Batches in an epoch over `num_nodes` seed nodes (the last may be short)."""
         return -(-int(num_nodes) // self.batch_size)
+
+    def close(self) -> None:
+        """Releases the graph's arrays (`arrays` becomes None): the device
+        copies are dropped, the host CSR tables closed.
+
+        The sampler itself may outlive its user: a step program's static
+        context holds it, and jax.jit keeps static arguments for the rest
+        of the process. Without this, every closed trainer kept its graph
+        on the device (papers100M: 12.9 GB each).
+        """
+        if self.arrays is None:
+            return
+        if self.placement == "host":
+            for table in (self.arrays.indptr,) + self.arrays.indices:
+                table.close()
+        self.arrays = None
 
     def key(self, epoch: int | jax.Array, step: int | jax.Array) -> jax.Array:
         """The key of one batch's draws, from (seed, epoch, step); jittable."""

@@ -152,6 +152,15 @@ class DeviceFeed:
     def stats(self) -> dict[str, float]:
         return {}
 
+    def close(self) -> None:
+        """Releases the graph's arrays (`DeviceSampler.close`) and this
+        feed's references to them, to the source's table and to rows read
+        ahead: jax.jit keeps the step programs' static context, which holds
+        the sampler, after the feed is gone."""
+        self.sampler.close()
+        self.arrays = self.table = self.data = None
+        self._pipeline.reset()
+
 
 @functools.partial(jax.jit, static_argnums=0)
 def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,

@@ -57,6 +57,9 @@ class Feed(Protocol):
     def stats(self) -> dict[str, float]:
         """Host-side times of the last pass (seconds, metrics.py's names)."""
 
+    def close(self) -> None:
+        """Releases what the feed placed for its steps (the trainer's close)."""
+
 
 class HostFeed:
     """CPU sampling on `workers` threads, `prefetch` batches ahead; one device.
@@ -114,3 +117,7 @@ class HostFeed:
 
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
+
+    def close(self) -> None:
+        """Nothing to release: its batches come from the host, a pass's
+        workers end with the pass, and the source is the trainer's."""

@@ -408,6 +408,8 @@ class Trainer:
         return {split: None if math.isnan(a) else a for split, a in acc.items()}
 
     def close(self) -> None:
+        if hasattr(self, "feed"):  # absent when making it failed
+            self.feed.close()
         self.source.close()
         self._close_learned()
 
