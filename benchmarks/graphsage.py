@@ -159,6 +159,9 @@ def main() -> None:
     p.add_argument("--steps-per-call", type=int, nargs="+", default=[None],
                    help="device sampler: steps per dispatch, each value a run (default: the "
                         "trainer's default)")
+    p.add_argument("--cache-fraction", type=float, default=None,
+                   help="jdirect-cache: share of the table cached (default: the trainer's "
+                        "auto, every row when the table fits)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
@@ -179,7 +182,7 @@ def main() -> None:
     base = TrainConfig(dataset=args.dataset, fanouts=tuple(int(f) for f in args.fanouts.split(",")),
                        batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
                        prefetch=args.workers, eval_max=args.eval_max, progress=False,
-                       log_every=10**9)
+                       log_every=10**9, cache_fraction=args.cache_fraction)
     memcpy = memcpy_gbps(jax.devices()[0], 5) if on_gpu else None
     row_bytes = graph.features.shape[1] * graph.features.dtype.itemsize
     records = []

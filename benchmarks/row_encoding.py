@@ -85,8 +85,8 @@ def main() -> None:
     p.add_argument("--encodings", nargs="+", default=["float32", "bfloat16", "int8"],
                    choices=ENCODINGS, help="encodings of the jdirect and jdirect-cache runs")
     p.add_argument("--cache-fraction", type=float, default=0.2,
-                   help="jdirect-cache runs: share of the encoded table cached (two more runs "
-                        "take auto rows with the trainer's default share and with the auto cache)")
+                   help="jdirect-cache runs: share of the encoded table cached (one more run "
+                        "takes the trainer's defaults: auto rows, auto cache)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
@@ -113,10 +113,9 @@ def main() -> None:
         runs += [base.replace(features="jdirect", row_encoding=e) for e in args.encodings]
         runs += [base.replace(features="jdirect-cache", row_encoding=e,
                               cache_fraction=args.cache_fraction) for e in args.encodings]
-        # The trainer's defaults (auto rows, its cache share), then auto rows
-        # with the auto cache (every row, as stored, when they fit).
+        # The trainer's defaults: auto rows, auto cache (every row, as
+        # stored, when they fit).
         runs.append(base.replace(features="jdirect-cache"))
-        runs.append(base.replace(features="jdirect-cache", cache_fraction=None))
     meta = run_meta(dataset=graph.name, graph=repr(graph), dataset_s=made_s,
                     config=vars(args) | {"json": str(args.json)})
     records = []

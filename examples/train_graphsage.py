@@ -48,8 +48,8 @@ from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E4
 from jdirect.graph.training import parallel  # noqa: E402
 from jdirect.graph.training.learned import MEMORY, OPTIMIZERS  # noqa: E402
 from jdirect.graph.training.config import (FEATURE_DTYPES, MAX_SEED,  # noqa: E402
-                                           SAMPLERS, apply_flags, load_config,
-                                           parse_fanouts)
+                                           SAMPLERS, TrainConfig, apply_flags,
+                                           load_config, parse_fanouts)
 from jdirect.graph.training.trainer import (TrainingDiverged, make_mesh,  # noqa: E402
                                             train_and_evaluate)
 
@@ -72,6 +72,11 @@ def _number(kind: type, low: float, high: float | None = None, *, open_low: bool
         return value
 
     return parse
+
+
+def _cache_fraction(text: str) -> float | str:
+    """--cache-fraction: "auto" (the setting's None) or a number in [0, 1]."""
+    return text if text == "auto" else _number(float, 0, 1)(text)
 
 
 def _fanouts(text: str) -> tuple[int, ...]:
@@ -137,10 +142,10 @@ def parser() -> argparse.ArgumentParser:
     add("--no-overlap", dest="overlap", action="store_false", default=None,
         help="device sampler, jdirect modes: read each batch's rows in its own step instead "
              "of on a side stream during the previous step")
-    add("--cache-fraction", type=_number(float, 0, 1),
-        help="jdirect-cache: share of the (encoded) feature table kept on the device "
-             "(default 0.2; a configuration's None caches what fits in half the free "
-             "device memory)")
+    add("--cache-fraction", type=_cache_fraction,
+        help="jdirect-cache: share of the (encoded) feature table kept on the device, or "
+             "auto: as many rows as fit in half the free device memory, every row when the "
+             "table fits (default: auto)")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
              "auto: bfloat16 when a device cache takes only a share of the rows, else "
@@ -208,16 +213,28 @@ class _Defaults(argparse.HelpFormatter):
         return f"{action.help} (default: {shown})"
 
 
+def resolve_config(args: argparse.Namespace) -> TrainConfig:
+    """The configuration `args` name, with every flag given applied.
+
+    Raises:
+      ValueError: as `apply_flags` (a bad setting), or an unknown configuration.
+    """
+    flags = dict(vars(args), progress=False if args.quiet else None,
+                 cache_fraction=None if args.cache_fraction == "auto" else args.cache_fraction)
+    cfg = apply_flags(load_config(args.config, dataset=args.dataset, configs=CONFIGS), flags)
+    if args.cache_fraction == "auto":  # a flag's None means "not given"
+        cfg = cfg.replace(cache_fraction=None).validate()
+    return cfg
+
+
 def main(argv=None) -> dict:
     p = parser()
     args = p.parse_args(argv)
     start_processes(args, p)
-    flags = dict(vars(args), progress=False if args.quiet else None)
     if args.compilation_cache != "none":
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     try:  # every check that needs no data, before loading any
-        cfg = apply_flags(load_config(args.config, dataset=args.dataset, configs=CONFIGS),
-                          flags)
+        cfg = resolve_config(args)
         make_mesh(cfg)
         check_metrics_path(args.metrics)
         if cfg.checkpoint_dir:

@@ -42,7 +42,9 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
     (["--hidden", "0"], "--hidden"), (["--dropout", "1.0"], "--dropout"),
     (["--workers", "0"], "--workers"), (["--prefetch", "0"], "--prefetch"),
     (["--cache-fraction", "2"], "--cache-fraction"),
-    (["--cache-fraction", "-1"], "--cache-fraction"), (["--eval-max", "0"], "--eval-max"),
+    (["--cache-fraction", "-1"], "--cache-fraction"), (["--cache-fraction", "most"],
+                                                        "--cache-fraction"),
+    (["--eval-max", "0"], "--eval-max"),
     (["--fanouts", "abc"], "--fanouts"), (["--fanouts", ""], "--fanouts"),
     (["--fanouts", "5,0"], "fanouts"), (["--lr", "0"], "--lr"),
     (["--features", "gpu-magic"], "--features"), (["--config", "nope"], "nope"),
@@ -62,6 +64,24 @@ def test_bad_flags_are_one_line_errors(flags, name, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert name in err and "Traceback" not in err
+
+
+def test_cache_fraction_auto_overrides_a_configurations_share(tmp_path):
+    config = tmp_path / "shared.py"
+    config.write_text("from jdirect.graph.training import TrainConfig\n"
+                      "def get_config():\n"
+                      "    return TrainConfig(dataset='tiny', cache_fraction=0.3)\n")
+
+    def resolved(*flags: str):
+        args = train_graphsage.parser().parse_args(["--config", str(config), *flags])
+        return train_graphsage.resolve_config(args).cache_fraction
+
+    assert resolved() == 0.3
+    assert resolved("--cache-fraction", "auto") is None
+    assert resolved("--cache-fraction", "1") == 1.0
+    # The default configuration caches what fits (every row of a table that fits).
+    default = train_graphsage.parser().parse_args(["--dataset", "tiny"])
+    assert train_graphsage.resolve_config(default).cache_fraction is None
 
 
 def test_an_unwritable_metrics_path_fails_before_training(tmp_path, capsys):

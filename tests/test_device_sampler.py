@@ -12,7 +12,8 @@ import pytest
 
 from jdirect.graph import NeighborSampler
 from jdirect.graph.data.csr import Graph, csr_from_edges
-from jdirect.graph.sampling.device import DeviceSampler
+from jdirect import placement
+from jdirect.graph.sampling.device import DeviceSampler, device_free_bytes_needed
 from test_sampler import star_forest, subset_pvalue
 
 FANOUTS = (3, 2)
@@ -265,3 +266,17 @@ def test_sample_many_bad_arguments(graph):
     jax.tree.map(np.testing.assert_array_equal, one, jax.tree.map(lambda x: x[0], typed))
     big = DeviceSampler(star_forest(1, 2**16), (4,), 2**6)  # 65,537 nodes: 18-bit keys
     assert big.max_group == 2**14
+
+
+def test_what_a_cache_leaves_it_is_room_enough_for_the_csr(graph, monkeypatch):
+    """`device_free_bytes_needed` is the free memory with which the sampler's
+    own rule (`csr="auto"`) still places the CSR on the device: the feature
+    cache, placed first, leaves that much (`encoding.plan_rows`)."""
+    csr_bytes = 4 * (graph.num_nodes + 1 + graph.num_edges)
+    for free, where in ((device_free_bytes_needed(graph), "device"), (2 * csr_bytes - 2, "host")):
+        monkeypatch.setattr(placement, "device_free_bytes", lambda: free)
+        sampler = DeviceSampler(graph, FANOUTS, BATCH)
+        try:
+            assert sampler.placement == where, free
+        finally:
+            sampler.close()

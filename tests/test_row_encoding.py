@@ -104,7 +104,7 @@ def test_auto_caches_a_table_that_fits_whole_and_as_stored():
 
 
 def test_auto_with_a_cache_share_narrows_even_a_table_that_fits():
-    # The trainer's default (cache_fraction 0.2): 80 % of the rows cross
+    # A share cached (cache_fraction 0.2): 80 % of the rows cross
     # PCIe, so they go as bfloat16 (products: 0.419 s an epoch against
     # float32's 0.595 s on an H200), and the share is of the narrow table.
     free = 10**12
@@ -122,6 +122,21 @@ def test_auto_narrows_a_table_that_does_not_fit_and_caches_what_does():
     # A 2-byte table is not narrowed further by auto.
     assert plan_rows(SHAPE, ml_dtypes.bfloat16, "auto", None, cached=True,
                      free_bytes=free).encoding == STORED
+
+
+def test_auto_leaves_room_for_what_is_placed_after_the_source():
+    whole = SHAPE[0] * (400 + SLOT_BYTES)
+    free = 4 * whole
+    # The reserve is kept free: a share of the rows, narrowed, in what is left.
+    plan = plan_rows(SHAPE, np.float32, "auto", None, cached=True, free_bytes=free,
+                     reserve_bytes=free - whole // 2)
+    assert plan == RowPlan("bfloat16", whole // 2)
+    # Half the free memory is still the most the cache takes.
+    assert plan_rows(SHAPE, np.float32, "auto", None, cached=True, free_bytes=free,
+                     reserve_bytes=whole) == RowPlan(STORED, whole)
+    # A reserve that could not be kept free anyway is ignored.
+    assert plan_rows(SHAPE, np.float32, "auto", None, cached=True, free_bytes=free,
+                     reserve_bytes=free + 1) == RowPlan(STORED, whole)
 
 
 def test_auto_keeps_an_uncached_source_exact():

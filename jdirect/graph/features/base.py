@@ -37,12 +37,16 @@ class SourceOptions:
         the device; None: sized by `encoding.plan_rows`'s `auto` rule.
       row_encoding: how a host-resident source stores its rows, one of
         `encoding.ENCODINGS` ("auto": `encoding.plan_rows`).
+      device_reserve: free device bytes that what is placed after the
+        source needs (the device sampler's CSR); a cache sized by the free
+        device memory leaves them (`encoding.plan_rows`).
     """
 
     rows_per_batch: int = 0
     staging_buffers: int = 8
     cache_fraction: float | None = None
     row_encoding: str = "auto"
+    device_reserve: int = 0
 
 
 class FeatureSource(abc.ABC):

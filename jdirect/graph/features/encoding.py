@@ -22,7 +22,11 @@ them all, narrower rows when only a share of them is cached.
     cache: a "device" copy would be a second host copy.
   * The cache budget is half the device memory free when the source opens
     (`AUTO_SHARE`; the rest is for the sampler's graph, which is placed
-    after the source, the model and the steps' buffers).
+    after the source, the model and the steps' buffers), and at most what
+    leaves the device sampler room to place its CSR on the device
+    (`reserve_bytes`): on an H100 (papers100m, 2026-11-27) a cache of 74 %
+    of the rows pushed the CSR to host memory and the epoch took 3.12 s,
+    against 2.70 s with 20 % cached and the CSR on the device.
   * A source with a cache: the stored rows if the cache takes every one of
     them (`cache_fraction` None or 1, and the whole table fits in the
     budget: no read crosses PCIe, nothing is lost); else bfloat16 rows (a
@@ -44,7 +48,9 @@ unchanged (0.9988 against float32's 0.9987). On a papers100M-sized table
 (192-dim, H100) bfloat16 rows with a 20 % cache trained an epoch in 9.2 s
 against 10.7 s for float32. At 8 steps a call (2026-11-26), products: the
 table on the device 0.182 s, every row cached 0.193 s (read inline through
-XLA's gather), bfloat16 rows with 20 % cached 0.369 s. int8 rows move half
+XLA's gather), bfloat16 rows with 20 % cached 0.369 s; so the trainer's
+`cache_fraction` default became None (2026-11-27: what fits, every row
+when the table fits). int8 rows move half
 of bfloat16's bytes, but an `Int8Table` read cannot be started ahead
 (`jdirect.gather_start` falls back to the ordinary gather for it), so it
 does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
@@ -94,7 +100,7 @@ def row_bytes(encoding: str, dim: int, dtype: np.dtype) -> int:
 
 def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
               cache_fraction: float | None, *, cached: bool,
-              free_bytes: int | None) -> RowPlan:
+              free_bytes: int | None, reserve_bytes: int = 0) -> RowPlan:
     """The encoding and cache size for a [rows, dim] table of `dtype`, by
     the module's rule; a pure function of its arguments.
 
@@ -105,6 +111,11 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
       cached: whether the source has a cache (without one, cache_bytes is 0).
       free_bytes: device memory free (`placement.device_free_bytes`), None
         without separate device memory (the CPU backend).
+      reserve_bytes: of `free_bytes`, what must stay free for what is
+        placed after the source (the device sampler's CSR,
+        `sampling.device_free_bytes_needed`): the budget is at most
+        `free_bytes - reserve_bytes`, unless the reserve exceeds the free
+        memory (then what it is for goes to host memory anyway).
 
     Raises:
       ValueError: an encoding not in ENCODINGS, or float32 for a 2-byte
@@ -119,6 +130,8 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
     if encoding != "auto" and encoding == np.dtype(dtype).name:
         encoding = STORED
     budget = 0 if free_bytes is None else int(AUTO_SHARE * max(free_bytes, 0))
+    if free_bytes is not None and reserve_bytes <= free_bytes:
+        budget = min(budget, free_bytes - reserve_bytes)
     if encoding == "auto":
         if not cached or free_bytes is None:
             return RowPlan(STORED, 0)

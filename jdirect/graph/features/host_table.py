@@ -37,7 +37,8 @@ class HostTableSource(FeatureSource):
         features = graph.features
         self.plan = encoding.plan_rows(features.shape, features.dtype, options.row_encoding,
                                        options.cache_fraction, cached=self.caches,
-                                       free_bytes=device_free_bytes())
+                                       free_bytes=device_free_bytes(),
+                                       reserve_bytes=options.device_reserve)
         self._about = encoding.describe(self.plan, features.shape, features.dtype)
         self.table = self.host = encoding.open_rows(features, self.plan.encoding)
         self.link_row_bytes = self.host.row_bytes

@@ -65,14 +65,14 @@ class TrainConfig:
         queued steps, fit in half the free device memory, else host; host
         on the CPU backend).
       cache_fraction: jdirect-cache: share of the (encoded) table's bytes
-        on the device (0.2: measured on products and papers100m); None: as
-        many rows as fit in half the free device memory (none on the CPU
-        backend; `features.encoding`). 1.0 caches every row: papers100m
-        (H200, 2026-11-26, JAX given half the GPU) 1.20 s an epoch against
-        2.45 s with 0.2 and 1.15 s with the table on the device. Not the
-        default: on 2026-11-25 the same setting left the first epoch
-        unfinished after 200 s, and it is not measured on an H100 or from
-        the CLI since.
+        on the device, or None (the default): as many rows as fit in half
+        the device memory free when the source opens, leaving the device
+        sampler room for its CSR, every row when the whole table fits
+        (none on the CPU backend; `features.encoding`). Measured
+        (benchmarks/RESULTS.md, 2026-11-26/27): products on an H200, 0.198
+        s an epoch with every row cached, 0.391 s with 0.2, 0.183 s with the
+        table on the device; papers100m from the CLI on an H100, 1.94 s
+        with 53 % of the rows cached, 2.70 s with 0.2.
       row_encoding: jdirect, jdirect-cache: how the host-resident rows are
         stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
         scale) or "auto" (`features.encoding`: as stored when there is no
@@ -127,7 +127,7 @@ class TrainConfig:
     embedding_optimizer: str = "adam"
     embedding_lr: float = 1e-2
     embedding_memory: str = "auto"
-    cache_fraction: float | None = 0.2
+    cache_fraction: float | None = None
     row_encoding: str = "auto"
     sampler: str = "auto"
     overlap: bool = True
