@@ -39,7 +39,7 @@ PY
   # The suite in four processes of a quarter of the test files each: the
   # CPU compiler of jaxlib 0.9.0 crashed (SIGSEGV inside XLA, compiling or
   # serializing a program) once one process had run about 700 tests of the
-  # suite, at whichever program came next (2026-11-26, four runs).
+  # suite, at whichever program came next (2026-11-26, six runs).
   files=(tests/test_*.py)
   per=$(( (${#files[@]} + 3) / 4 ))
   for ((i = 0; i < ${#files[@]}; i += per)); do
