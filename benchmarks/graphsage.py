@@ -15,6 +15,9 @@ and, timed alone over the same epoch's batches (device sampler's batches):
                   time the GPU waited, < 0 is overlap
 The PCIe floor is the epoch's input rows (each batch's unique rows once)
 times the row bytes over the pinned memcpy rate measured in the same run.
+Every epoch's floor (floor_s, vs_floor) is the larger of the device
+source's epoch and the bytes it read over PCIe (its cache misses, pcie_gb)
+over that memcpy rate: no overlap of the read with the update can beat it.
 Accuracies of the model of the timed epoch with the best sampled validation
 accuracy, under both protocols (`jdirect.graph.metrics`; the record's
 "protocol" says which is which): val_acc and test_acc over every node of
@@ -127,7 +130,8 @@ def run_mode(graph, cfg: TrainConfig, args, memcpy: float | None, row_bytes: int
                    + (f"/{calls}" if len(args.steps_per_call) > 1 else ""),
                    steps_per_call=calls,
                    epoch_s=statistics.median(m["epoch_s"] for m in epochs),
-                   loss=epochs[-1]["loss"], sampled_val_acc=best[0],
+                   loss=epochs[-1]["loss"], pcie_gb=epochs[-1].get("pcie_gb"),
+                   sampled_val_acc=best[0],
                    sampled_test_acc=t.evaluate(graph.test, best[1]),
                    batches=t.batches_per_epoch)
         rec["protocol"] = dict(sampled_val_acc=SAMPLED, sampled_test_acc=SAMPLED)
@@ -207,12 +211,13 @@ def main() -> None:
     dev = {r["sampler"]: r["epoch_s"] for r in records if r["mode"] == "device"}
     for r in records:
         r["vs_device"] = r["epoch_s"] / dev[r["sampler"]] if r["sampler"] in dev else None
-        r["vs_floor"] = r["epoch_s"] / floor if floor else None
+        r["floor_s"] = epoch_floor(dev.get(r["sampler"]), r.get("pcie_gb"), memcpy)
+        r["vs_floor"] = r["epoch_s"] / r["floor_s"] if r["floor_s"] else None
     print(" ".join(f"{k} {v:.2f}" for k, v in memory_peaks(graph, generation_peak).items()))
     print(f"\n{graph.name}: {records[0]['batches']} batches"
           + (f", PCIe floor {floor:.3f}s at {memcpy:.1f} GB/s" if floor else ""))
     keys = ("epoch_s", "presampled_s", "device_sample_s", "gather_s", "compute_s", "idle_s",
-            "vs_device", "vs_floor", "val_acc", "test_acc", "sampled_val_acc",
+            "pcie_gb", "floor_s", "vs_device", "vs_floor", "val_acc", "test_acc", "sampled_val_acc",
             "sampled_test_acc")
     rows = [dict(k=f"{r['sampler']}/{k}{_protocol_tag(r, k)}", col=r["mode"], v=r[k])
             for r in records for k in keys if r.get(k) is not None]
@@ -223,6 +228,17 @@ def main() -> None:
                     **memory_peaks(graph, generation_peak))
     write_json(args.json, meta, records)
     plot(records, floor, args.json.with_suffix(".png"))
+
+
+def epoch_floor(device_s: float | None, pcie_gb: float | None,
+                memcpy_gbps: float | None) -> float | None:
+    """The least an epoch can take: max(the all-in-GPU epoch, its PCIe bytes
+    at the memcpy rate); None where neither term was measured (no device
+    run, or no GPU)."""
+    terms = [device_s] if device_s else []
+    if pcie_gb is not None and memcpy_gbps:
+        terms.append(pcie_gb / memcpy_gbps)
+    return max(terms) if terms else None
 
 
 def _protocol_tag(record: dict, key: str) -> str:

@@ -79,7 +79,10 @@ METRICS: dict[str, str] = {
     "read_gbps": "feature_gb / epoch_s: the feature-read rate the epoch sustained",
     "pcie_floor_s": "feature_gb over the pinned memcpy rate measured in the same run",
     "vs_device": "epoch_s over the device source's epoch_s with the same sampler",
-    "vs_floor": "epoch_s over pcie_floor_s",
+    "floor_s": "what the epoch can take at best: the larger of the device source's epoch_s "
+               "with the same sampler (all in GPU memory) and the epoch's pcie_gb over the "
+               "pinned memcpy rate, both of the same run",
+    "vs_floor": "epoch_s over floor_s",
     "val_acc_seeds": "val_acc of each training seed, in order (a list; the record's val_acc "
                      "is their mean)",
     "val_acc_std": "standard deviation of val_acc_seeds",

@@ -122,7 +122,7 @@ class TrainConfig:
     min_steps: int = 0
     seed: int = 0
     model: str = "sage"
-    features: str = "jdirect"
+    features: str = "jdirect-cache"
     embedding_dim: int = 0
     embedding_optimizer: str = "adam"
     embedding_lr: float = 1e-2
