@@ -71,7 +71,8 @@
 # Examples (each as one `device` call):
 #   bash benchmarks/run.sh tests                   # the GPU suite
 #   bash benchmarks/run.sh sanitize gather         # memcheck, then the gather benchmark
-#   TESTS=writes bash benchmarks/run.sh tests sanitize writes
+#   TESTS=writes SANITIZE_GROUPS="managed:writes pinned:writes" \
+#     bash benchmarks/run.sh tests sanitize writes   # what a write change needs
 #   STEPS=8 OPTS="" bash benchmarks/run.sh learned
 set -uo pipefail
 OUT=$(mkdir -p "${OUT:-out}" && cd "${OUT:-out}" && pwd)
