@@ -11,7 +11,8 @@ out-of-range ids, empty batches. Reads and writes are checked against
 Prints one line per group and "sanitize_kernels: done, N mismatching
 group(s)" at the end. `--memory` and `--check` pick groups: the tool
 crashed (itself) in the pinned write group when it ran after the managed
-groups in one process, so `benchmarks/sanitize.sh` runs each group alone.
+groups in one process, so `bash benchmarks/run.sh sanitize` runs each group
+alone (SANITIZE_GROUPS="pinned:writes ..." picks them).
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck \
         python3 benchmarks/sanitize_kernels.py [--memory pinned] [--check writes]

@@ -112,8 +112,8 @@ def gather(
       NotImplementedError: mode "raise" or "promise_in_bounds".
       IndexError: non-empty `idx` on a table with no rows (as jnp.take).
       RuntimeError: a GPU backend and jdirect built without CUDA.
-      jax.errors.JaxRuntimeError (when the result is computed, eagerly or
-        by a compiled function): the HostTable was closed.
+      jax.errors.JaxRuntimeError: the HostTable was closed (raised when the
+        result is computed, eagerly or by a compiled function).
     """
     request = ReadRequest.make(mode, fill_value, locality)
     idx = _as_indices(idx)

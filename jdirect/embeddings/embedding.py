@@ -55,7 +55,8 @@ def create_table(num_embeddings: int, dim: int, *, seed: int = 0, init: str = "u
     Raises:
       ValueError: num_embeddings < 0, dim < 1, unknown init, scale < 0.
       TypeError: dtype is not floating.
-      and as `HostTable.empty` (memory).
+
+    Also raises as `HostTable.empty` does for `memory`.
     """
     for name, value, low in (("num_embeddings", num_embeddings, 0), ("dim", dim, 1)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:

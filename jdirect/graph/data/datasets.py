@@ -127,8 +127,7 @@ def load_graph(cfg: GraphSettings) -> Graph:
     `cfg.data_dir`, generated from `cfg.seed` with `cfg.feature_dtype`
     (synthetic presets), a progress bar if `cfg.progress`.
 
-    Raises:
-      as `load_dataset`.
+    Raises as `load_dataset` does.
     """
     overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
     return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
