@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
+import warnings
 from pathlib import Path
+from typing import NoReturn
 
 # JAX takes 75 % of GPU memory at start by default, which leaves too little
 # free for jdirect's rule on managed host tables (never more than the GPU
@@ -40,7 +43,7 @@ COMPILATION_CACHE = Path.home() / ".cache" / "jdirect" / "jax-compilation"
 
 import jax  # noqa: E402
 
-from jdirect.graph.data import DATASETS  # noqa: E402
+from jdirect.graph.data import DATASETS, PRESETS  # noqa: E402
 from jdirect.graph.features import ENCODINGS, SOURCES  # noqa: E402
 from jdirect.graph.models import MODELS  # noqa: E402
 from jdirect.graph.io import (CheckpointError, check_checkpoint_dir,  # noqa: E402
@@ -50,8 +53,8 @@ from jdirect.graph.training.learned import MEMORY, OPTIMIZERS  # noqa: E402
 from jdirect.graph.training.config import (FEATURE_DTYPES, MAX_SEED,  # noqa: E402
                                            SAMPLERS, TrainConfig, apply_flags,
                                            load_config, parse_fanouts)
-from jdirect.graph.training.trainer import (TrainingDiverged, make_mesh,  # noqa: E402
-                                            train_and_evaluate)
+from jdirect.graph.training.trainer import (EvaluationFailed, TrainingDiverged,  # noqa: E402
+                                            make_mesh, train_and_evaluate)
 
 
 def _number(kind: type, low: float, high: float | None = None, *, open_low: bool = False,
@@ -64,6 +67,8 @@ def _number(kind: type, low: float, high: float | None = None, *, open_low: bool
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a{'n integer' if kind is int else ' number'}"
                                              f", got {text!r}")
+        if not math.isfinite(value):  # nan passes every comparison below
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if value < low or (open_low and value == low) or (high is not None and (
                 value > high or (open_high and value == high))):
             lo, hi = "(" if open_low else "[", ")" if open_high else "]"
@@ -113,8 +118,15 @@ def start_processes(args: argparse.Namespace, p: argparse.ArgumentParser) -> Non
         p.error(str(e))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Refusals in one line, without the usage block that --help shows."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         description="GraphSAGE with host-resident features (jdirect). Flags override the "
                     "configuration's settings; '(default: X)' is the 'default' configuration's.",
         formatter_class=_Defaults)
@@ -227,15 +239,36 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     return cfg
 
 
+def check_data_dir(cfg: TrainConfig) -> None:
+    """ValueError naming a --data-dir that is missing or not a directory
+    (the loader would name the first file it expected there)."""
+    if cfg.dataset not in PRESETS and cfg.data_dir is not None and not Path(cfg.data_dir).is_dir():
+        problem = "is not a directory" if Path(cfg.data_dir).exists() else "does not exist"
+        raise ValueError(f"--data-dir {cfg.data_dir} {problem}")
+
+
 def main(argv=None) -> dict:
+    """Runs the CLI; returns `train_and_evaluate`'s results. Warnings are
+    printed as one line each; an interrupt (Ctrl-C) ends in one line saying
+    what was kept, exit status 130."""
     p = parser()
-    args = p.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, category, *_, **__: print(
+            f"{p.prog}: warning: {message}", file=sys.stderr)
+        try:
+            return _run(p, p.parse_args(argv))
+        except KeyboardInterrupt as e:
+            p.exit(130, f"{p.prog}: {e if e.args else 'interrupted'}\n")
+
+
+def _run(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     start_processes(args, p)
     if args.compilation_cache != "none":
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     try:  # every check that needs no data, before loading any
         cfg = resolve_config(args)
         make_mesh(cfg)
+        check_data_dir(cfg)
         check_metrics_path(args.metrics)
         if cfg.checkpoint_dir:
             check_checkpoint_dir(cfg.checkpoint_dir, read_only=cfg.checkpoint_read_only,
@@ -248,7 +281,7 @@ def main(argv=None) -> dict:
     except CheckpointError as e:
         hint = " (flag: --checkpoint-read-only)" if "read_only" in str(e) else ""
         p.exit(1, f"{p.prog}: error: {e}{hint}\n")
-    except (OSError, ValueError, MemoryError, TrainingDiverged) as e:
+    except (OSError, ValueError, MemoryError, TrainingDiverged, EvaluationFailed) as e:
         p.exit(1, f"{p.prog}: error: {e}\n")
     if parallel.is_lead():
         print(f"wrote {args.metrics}")

@@ -165,8 +165,12 @@ def test_resume_settings_treat_one_data_dir_written_three_ways_as_one(tmp_path, 
     assert meta["epoch"] == 0
 
 
-@pytest.mark.parametrize("key, old, new", [("eval_max", None, 1000), ("sampler", "cpu", "device")])
-def test_changed_eval_max_or_sampler_is_refused_naming_the_setting(tmp_path, key, old, new):
+# devices, row_encoding and features: regression, they were accepted
+# silently, and the resumed run equalled neither.
+@pytest.mark.parametrize("key, old, new", [
+    ("eval_max", None, 1000), ("sampler", "cpu", "device"), ("devices", 1, 2),
+    ("row_encoding", "auto", "int8"), ("features", "jdirect", "host")])
+def test_resume_under_another_devices_count_or_row_encoding_is_refused(tmp_path, key, old, new):
     ckpt = Checkpoints(tmp_path, resume_settings(run_settings(**{key: old})))
     ckpt.save(0, state(0), [])
     ckpt.close()
@@ -178,6 +182,30 @@ def test_changed_eval_max_or_sampler_is_refused_naming_the_setting(tmp_path, key
 def test_resume_settings_name_what_is_missing():
     with pytest.raises(ValueError, match="run settings lack eval_max, sampler"):
         resume_settings({k: None for k in RESUME_KEYS if k not in ("eval_max", "sampler")})
+
+
+def test_checkpoint_dir_naming_a_file_says_it_is_a_file(tmp_path):
+    # Regression: "(File exists)", with advice to pass --checkpoint-read-only.
+    (tmp_path / "file").write_text("mine")
+    for read_only in (False, True):
+        with pytest.raises(CheckpointError, match=f"^checkpoint directory {tmp_path}/file is a "
+                                                  "file, not a directory$"):
+            check_checkpoint_dir(tmp_path / "file", read_only=read_only)
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_checkpoints_honour_the_umask(tmp_path):
+    # Regression: every step was created mode 0600 (mkstemp's), whatever the umask.
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        old = os.umask(umask)
+        try:
+            ckpt = Checkpoints(tmp_path / f"u{umask:o}", CONFIG)
+            ckpt.save(0, state(0), [])
+            ckpt.close()
+        finally:
+            os.umask(old)
+        step = tmp_path / f"u{umask:o}" / "epoch-00000000.npz"
+        assert step.stat().st_mode & 0o777 == mode
 
 
 def test_other_state_shape_is_one_clear_error(tmp_path):
@@ -271,7 +299,8 @@ def test_read_only_directory_is_refused_up_front_or_resumed_read_only(read_only_
 
 def test_uncreatable_or_missing_directory(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(CheckpointError, match="cannot write checkpoints to .*file/ckpt"):
+    with pytest.raises(CheckpointError, match=f"cannot make checkpoint directory .*file/ckpt: "
+                                              f"{tmp_path}/file is a file, not a directory$"):
         Checkpoints(tmp_path / "file" / "ckpt", CONFIG)
     with pytest.raises(CheckpointError, match="does not exist"):
         Checkpoints(tmp_path / "missing", CONFIG, read_only=True)

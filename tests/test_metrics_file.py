@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
+import threading
 
 import numpy as np
 import pytest
@@ -98,3 +100,71 @@ def test_unusable_paths_are_named_in_one_line(tmp_path):
         check_metrics_path(missing)
     assert check_metrics_path(str(tmp_path / "m.json")) == tmp_path / "m.json"
     assert not list(tmp_path.iterdir())
+
+
+def test_metrics_under_a_file_says_the_parent_is_a_file(tmp_path):
+    # Regression: said the folder "does not exist".
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "file" / "sub" / "m.json"
+    with pytest.raises(ValueError, match=f"^cannot write metrics file {path}: {tmp_path}/file "
+                                         "is a file, not a folder$"):
+        check_metrics_path(path)
+
+
+def test_metrics_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path):
+    # Regression: the rename replaced the link, and its target was never written.
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "m.json"
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)  # dangling: the first update creates the target
+    metrics = MetricsFile(link)
+    metrics.update(epoch=0)
+    metrics.update(epoch=1)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert strict_json(target.read_text())["epoch"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "runs"]
+    assert [p.name for p in target.parent.iterdir()] == ["m.json"]
+
+
+def test_metrics_naming_a_fifo_writes_through_not_replaces(tmp_path):
+    # Regression: a device or FIFO was replaced by a regular file.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
+    reader.start()
+    MetricsFile(fifo).update(epoch=3)
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert strict_json(received[0])["epoch"] == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+def test_metrics_naming_dev_null_writes_through_not_replaces(monkeypatch):
+    # Regression: run as root, --metrics /dev/null made it a regular file for the
+    # whole machine. Should that come back, refuse the rename instead of doing it.
+    real_replace = os.replace
+
+    def guarded(src, dst, *args, **kwargs):
+        assert os.path.realpath(dst) != "/dev/null", "atomic_write would replace /dev/null"
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", guarded)
+    MetricsFile("/dev/null").update(epoch=0)
+    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
+
+
+def test_metrics_file_honours_the_umask(tmp_path):
+    # Regression: created mode 0600 (mkstemp's) whatever the umask.
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600)):
+        path = tmp_path / f"m{umask:o}.json"
+        old = os.umask(umask)
+        try:
+            MetricsFile(path).update(epoch=0)
+        finally:
+            os.umask(old)
+        assert path.stat().st_mode & 0o777 == mode
+    # A file that is replaced keeps the mode its owner gave it.
+    path.chmod(0o640)
+    MetricsFile(path).update(epoch=1)
+    assert path.stat().st_mode & 0o777 == 0o640

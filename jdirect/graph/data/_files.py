@@ -235,9 +235,13 @@ def cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None],
         atomic_write(record_path, lambda f: f.write(json.dumps(record).encode()))
     if record["nonfinite"]:
         msg = (f"{source}: features hold {record['nonfinite']} NaN or infinite values "
-               f"(first in row {record['first_row']})")
+               f"(first in row {record['first_row']}); a value beyond float32's range "
+               "(+-3.4e38) counts as infinite")
         if not allow_nonfinite:
-            raise ValueError(msg + "; fix the file, or pass allow_nonfinite=True to load anyway")
+            # No training can use such rows (the loss would be NaN), so the
+            # CLI has no switch for them; a program inspecting the file may.
+            raise ValueError(msg + "; fix the file (a program of your own may load it anyway "
+                             "with the loader's allow_nonfinite=True)")
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
     return _into_table_memory(features, dtype, source, check=not record["nonfinite"])
 

@@ -39,7 +39,8 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from ...atomic_files import atomic_write, probe_writable, remove_stale_temporaries
+from ...atomic_files import (atomic_write, file_in_the_way, probe_writable,
+                             remove_stale_temporaries)
 from ...dir_lock import DirectoryInUse, DirectoryLock, LockUnsupported
 from ._step_file import (FORMAT, DamagedStep, flatten, leaf_bytes, nonfinite, read_settings,
                          read_step, spec, to_target)
@@ -59,11 +60,14 @@ def _step_path(directory: Path, epoch: int) -> Path:
 
 # Settings that change what a run computes or what its history means
 # (eval_max picks the validation nodes behind every val_acc and so the best
-# epoch; the sampler draws every neighbourhood): resuming a checkpoint under
-# other values would mix two runs in one history.
+# epoch; the sampler draws every neighbourhood; the device count splits each
+# batch's seeds and keys their samples; the source and its row encoding
+# decide the input rows a step reads): resuming a checkpoint under other
+# values would mix two runs in one history.
 RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
                "dropout", "lr", "weight_decay", "seed", "model", "min_steps", "eval_max",
-               "sampler", "embedding_dim", "embedding_optimizer", "embedding_lr")
+               "sampler", "embedding_dim", "embedding_optimizer", "embedding_lr", "features",
+               "row_encoding", "devices")
 
 
 def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,7 +78,8 @@ def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     trailing slash, so "data", "./data/" and "/home/u/data" are one
     directory (a saved relative path is read against the current directory
     too); `fanouts` a list. Pass `sampler` as resolved ("device" or "cpu",
-    not "auto"): the resolved one draws the samples.
+    not "auto"): the resolved one draws the samples; `devices` as the
+    mesh's size, not None.
 
     Raises:
       ValueError: `settings` lacks some of RESUME_KEYS (named).
@@ -119,12 +124,14 @@ def check_checkpoint_dir(directory: str | Path, *, read_only: bool = False,
       The directory as an absolute path.
 
     Raises:
-      CheckpointError: one line naming the directory: it does not exist
-        (read_only), cannot be written (suggesting `read_only_option`), or
-        is in use by another run (naming its pid, host and start time).
+      CheckpointError: one line naming the directory: it or a folder on its
+        way is a file, it does not exist (read_only), it cannot be written
+        (suggesting `read_only_option`), or it is in use by another run
+        (naming its pid, host and start time).
     """
     directory = Path(directory).absolute()
     if read_only:
+        _refuse_files(directory)
         if not directory.is_dir():
             raise CheckpointError(f"checkpoint directory {directory} does not exist; "
                                   f"{read_only_option} only resumes from an existing one")
@@ -135,9 +142,19 @@ def check_checkpoint_dir(directory: str | Path, *, read_only: bool = False,
     return directory
 
 
+def _refuse_files(directory: Path) -> None:
+    """CheckpointError if `directory`, or a folder on its way, is a file."""
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} is a file, not a directory")
+    if (blocker := file_in_the_way(directory)) is not None:
+        raise CheckpointError(f"cannot make checkpoint directory {directory}: {blocker} is a "
+                              "file, not a directory")
+
+
 def _lock(directory: Path, read_only_option: str) -> DirectoryLock | None:
     """The writer's lock on `directory`, created if missing; None (with a
     warning) where the file system cannot lock. Raises as check_checkpoint_dir."""
+    _refuse_files(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe_writable(directory)

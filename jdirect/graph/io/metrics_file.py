@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ...atomic_files import atomic_write, probe_writable
+from ...atomic_files import atomic_write, file_in_the_way, is_special, probe_writable
 
 
 def run_environment() -> dict[str, Any]:
@@ -40,7 +40,9 @@ def check_metrics_path(path: str | Path) -> Path:
     """Checks, before any work, that a metrics file can be written at `path`:
     its folder exists and takes a file (a probe file of ours is written,
     fsynced and removed, so a full disk or a read-only mount fails here),
-    and an existing file at `path` may be replaced.
+    and an existing file at `path` may be replaced. A symbolic link is
+    checked at its target; a device or FIFO (`/dev/null`) only for write
+    permission, since it is written through (`atomic_write`).
 
     Returns:
       `path` as a Path.
@@ -49,16 +51,23 @@ def check_metrics_path(path: str | Path) -> Path:
       ValueError: one line naming the path and the reason.
     """
     path = Path(path)
-    if path.is_dir():
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
         raise ValueError(f"metrics file {path} is a directory")
-    if not path.parent.is_dir():
+    if is_special(target):
+        if not os.access(target, os.W_OK):
+            raise ValueError(f"cannot write metrics file {path}: permission denied")
+        return path
+    if (blocker := file_in_the_way(target)) is not None:
+        raise ValueError(f"cannot write metrics file {path}: {blocker} is a file, not a folder")
+    if not target.parent.is_dir():
         raise ValueError(f"cannot write metrics file {path}: "
-                         f"folder {path.parent} does not exist")
+                         f"folder {target.parent} does not exist")
     # A file the user made read-only is not replaced, though the rename could.
-    if path.exists() and not os.access(path, os.W_OK):
+    if target.exists() and not os.access(target, os.W_OK):
         raise ValueError(f"cannot write metrics file {path}: permission denied")
     try:
-        probe_writable(path.parent)
+        probe_writable(target.parent)
     except OSError as e:
         raise ValueError(f"cannot write metrics file {path}: {e.strerror or e}") from e
     return path
@@ -70,7 +79,8 @@ class MetricsFile:
     The path is checked at construction (`check_metrics_path`), so a run
     does not train for an hour and then lose its results. Each `update`
     rewrites the file atomically (a temporary file of ours, fsynced, then
-    renamed): an interrupted run leaves the epochs it finished, and a
+    renamed; a symbolic link's target so, a device or FIFO written
+    through): an interrupted run leaves the epochs it finished, and a
     failed write leaves the previous file and no temporary. Non-finite
     numbers are written as null (see the module docstring).
 

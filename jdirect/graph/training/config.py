@@ -25,6 +25,8 @@ from .learned import MEMORY, OPTIMIZERS
 
 # The run configurations of a source checkout: configs/NAME.py.
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+# Modules that configuration files of older versions import: where they went.
+MOVED = {"jdirect.graph.config": "jdirect.graph.training"}
 SAMPLERS = ("auto", "device", "cpu")
 FEATURE_DTYPES = (None,) + TABLE_DTYPES
 
@@ -211,6 +213,12 @@ class TrainConfig:
                f"rows ({', '.join(n for n, c in SOURCES.items() if c.encodes_rows)}); the "
                f"{self.features!r} source reads the graph's table (convert it with "
                "feature_dtype)")
+        for name in ("data_dir", "checkpoint_dir"):
+            # An unset variable in a job script (--checkpoint-dir "$DIR")
+            # would otherwise train and keep nothing.
+            value = getattr(self, name)
+            _check(value is None or value.strip() != "", name,
+                   f"must name a directory, got {value!r} (an unset variable in a script?)")
         _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
                f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
         _check_embedding(self)
@@ -294,7 +302,10 @@ def load_config(name_or_path: str | Path | None = None, *, dataset: str | None =
     passes its own). Not validated (apply flags first, then `validate`).
 
     Raises:
-      ValueError: no such configuration (the message lists `configs`).
+      ValueError: no such configuration (the message lists `configs`), or
+        a file that cannot be run (a syntax error, a failing import, no
+        get_config, get_config failing or not returning a TrainConfig):
+        one line naming the file and the problem.
     """
     configs = Path(configs)
     if name_or_path is None:
@@ -307,15 +318,33 @@ def load_config(name_or_path: str | Path | None = None, *, dataset: str | None =
         raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
     spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise ValueError(f"{path}, line {e.lineno}: {e.msg}") from None
+    except Exception as e:
+        if isinstance(e, ModuleNotFoundError) and e.name in MOVED:
+            raise ValueError(f"{path}: {e.name} has moved; write 'from {MOVED[e.name]} "
+                             "import TrainConfig'") from None
+        raise ValueError(f"{path}: {first_line(e)}") from None
+    if not callable(getattr(module, "get_config", None)):
+        raise ValueError(f"{path} has no get_config() function (it must define one that "
+                         "returns a TrainConfig)")
     try:
         cfg = module.get_config()
-    except TypeError as e:  # TrainConfig(hiden=...): a misspelled setting
-        raise ValueError(f"{path}: {e}") from None
+    except Exception as e:  # TrainConfig(hiden=...): a misspelled setting, say
+        raise ValueError(f"{path}: get_config() failed: {first_line(e)}") from None
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"{path}: get_config() must return a TrainConfig, got "
                          f"{type(cfg).__name__}")
     return cfg
+
+
+def first_line(e: BaseException) -> str:
+    """'TypeError: the message's first line' (a ValueError's type is left out)."""
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return first if type(e) is ValueError else f"{type(e).__name__}: {first}".rstrip(": ")
 
 
 def apply_flags(cfg: TrainConfig, flags: Mapping[str, Any]) -> TrainConfig:

@@ -16,6 +16,7 @@ devices only (`replicate`), so no process touches another's memory.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Sequence
 
 import jax
@@ -27,6 +28,19 @@ from ...placement import replicate_array
 from ...table import Table
 
 AXIS = "data"
+# host:port, the host a name, an IPv4 address or a bracketed IPv6 address.
+_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def check_coordinator(address: str) -> str:
+    """`address` if it reads "host:port" (port 1..65535; an IPv6 host in
+    brackets, "[::1]:1234"), else ValueError naming it. JAX's client would
+    instead wait for it (300 s) and abort the process."""
+    m = _ADDRESS.match(address) if isinstance(address, str) else None
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        raise ValueError(f"coordinator address must be host:port (e.g. node0:1234, port 1 to "
+                         f"65535), got {address!r}")
+    return address
 
 
 def initialize(coordinator: str | None, num_processes: int, process_id: int,
@@ -42,15 +56,20 @@ def initialize(coordinator: str | None, num_processes: int, process_id: int,
 
     Raises:
       ValueError: num_processes < 1, process_id outside [0, num_processes),
-        or no coordinator given either way.
+        no coordinator given either way, or one that is not host:port
+        (`check_coordinator`; $JAX_COORDINATOR_ADDRESS too).
     """
     if not isinstance(num_processes, int) or num_processes < 1:
         raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
     if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must lie in [0, {num_processes}), got {process_id!r}")
-    if coordinator is None and num_processes > 1 and not os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    address = coordinator if coordinator is not None else (
+        os.environ.get("JAX_COORDINATOR_ADDRESS") or None)
+    if address is None and num_processes > 1:
         raise ValueError("several processes need a coordinator address (host:port of "
                          "process 0): pass it or set JAX_COORDINATOR_ADDRESS")
+    if address is not None:
+        check_coordinator(address)
     jax.distributed.initialize(coordinator, num_processes, process_id,
                                local_device_ids=local_device_ids)
     # Connects the processes' collectives now, on every device: gloo (CPU)

@@ -39,7 +39,7 @@ from ..io import Checkpoints, MetricsFile
 from ..io.checkpoint import resume_settings
 from ..sampling import DeviceSampler, NeighborSampler, device_free_bytes_needed
 from . import parallel, steps
-from .config import TrainConfig, as_dict, fanouts_for
+from .config import TrainConfig, as_dict, fanouts_for, first_line
 from .device_feed import DeviceFeed, default_steps_per_call
 from .feeds import EVAL_EPOCH, Feed, HostFeed
 from .learned import LearnedFeatures, model_input
@@ -126,6 +126,12 @@ class TrainingDiverged(ArithmeticError):
     the running metrics that shows it (every `log_every` steps with progress
     bars, else at the epoch's end): the epoch is neither recorded nor saved,
     so a checkpoint directory keeps the last good epoch."""
+
+
+class EvaluationFailed(RuntimeError):
+    """The evaluation after training failed (out of device memory, say). The
+    trained epochs are kept (their metrics and checkpoints were written
+    before it began); `train_and_evaluate`'s message says where."""
 
 
 def _check_finite(loss_sum: float, epoch: int, steps: int) -> None:
@@ -220,6 +226,8 @@ class Trainer:
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
         self.history: list[dict[str, Any]] = []
+        # The newest epoch in cfg.checkpoint_dir that this run saved or resumed.
+        self.checkpointed: int | None = None
 
     # -- one epoch ---------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, Any]:
@@ -276,6 +284,11 @@ class Trainer:
         """Trains `self.epochs` epochs (resuming from cfg.checkpoint_dir if it
         holds a checkpoint of the same settings), validating after each.
 
+        Each epoch's metrics (`on_epoch`) and checkpoint are written before
+        the next begins, and so before the evaluation after training: a
+        failure there (EvaluationFailed) or an interrupt loses nothing that
+        was trained.
+
         Returns the history, the test accuracy of the model from the epoch
         with the best validation accuracy (the last epoch when there are no
         validation nodes, or with a learned embedding, which changes in
@@ -298,7 +311,8 @@ class Trainer:
                           f"raise --epochs or --min-steps, or lower --batch-size", stacklevel=2)
         ckpt = None
         if cfg.checkpoint_dir:
-            run_config = resume_settings({**as_dict(cfg), "sampler": sampler_kind(cfg)})
+            run_config = resume_settings({**as_dict(cfg), "sampler": sampler_kind(cfg),
+                                          "devices": self.mesh.size})
             if lead:
                 ckpt = Checkpoints(cfg.checkpoint_dir, run_config,
                                    read_only=cfg.checkpoint_read_only)
@@ -334,6 +348,7 @@ class Trainer:
                         model_state, emb = saved["state"]
                         self.state = (model_state, self._placed(self.learned.resumed(emb)))
                         best = dict(state=None, **_best_of(self.history[-1:]))
+                    self.checkpointed = meta["epoch"]
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
                 log(f"feature rows: {self.source.describe()}")
@@ -359,14 +374,19 @@ class Trainer:
                                           best=self._checkpointed(evaluated())), self.history)
                     if self.learned is not None:
                         self.learned.prune(ckpt.directory, ckpt.epochs())
+                    self.checkpointed = epoch
                 if on_epoch is not None:
                     on_epoch(self.history)
         finally:
             if ckpt is not None:
                 ckpt.close()
-        with self.timings.phase("evaluate_s"):
-            sampled = self.evaluate(self.graph.test, evaluated())
-            full = self.full_accuracy(evaluated()) if cfg.full_eval else {}
+        try:
+            with self.timings.phase("evaluate_s"):
+                sampled = self.evaluate(self.graph.test, evaluated())
+                full = self.full_accuracy(evaluated()) if cfg.full_eval else {}
+        except Exception as e:  # whatever it was, the training is done and kept
+            raise EvaluationFailed(f"the evaluation after training failed "
+                                   f"({first_line(e)})") from e
         out = dict(history=self.history, best_epoch=best["epoch"],
                    val_acc=full.get("val"), test_acc=full.get("test", sampled),
                    sampled_test_acc=sampled, epochs=self.epochs, devices=self.mesh.size,
@@ -469,6 +489,11 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
       MemoryError: a synthetic preset that does not fit (before any work).
       TrainingDiverged: the loss became NaN or infinite (the metrics file
         records it under "error"; checkpoints keep the last good epoch).
+      EvaluationFailed: the evaluation after training failed; the message
+        (one line) names the error and where the trained epochs are kept,
+        and the metrics file records it under "error".
+      KeyboardInterrupt: interrupted; its message says what is kept, and
+        the metrics file records it under "error".
     """
     cfg.validate()
     lead = parallel.is_lead()
@@ -508,32 +533,68 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
     if baseline:
         runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
     results: dict[str, dict[str, Any]] = {}
-    for name, run_cfg in runs.items():
-        say(f"--- {name} ---")
-        with timings.phase("place_s"):
-            trainer = Trainer(graph, run_cfg, timings=timings)
-        if trainer.learned is not None:  # where auto put the tables decides the epoch's speed
-            say(f"learned input: {run_cfg.embedding_dim}-dim embedding, "
-                f"{run_cfg.embedding_optimizer}, in {trainer.learned.memory} memory")
-        with trainer:
-            hook = None if metrics is None else (
-                lambda h, name=name: metrics.update(**{name: dict(history=h)}))
-            try:
-                out = results[name] = trainer.fit(log=log, on_epoch=hook)
-                if trainer.learned is not None:
-                    out["embedding_memory"] = trainer.learned.memory
-            except TrainingDiverged as e:
-                if metrics is not None:
-                    metrics.update(error=f"{name}: {e}")
-                raise TrainingDiverged(f"{name}: {e}") from None
-        if metrics is not None:  # timings so far too: a run stopped later still says where
-            metrics.update(**{name: out}, timings=timings.as_dict())
-        say(f"{name}: {_accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
-            f"{out['protocol']['best_epoch']})")
+    name, trainer = cfg.model, None
+    try:
+        for name, run_cfg in runs.items():
+            trainer = None
+            say(f"--- {name} ---")
+            with timings.phase("place_s"):
+                trainer = Trainer(graph, run_cfg, timings=timings)
+            _train_run(name, trainer, results, metrics, timings, say, log)
+    except (EvaluationFailed, KeyboardInterrupt) as e:
+        stopped = f"{name}: {e}" if isinstance(e, EvaluationFailed) else f"interrupted in {name}"
+        history = [] if trainer is None or name in results else trainer.history
+        if metrics is not None:  # every finished epoch, saved or not
+            metrics.update(error=stopped, **({name: dict(history=history)} if history else {}))
+        raise type(e)(f"{stopped}; {_kept(name, trainer, history, results, metrics)}") from None
     if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
         gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
         say(f"{cfg.model} - {BASELINE}: {gain:+.1f} test accuracy points")
     return results
+
+
+def _train_run(name: str, trainer: Trainer, results: dict[str, dict[str, Any]],
+               metrics: MetricsFile | None, timings: Timings, say: Callable[[str], None],
+               log: Callable[[str], None]) -> None:
+    """Trains and evaluates one run of _train_runs into results[name]."""
+    run_cfg = trainer.cfg
+    if trainer.learned is not None:  # where auto put the tables decides the epoch's speed
+        say(f"learned input: {run_cfg.embedding_dim}-dim embedding, "
+            f"{run_cfg.embedding_optimizer}, in {trainer.learned.memory} memory")
+    with trainer:
+        hook = None if metrics is None else (
+            lambda h: metrics.update(**{name: dict(history=h)}))
+        try:
+            out = results[name] = trainer.fit(log=log, on_epoch=hook)
+            if trainer.learned is not None:
+                out["embedding_memory"] = trainer.learned.memory
+        except TrainingDiverged as e:
+            if metrics is not None:
+                metrics.update(error=f"{name}: {e}")
+            raise TrainingDiverged(f"{name}: {e}") from None
+    if metrics is not None:  # timings so far too: a run stopped later still says where
+        metrics.update(**{name: out}, timings=timings.as_dict())
+    say(f"{name}: {_accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
+        f"{out['protocol']['best_epoch']})")
+
+
+def _kept(name: str, trainer: Trainer | None, history: list[dict[str, Any]],
+          results: dict[str, dict[str, Any]], metrics: MetricsFile | None) -> str:
+    """What a run stopped in `name` (trainer: its Trainer, None if not yet
+    made; history: its finished epochs, [] if it finished) leaves behind,
+    for its one-line message."""
+    runs = [f"{run}'s results" for run in results]
+    if history:
+        runs.append(f"{name}'s metrics to epoch {history[-1]['epoch']}")
+    kept = [f"{' and '.join(runs)} in {metrics.path}"] if metrics is not None and runs else []
+    if trainer is not None and trainer.checkpointed is not None:
+        kept.append(f"{name}'s checkpoint of epoch {trainer.checkpointed} in "
+                    f"{Path(trainer.cfg.checkpoint_dir).absolute()} (rerun with the same "
+                    "checkpoint directory to resume, or to evaluate again)")
+    text = "kept: " + "; ".join(kept) if kept else "nothing was kept"
+    if history and trainer.checkpointed is None:
+        text += f" ({name}'s model is not saved without a checkpoint directory)"
+    return text
 
 
 def _accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
