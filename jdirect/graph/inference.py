@@ -389,11 +389,17 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     return Result(table, report, planned.nodes)
 
 
-def logits_of(logits: jax.Array | HostTable, rows: Any, *, chunk: int = 1 << 20) -> np.ndarray:
+# Bytes of float32 logits `logits_of` reads at a time (by default).
+READ_BYTES = 64 << 20
+
+
+def logits_of(logits: jax.Array | HostTable, rows: Any, *, chunk: int | None = None) -> np.ndarray:
     """float32[len(rows), classes]: rows `rows` of a logits table
     (`Result.logits`; `Result.rows` takes node ids), read `chunk` rows at
-    a time."""
+    a time (None: as many as READ_BYTES hold, at least one)."""
     rows = np.asarray(rows, np.int64)
+    if chunk is None:
+        chunk = max(1, READ_BYTES // max(1, 4 * int(np.prod(logits.shape[1:]))))
     out = [np.asarray(gather(logits, jnp.asarray(rows[i:i + chunk], jnp.int32)), np.float32)
            for i in range(0, rows.size, chunk)]
     return np.concatenate(out) if out else np.zeros((0, logits.shape[1]), np.float32)
