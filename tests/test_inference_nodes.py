@@ -175,10 +175,18 @@ def test_host_memory_refusal_is_one_line_naming_bytes(graph, monkeypatch):
         layerwise(model, graph, jnp.asarray(graph.features), device_budget=0)
     message = str(caught.value)
     assert "\n" not in message
-    assert "layer 1 output" in message
+    assert f"layer 1's tables (output [{graph.num_nodes}, 8] float32)" in message
     assert f"{graph.num_nodes * 8 * 4:,} bytes" in message
-    assert f"{(2 << 30) + 1000:,} bytes" in message
+    assert "1,000 bytes of device budget and host memory" in message
     assert made == []  # refused before any host table was made
+    # A table the plan let through that finds no room when it is made is
+    # refused as it is made (memory taken by then), naming it.
+    monkeypatch.setattr(_layer_tables, "room", lambda device: float("inf"))
+    with pytest.raises(MemoryError) as caught:
+        layerwise(model, graph, jnp.asarray(graph.features), device_budget=0)
+    assert "layer 1 output" in str(caught.value)
+    assert f"{(2 << 30) + 1000:,} bytes" in str(caught.value)
+    assert made == []
     # host_empty itself refuses too, on every backend and memory kind.
     for memory in host_memory.MEMORY_CHOICES:
         with pytest.raises(MemoryError, match="host memory needed"):

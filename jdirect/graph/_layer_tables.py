@@ -155,6 +155,63 @@ def span(a: int, b: int) -> np.ndarray:
     return np.asarray([a, b], np.int32)
 
 
+# Working memory of the chunk steps (`working_bytes`), by default: on a GPU
+# half the device's free memory, at most WORKING_MAX and the largest buffer
+# the allocator can hand out; on the CPU backend WORKING_CPU, at most half
+# the host memory available. The default chunks (65,536 nodes, 2**20 edges)
+# take 3.6 GB at 256-wide rows (products' and papers100M's hidden layers,
+# and their 100- and 128-wide inputs) and 9.9 GB at 696 (GAT's last layer
+# at 172 classes): within WORKING_MAX, so a GPU with 7.3 GB free (20 GB for
+# GAT's) or more runs them unchanged, as before this budget existed.
+WORKING_MAX = 16 << 30
+WORKING_CPU = 1 << 30
+
+
+def working_budget(working: int | None) -> int:
+    """Bytes the chunk steps may take: `working`, or the default above.
+
+    Raises:
+      ValueError: `working` not None nor an integer >= 1.
+    """
+    if working is not None:
+        if not isinstance(working, int) or isinstance(working, bool) or working < 1:
+            raise ValueError(f"working_budget must be None or an integer >= 1, got {working!r}")
+        return working
+    free = placement.device_free_bytes()
+    if free is None:  # the CPU backend: device arrays are host memory
+        available = host_memory.host_available_bytes()
+        return WORKING_CPU if available is None else min(WORKING_CPU, available // 2)
+    block = placement.device_block_bytes()
+    return min(WORKING_MAX, free // 2, free if block is None else block)
+
+
+def working_bytes(edges: int, nodes: int, edge_width: int, node_width: int) -> int:
+    """Peak working memory of a layer's steps over windows of `edges` edges
+    whose rows are `edge_width` wide and chunks of `nodes` nodes whose rows
+    (input, source, state, output) are at most `node_width` wide, all
+    computed in float32: a window holds its gathered rows, their messages
+    and a masked copy (3 rows an edge) and 16 bytes of ids and offsets an
+    edge; a chunk its rows, state and output, and the next chunk's while
+    one is written (6 rows a node). XLA's CPU compilation of the GraphSAGE
+    window takes 2 rows an edge (tests/test_real_shapes.py checks it)."""
+    return edges * (3 * edge_width * 4 + 16) + 6 * nodes * node_width * 4
+
+
+def chunk_shape(nodes: int, edges: int, edge_width: int, node_width: int,
+                working: int) -> tuple[int, int] | None:
+    """(chunk nodes, window edges): at most `nodes` and `edges`, both cut by
+    one factor until their `working_bytes` fit `working` (so their ratio
+    stays), then the edges widened into what the nodes leave; None where one
+    node and one edge do not fit."""
+    full = working_bytes(edges, nodes, edge_width, node_width)
+    if full <= working:
+        return nodes, edges
+    nodes = max(1, int(nodes * working / full))
+    fit = (working - working_bytes(0, nodes, edge_width, node_width)) // working_bytes(
+        1, 0, edge_width, node_width)
+    return (nodes, min(edges, int(fit))) if fit >= 1 else None
+
+
 def budget(device_budget: int | None, working: int) -> float:
     """Bytes of device memory the tables may take: `device_budget`, or 80 %
     of what the device has free (the CPU backend: the host memory
@@ -168,6 +225,16 @@ def budget(device_budget: int | None, working: int) -> float:
     if free is None:  # the CPU backend: device arrays are host memory
         free = host_memory.host_available_bytes()
     return float("inf") if free is None else max(0, int(0.8 * free) - working)
+
+
+def room(device: float) -> float:
+    """Bytes the tables inference makes may take at once: the device budget
+    `device` (on a GPU) and the host memory available less its reserve
+    (`host_memory.check_host_room`); on the CPU backend, whose device
+    arrays are host memory, the host memory alone."""
+    available = host_memory.host_available_bytes()
+    host = float("inf") if available is None else max(0, available - host_memory.HOST_RESERVE)
+    return host if placement.device_free_bytes() is None else device + host
 
 
 def nbytes(shape: Sequence[int], dtype: Any) -> int:

@@ -11,11 +11,14 @@ model's `Conv` (models/base.py) run over the CSR:
       state = reduce(state, rows of the window's sources)   # jdirect.gather
     table_out[a:b] = activation(finish(state))
 
-Chunks hold at most `chunk_nodes` nodes and `chunk_edges` edges, except a
-node whose degree alone exceeds `chunk_edges`: it is a chunk of its own,
-aggregated over several windows with partial sums (mean, GCN) or an online
-softmax (GAT). A model whose `Conv` projects (GAT) first writes a table of
-each node's source rows, so each edge reads a projected row once.
+Chunks hold at most `chunk_nodes` nodes and windows at most `chunk_edges`
+edges, fewer where their bytes would exceed the working budget (below):
+the sizes are set per layer from its row widths, so wide rows get small
+windows, never a buffer sized by an edge count alone. A node whose degree
+exceeds a window is a chunk of its own, aggregated over several windows
+with partial sums (mean, GCN) or an online softmax (GAT). A model whose
+`Conv` projects (GAT) first writes a table of each node's source rows, so
+each edge reads a projected row once.
 
 Asked for the logits of some nodes only (`nodes`: an evaluation's val and
 test nodes), the last layer runs for those nodes alone, and the layer
@@ -42,14 +45,25 @@ soon as its output is written.
 
 GPU memory: the tables on the device (at most `device_budget` bytes; at
 most one layer's input or its cache, source and output tables at a time) and the
-model, plus working memory: with E = chunk_edges, B = chunk_nodes and w
-the widest row read (a layer's input or source width; rows are computed
-in float32), a window holds about E * (3 * w * 4 + 16) bytes (gathered
-rows, messages, indices) and a chunk 3 * B * w * 4 (its rows, state and
-output); with one window in flight and one chunk's output being written
-to a host table, peak working memory is about (3 * E + 6 * B) * w * 4 +
-16 * E bytes. The defaults (B = 65,536, E = 2**20) take ~3.6 GB at
-w = 256 (GAT's source rows at hidden 256 are w = 264).
+model, plus working memory: with E edges a window, B nodes a chunk, w_e
+the width of the rows edges read (a layer's input, or GAT's source rows)
+and w the widest row of the layer (rows are computed in float32), a window
+holds about E * (3 * w_e * 4 + 16) bytes (gathered rows, messages,
+indices) and a chunk 3 * B * w * 4 (its rows, state and output); with one
+window in flight and one chunk's output being written to a host table,
+peak working memory is about E * (3 * w_e * 4 + 16) + 6 * B * w * 4
+bytes (`_layer_tables.working_bytes`). Each layer's B and E are the
+largest at most `chunk_nodes` and `chunk_edges` (and the layer's own node
+and edge counts) whose working memory fits `working_budget`: by default
+half the device's free memory, at most 16 GiB (the CPU backend: 1 GiB).
+The defaults (B = 65,536, E = 2**20) take 3.6 GB at w = 256 (1.4 and
+1.8 GB at products' and papers100M's 100- and 128-wide inputs, 9.9 GB at
+GAT's 696-wide last layer for 172 classes), so on a GPU they run unchanged
+for such rows whenever 20 GB are free; the CPU's 1 GiB takes 19,328 nodes
+and 309,258 edges at w = 256. Rows 3,703 wide (a citation graph's words)
+get 21,472-edge windows in 1 GiB, 343,552 in 16 GiB, where 2**20 edges
+took 52 GB. `plan` says before any work whether a run fits, and the chunk
+sizes it will use.
 
 JAX's default allocator keeps a pool whose free pieces do not merge around
 a buffer still in use: on an 80 GB H100, after papers100M's 28 GB staged
@@ -73,7 +87,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -81,6 +95,7 @@ import numpy as np
 from flax import nnx
 
 from .._arrays import sorted_unique
+from .. import host_memory
 from ..gather import gather
 from ..host_table import HostTable
 from . import _layer_nodes as layer_nodes
@@ -89,7 +104,7 @@ from ._layer_tables import Input, Report
 from .data import Graph
 from .models.base import Edges
 
-__all__ = ["Report", "Result", "accuracy", "evaluate", "layerwise", "logits_of"]
+__all__ = ["Plan", "Report", "Result", "accuracy", "evaluate", "layerwise", "logits_of", "plan"]
 
 
 @dataclasses.dataclass
@@ -137,10 +152,127 @@ class Result:
             self.logits = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a `layerwise` call will run, known before it starts (`plan`).
+
+    Attributes:
+      chunks: per layer, input side first, (nodes, edges): the most
+        destination nodes a step computes and the most edges a window reads
+        (1 for a model that reads no edges).
+      working: bytes of working memory the widest layer's steps take
+        (`_layer_tables.working_bytes`).
+      working_budget: the bytes the chunks were sized to fit.
+      device_budget: bytes of device memory left for the tables made.
+      table_bytes: per layer, the bytes of the tables inference makes that
+        live at once while it runs (its input if inference made it, GAT's
+        source rows, its output), wherever they are placed.
+    """
+
+    chunks: tuple[tuple[int, int], ...]
+    working: int
+    working_budget: int
+    device_budget: float
+    table_bytes: tuple[int, ...]
+
+
+def plan(model: nnx.Module, graph: Graph, *, nodes: Any = None, features_dtype: Any = np.float32,
+         chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
+         device_budget: int | None = None, working_budget: int | None = None,
+         table_dtype: Any = None, logits_dtype: Any = np.float32, hint: str = "") -> Plan:
+    """The `Plan` of `layerwise(model, graph, features, nodes=nodes, ...)`
+    with features of dtype `features_dtype` and the same options, or one
+    line saying why it cannot fit, before anything is allocated: call it
+    before training to learn now what evaluating after it would need.
+
+    Args:
+      hint: appended to a refusal's message (e.g. the caller's setting
+        that avoids the inference).
+
+    Raises:
+      TypeError, ValueError: as `layerwise`.
+      MemoryError: one node and one edge of a layer need more working
+        memory than `working_budget` (rows too wide), or a layer's tables
+        exceed the device budget and the host memory available together.
+    """
+    return _planned(model, graph, nodes, features_dtype, chunk_nodes, chunk_edges,
+                    device_budget, working_budget, table_dtype, logits_dtype, hint)[0]
+
+
+class _Planned(NamedTuple):
+    plan: Plan
+    destinations: list[layer_nodes.Nodes]  # each layer's (`_layer_nodes.plan`)
+    nodes: np.ndarray | None  # the nodes asked for, checked (`_check_nodes`)
+    hidden_dtype: np.dtype
+    logits_dtype: np.dtype
+
+
+def _planned(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, chunk_nodes: int,
+             chunk_edges: int, device_budget: int | None, working_budget: int | None,
+             table_dtype: Any, logits_dtype: Any, hint: str) -> _Planned:
+    """`plan`, with what `layerwise` runs by."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a jdirect.graph Graph, got {type(graph).__name__}")
+    if not hasattr(model, "convs"):
+        raise TypeError(f"model must be a jdirect.graph.models model, got {type(model).__name__}")
+    if chunk_nodes < 1 or chunk_edges < 1:
+        raise ValueError(f"chunk_nodes and chunk_edges must be >= 1, got {chunk_nodes}, "
+                         f"{chunk_edges}")
+    n, convs = graph.num_nodes, list(model.convs)
+    if n >= 2**31 - 1:
+        raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
+    nodes = _check_nodes(nodes, n)
+    hidden = _table_dtype(table_dtype, features_dtype)
+    logits_dtype = _float_dtype(np.float32 if logits_dtype is None else logits_dtype,
+                                "logits_dtype")
+    working = tables.working_budget(working_budget)
+    hint = f"; {hint}" if hint else ""
+    dsts = layer_nodes.plan(graph, nodes, len(convs), model.uses_neighbors)
+    chunks, peak, made, src = [], 0, [], layer_nodes.Nodes(graph)
+    for i, (conv, dst) in enumerate(zip(convs, dsts)):
+        # Windows read input rows, or a projecting layer's source rows.
+        edge_width = ((conv.source_dim if conv.projects else conv.in_dim)
+                      if model.uses_neighbors else 0)
+        width = max(conv.in_dim, conv.source_dim, conv.out_dim)
+        edges = max(1, dst.num_edges) if model.uses_neighbors else 1
+        shape = tables.chunk_shape(min(chunk_nodes, max(src.rows, dst.rows, 1)),
+                                   min(chunk_edges, edges), edge_width, width, working)
+        if shape is None:
+            least = tables.working_bytes(1, 1, edge_width, width)
+            raise MemoryError(
+                f"jdirect: layer-wise inference cannot fit layer {i + 1}: one node and one edge "
+                f"of its {width:,}-wide rows need {least:,} bytes of working memory, above the "
+                f"working_budget of {working:,} bytes{hint}")
+        chunks.append(shape)
+        peak = max(peak, tables.working_bytes(shape[1], shape[0], edge_width, width))
+        # The tables that live while this layer runs (its input if made).
+        live = [("output", (dst.rows, conv.out_dim),
+                 logits_dtype if i + 1 == len(convs) else hidden)]
+        live += [("input", (src.rows, conv.in_dim), hidden)] if i else []
+        live += [("sources", (src.rows, conv.source_dim), hidden)] if conv.projects else []
+        made.append(live)
+        src = dst
+    device = tables.budget(device_budget, peak)
+    room = tables.room(device)
+    sizes = tuple(sum(tables.nbytes(shape, dtype) for _, shape, dtype in live) for live in made)
+    for i, (live, need) in enumerate(zip(made, sizes)):
+        if need > room:
+            what = ", ".join(f"{name} {list(shape)} {np.dtype(dtype).name}"
+                             for name, shape, dtype in live)
+            raise MemoryError(
+                f"jdirect: layer-wise inference cannot fit layer {i + 1}'s tables ({what}): "
+                f"{need:,} bytes ({need / 1e9:.1f} GB) needed, {room:,.0f} bytes of device "
+                f"budget and host memory (less a {host_memory.HOST_RESERVE / 1e9:.1f} GB "
+                f"reserve) available; bfloat16 table_dtype and logits_dtype halve them, fewer "
+                f"nodes shrink the last layers{hint}")
+    return _Planned(Plan(tuple(chunks), peak, working, device, sizes), dsts, nodes, hidden,
+                    logits_dtype)
+
+
 def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
               chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
-              device_budget: int | None = None, table_dtype: Any = None,
-              logits_dtype: Any = np.float32) -> Result:
+              device_budget: int | None = None, working_budget: int | None = None,
+              table_dtype: Any = None, logits_dtype: Any = np.float32) -> Result:
     """Logits of every node of `graph` (or of `nodes`) by layer-wise inference.
 
     Equals `model` on sampled blocks whose fanouts are at least the
@@ -150,19 +282,23 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
 
     Args:
       model: a `models.GNNModel` (its `convs` and `activation` are read).
-      graph: the graph; its CSR is read in windows of `chunk_edges`.
+      graph: the graph; its CSR is read in windows of at most `chunk_edges`.
       features: [num_nodes, model.dims[0]] rows: a jdirect Table (e.g. a
         HostTable over `graph.features`) or a jax.Array. A NumPy array is
         copied to the device.
       nodes: node ids whose logits to compute (any order, repeats
         allowed); None: every node. The last layer then runs for these
         nodes only (see the module doc).
-      chunk_nodes, chunk_edges: most destination nodes and edges per step
-        (see the module doc for the memory they bound).
+      chunk_nodes, chunk_edges: most destination nodes and edges per step;
+        each layer takes fewer where they would exceed `working_budget`
+        (see the module doc).
       device_budget: bytes of device memory for the tables inference makes;
         None: 80 % of the device's free memory less the working memory
         (on the CPU backend: of the host memory available); 0 puts every
         table in host memory.
+      working_budget: bytes of working memory the steps' chunks are sized
+        to fit; None: half the device's free memory, at most 16 GiB (the
+        CPU backend: 1 GiB, at most half the host memory available).
       table_dtype: element type of the hidden tables made (a staged input
         keeps its own); None: the features' dtype if it is a float type
         (bfloat16 features: bfloat16 tables, half the bytes of float32),
@@ -181,39 +317,27 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         are not integers.
       ValueError: features of the wrong shape, chunk sizes below 1, a
         table_dtype or logits_dtype that is not a float type (or float64
-        without x64), a negative budget, `nodes` outside [0, num_nodes), or 2**31 - 1
-        nodes or more (int32 ids).
-      MemoryError: a table that fits neither the device budget nor the
-        host memory available (one line: its bytes and those available).
+        without x64), a negative device budget or a working budget below 1,
+        `nodes` outside [0, num_nodes), or 2**31 - 1 nodes or more (int32 ids).
+      MemoryError: before any work, what `plan` refuses; later, a table
+        that fits neither the device budget nor the host memory available
+        then (one line: its bytes and those available).
     """
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a jdirect.graph Graph, got {type(graph).__name__}")
-    if not hasattr(model, "convs"):
-        raise TypeError(f"model must be a jdirect.graph.models model, got {type(model).__name__}")
     if isinstance(features, np.ndarray):
         features = jnp.asarray(features)
-    n, convs = graph.num_nodes, list(model.convs)
-    if tuple(features.shape) != (n, convs[0].in_dim):
-        raise ValueError(f"features must have shape {(n, convs[0].in_dim)}, "
-                         f"got {tuple(features.shape)}")
-    if chunk_nodes < 1 or chunk_edges < 1:
-        raise ValueError(f"chunk_nodes and chunk_edges must be >= 1, got {chunk_nodes}, "
-                         f"{chunk_edges}")
-    if n >= 2**31 - 1:
-        raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
-    nodes = _check_nodes(nodes, n)
-    hidden_dtype = _table_dtype(table_dtype, features.dtype)
-    logits_dtype = _float_dtype(np.float32 if logits_dtype is None else logits_dtype,
-                                "logits_dtype")
-    size = min(chunk_nodes, max(n, 1))
-    width = max(max(c.in_dim, c.source_dim) for c in convs)
-    working = (3 * chunk_edges + 6 * size) * width * 4 + 16 * chunk_edges
-    budget = tables.budget(device_budget, working)
-    plans = layer_nodes.plan(graph, nodes, len(convs), model.uses_neighbors)
+    if hasattr(model, "convs") and isinstance(graph, Graph):  # else _planned says which
+        shape = (graph.num_nodes, model.convs[0].in_dim)
+        if tuple(features.shape) != shape:
+            raise ValueError(f"features must have shape {shape}, got {tuple(features.shape)}")
+    planned = _planned(model, graph, nodes, features.dtype, chunk_nodes, chunk_edges,
+                       device_budget, working_budget, table_dtype, logits_dtype, "")
+    convs, budget = list(model.convs), planned.plan.device_budget
+    hidden_dtype, logits_dtype = planned.hidden_dtype, planned.logits_dtype
     graphdef, params = nnx.split(model)
     report = Report()
     table, owned, src = features, False, layer_nodes.Nodes(graph)
-    for i, (conv, dst) in enumerate(zip(convs, plans)):
+    for i, (conv, dst, (size, window)) in enumerate(
+            zip(convs, planned.destinations, planned.plan.chunks)):
         last = i + 1 == len(convs)
         dtype = logits_dtype if last else hidden_dtype
         steps = _steps(graphdef, i, size, None if last else model.activation, dtype)
@@ -248,13 +372,13 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             edges_from, hot = tables.cache_hottest(
                 f"layer {i} input", table, _degrees(graph, src),
                 budget - spent - out.device_bytes, report)
-        for a, b in layer_nodes.chunks(dst, size, chunk_edges if model.uses_neighbors else None):
+        for a, b in layer_nodes.chunks(dst, size, window if model.uses_neighbors else None):
             chunk = _Chunk(steps, params, report, a, b)
             rows = src.positions(dst.node_ids(a, b))
             chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
             if model.uses_neighbors:
                 offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
-                for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, chunk_edges):
+                for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, window):
                     chunk.reduce(edges_from, nbrs, lo, count, offsets, hot)
             out.write(a, b, chunk.close())
         done = out.done()
@@ -268,14 +392,20 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         # released (a HostTable keeps its array after close): drop this
         # layer's references before the next layer allocates its tables.
         out = staged = source = edges_from = hot = done = None
-    return Result(table, report, nodes)
+    return Result(table, report, planned.nodes)
 
 
-def logits_of(logits: jax.Array | HostTable, rows: Any, *, chunk: int = 1 << 20) -> np.ndarray:
+# Bytes of float32 logits `logits_of` reads at a time (by default).
+READ_BYTES = 64 << 20
+
+
+def logits_of(logits: jax.Array | HostTable, rows: Any, *, chunk: int | None = None) -> np.ndarray:
     """float32[len(rows), classes]: rows `rows` of a logits table
     (`Result.logits`; `Result.rows` takes node ids), read `chunk` rows at
-    a time."""
+    a time (None: as many as READ_BYTES hold, at least one)."""
     rows = np.asarray(rows, np.int64)
+    if chunk is None:
+        chunk = max(1, READ_BYTES // max(1, 4 * int(np.prod(logits.shape[1:]))))
     out = [np.asarray(gather(logits, jnp.asarray(rows[i:i + chunk], jnp.int32)), np.float32)
            for i in range(0, rows.size, chunk)]
     return np.concatenate(out) if out else np.zeros((0, logits.shape[1]), np.float32)

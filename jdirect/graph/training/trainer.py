@@ -190,6 +190,10 @@ class Trainer:
             model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden,
                                  graph.num_classes, len(cfg.fanouts), dropout=cfg.dropout,
                                  seed=cfg.seed)
+            if cfg.full_eval:  # refuse now an evaluation that could not run after training
+                inference.plan(model, graph, nodes=np.concatenate([graph.val, graph.test]),
+                               table_dtype=graph.features.dtype,
+                               hint="--no-full-eval evaluates sampled only")
             optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
                                       wrt=nnx.Param)
             # Replicated like every step's output: one compilation per step kind.
