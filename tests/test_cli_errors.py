@@ -217,3 +217,50 @@ def test_features_beyond_float32_give_advice_the_cli_can_follow(tmp_path, capsys
     assert "features hold 1 NaN or infinite values (first in row 7); a value beyond " \
            "float32's range" in line
     assert "; fix the file (" in line and "pass allow_nonfinite=True" not in line
+
+
+def test_cpu_runs_say_read_not_over_pcie_and_show_no_cache_figures():
+    from jdirect.graph.features import encoding
+    from jdirect.graph.training.trainer import format_epoch
+
+    m = dict(epoch=0, loss=1.0, train_acc=0.5, val_acc=None, epoch_s=1.0, cache_hits=0,
+             pcie_rows=4000, pcie_gb=0.000512)
+    cpu = format_epoch(m, over_link=False)
+    assert "rows: 4,000 read (0.000512 GB)" in cpu and "PCIe" not in cpu and "cached" not in cpu
+    assert "4,000 over PCIe" in format_epoch(m)  # a GPU reads across the link
+    no_cache = encoding.RowPlan(encoding.STORED, 0)
+    assert encoding.describe(no_cache, (20_000, 32), np.float32) == "float32 rows (128 B)"
+    some = encoding.describe(encoding.RowPlan(encoding.STORED, 132 * 100), (20_000, 32),
+                             np.float32)
+    assert some == "float32 rows (128 B), 100 of 20,000 cached (1.32e-05 GB)"
+
+
+def test_the_progress_bar_moves_on_epochs_shorter_than_log_every(monkeypatch):
+    import jdirect.graph.training.trainer as trainer_module
+    from jdirect.graph.training.config import TrainConfig
+
+    updates = []
+
+    class Bar:  # tqdm's surface that train_epoch uses, recording the moves
+        def __init__(self, total, **kw):
+            self.total = total
+
+        def update(self, n):
+            updates.append(n)
+
+        def set_postfix(self, **kw):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(trainer_module, "tqdm", Bar)
+    graph = synthetic("tiny", seed=0, progress=False)
+    cfg = TrainConfig(dataset="tiny", fanouts=(4, 3), batch_size=64, hidden=16, epochs=1,
+                      progress=True, workers=2, sampler="cpu", log_every=50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a tiny run warns about itself
+        with Trainer(graph, cfg) as t:
+            t.train_epoch(0)
+            assert t.batches_per_epoch < cfg.log_every
+            assert len(updates) == t.batches_per_epoch and sum(updates) == t.batches_per_epoch

@@ -176,6 +176,8 @@ def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype) -> str:
     rows, dim = shape
     name = np.dtype(dtype).name if plan.encoding == STORED else plan.encoding
     per_row = row_bytes(plan.encoding, dim, dtype)
+    if plan.cache_bytes == 0:  # no cache (or none possible: the CPU backend)
+        return f"{name} rows ({per_row} B)"
     cached = min(rows, plan.cache_bytes // (per_row + SLOT_BYTES))
     return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached "
             f"({plan.cache_bytes / 1e9:.3g} GB)")

@@ -249,11 +249,14 @@ class Trainer:
                                                        epoch * count + done)
             in_flight.add(metrics)
             done += n
-            # After the call that passes each multiple of log_every.
+            # The bar counts steps as they are dispatched (InFlight keeps
+            # them a few calls ahead of the device at most), so it moves on
+            # epochs shorter than log_every; the loss needs a wait, so it is
+            # read only after the call that passes each multiple of log_every.
+            bar.update(n)
             if self._progress and done // self.cfg.log_every > (done - n) // self.cfg.log_every:
                 loss_sum, _, seen = parallel.host_value(metrics)[:3]  # the only wait in an epoch
                 _check_finite(loss_sum, epoch, done)
-                bar.update(done - bar.n)
                 bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
         values = parallel.host_value(metrics)
         loss_sum, correct, seen = (float(v) for v in values[:3])
@@ -370,7 +373,7 @@ class Trainer:
                         or self.learned is not None:
                     best = dict(state=keep(), epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
-                log(format_epoch(m))
+                log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu"))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
                     if self.learned is not None:  # first: a step file has its tables
                         self.learned.save(ckpt.directory, epoch, self.state[1])
@@ -611,13 +614,18 @@ def _accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
             f"test {out['sampled_test_acc']:.4f}")
 
 
-def format_epoch(m: dict[str, Any]) -> str:
+def format_epoch(m: dict[str, Any], over_link: bool = True) -> str:
+    """One log line for an epoch's metrics; `over_link`: the host table is
+    read across PCIe (a GPU), else in place (the CPU backend: no cache, no
+    link, so the rows are only "read")."""
     val = m.get("val_acc")
     line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
             f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
-    if m.get("pcie_rows") or m.get("cache_hits"):
+    if over_link and (m.get("pcie_rows") or m.get("cache_hits")):
         line += (f" | rows: {m['cache_hits']:,} cached, {m['pcie_rows']:,} over PCIe "
                  f"({m['pcie_gb']:.3g} GB)")
+    elif m.get("pcie_rows"):
+        line += f" | rows: {m['pcie_rows']:,} read ({m['pcie_gb']:.3g} GB)"
     if "wait_s" in m:
         line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['cpu_sample_s']:.2f}s,"
                  f" stage {m['stage_s']:.2f}s)")
