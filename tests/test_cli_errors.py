@@ -235,11 +235,12 @@ def test_cpu_runs_say_read_not_over_pcie_and_show_no_cache_figures():
     assert some == "float32 rows (128 B), 100 of 20,000 cached (1.32e-05 GB)"
 
 
-def test_the_progress_bar_moves_on_epochs_shorter_than_log_every(monkeypatch):
+def test_the_progress_bars_move_on_short_epochs_and_during_evaluation(monkeypatch):
+    import jdirect.graph.inference as inference_module
     import jdirect.graph.training.trainer as trainer_module
     from jdirect.graph.training.config import TrainConfig
 
-    updates = []
+    updates, chunks = [], []
 
     class Bar:  # tqdm's surface that train_epoch uses, recording the moves
         def __init__(self, total, **kw):
@@ -251,10 +252,14 @@ def test_the_progress_bar_moves_on_epochs_shorter_than_log_every(monkeypatch):
         def set_postfix(self, **kw):
             pass
 
+        def set_postfix_str(self, text, refresh=True):
+            chunks.append(text)
+
         def close(self):
             pass
 
     monkeypatch.setattr(trainer_module, "tqdm", Bar)
+    monkeypatch.setattr(inference_module, "tqdm", Bar)
     graph = synthetic("tiny", seed=0, progress=False)
     cfg = TrainConfig(dataset="tiny", fanouts=(4, 3), batch_size=64, hidden=16, epochs=1,
                       progress=True, workers=2, sampler="cpu", log_every=50)
@@ -264,3 +269,6 @@ def test_the_progress_bar_moves_on_epochs_shorter_than_log_every(monkeypatch):
             t.train_epoch(0)
             assert t.batches_per_epoch < cfg.log_every
             assert len(updates) == t.batches_per_epoch and sum(updates) == t.batches_per_epoch
+            updates.clear()
+            t.full_accuracy(t.state)  # the full-split evaluation: one step a layer
+            assert updates == [1, 1] and chunks and chunks[-1].startswith("layer 2:")

@@ -93,6 +93,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from tqdm.auto import tqdm
 
 from .._arrays import sorted_unique
 from .. import host_memory
@@ -272,7 +273,8 @@ def _planned(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
 def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
               chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
               device_budget: int | None = None, working_budget: int | None = None,
-              table_dtype: Any = None, logits_dtype: Any = np.float32) -> Result:
+              table_dtype: Any = None, logits_dtype: Any = np.float32,
+              progress: bool = False) -> Result:
     """Logits of every node of `graph` (or of `nodes`) by layer-wise inference.
 
     Equals `model` on sampled blocks whose fanouts are at least the
@@ -308,6 +310,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         bfloat16 halves the last table, e.g. papers100M's 111M x 172
         logits: 76 GB in float32, more than fits beside the graph on a
         128 GB host).
+      progress: a tqdm bar of the layers (drawn on a terminal only), its
+        postfix the layer's chunks done.
 
     Returns:
       A `Result`; its `logits` are a HostTable when they did not fit.
@@ -336,6 +340,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     graphdef, params = nnx.split(model)
     report = Report()
     table, owned, src = features, False, layer_nodes.Nodes(graph)
+    bar = tqdm(total=len(convs), desc="layer-wise inference", unit="layer", leave=False,
+               disable=None if progress else True)
     for i, (conv, dst, (size, window)) in enumerate(
             zip(convs, planned.destinations, planned.plan.chunks)):
         last = i + 1 == len(convs)
@@ -372,7 +378,9 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             edges_from, hot = tables.cache_hottest(
                 f"layer {i} input", table, _degrees(graph, src),
                 budget - spent - out.device_bytes, report)
-        for a, b in layer_nodes.chunks(dst, size, window if model.uses_neighbors else None):
+        for k, (a, b) in enumerate(
+                layer_nodes.chunks(dst, size, window if model.uses_neighbors else None)):
+            bar.set_postfix_str(f"layer {i + 1}: {k} chunks done", refresh=False)
             chunk = _Chunk(steps, params, report, a, b)
             rows = src.positions(dst.node_ids(a, b))
             chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
@@ -392,6 +400,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         # released (a HostTable keeps its array after close): drop this
         # layer's references before the next layer allocates its tables.
         out = staged = source = edges_from = hot = done = None
+        bar.update(1)
+    bar.close()
     return Result(table, report, planned.nodes)
 
 

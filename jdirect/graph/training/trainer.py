@@ -435,7 +435,8 @@ class Trainer:
             # not in the source's row encoding: a reported accuracy must not
             # change with the device memory that `auto` saw.
             acc = inference.evaluate(model, self.graph, table, splits=("val", "test"),
-                                     table_dtype=self.graph.features.dtype)
+                                     table_dtype=self.graph.features.dtype,
+                                     progress=self._progress)
         finally:
             if own is not None:
                 own.close()
