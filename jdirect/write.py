@@ -124,14 +124,18 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
 
 
 def check_writable(table: "host_table.HostTable", what: str) -> None:
-    """Raises ValueError if `table` is closed or read-only, TypeError if
-    its dtype needs jax_enable_x64 that is off: the refusals of every write."""
+    """Raises ValueError if `table` is closed or read-only or this version
+    was already written in the current trace, TypeError if its dtype needs
+    jax_enable_x64 that is off: the refusals of every write, made before
+    any write of the call."""
     if table.closed:
         raise ValueError(f"{what}: {table!r} is closed")
     if not table.writable:
         raise ValueError(f"{what}: {table!r} wraps a read-only array (flags.writeable was "
                          "False when it was made); wrap a writable array to write it")
     _dtypes.check_canonical(table.dtype)
+    table.check_unwritten(what)
+    table.restore_donated()
 
 
 def static_handle(table: "host_table.HostTable", traced: bool) -> int | None:
