@@ -75,7 +75,9 @@ def sparse_update(table: HostTable, slots: dict[str, HostTable], ids: jax.Array,
     Returns:
       The next versions of the table and of the slots (same keys).
 
-    Raises (while tracing, before anything is written):
+    Every refusal is made while tracing, before anything is written.
+
+    Raises:
       ValueError: a table is closed or read-only, or this version of it was
         already written in the current trace; slots other than the rule's,
         or of another shape than the table's; grads or rows of a shape
