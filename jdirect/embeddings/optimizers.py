@@ -182,11 +182,6 @@ def check_finite(name: str, value: Any, what: str) -> None:
         raise ValueError(f"{what}: {name} must be finite, got {value!r}")
 
 
-def _check_learning_rate(learning_rate: Any, what: str) -> None:
-    if not callable(learning_rate):
-        check_finite("learning_rate", learning_rate, what)
-
-
 def _check_operands(table: Any, state: Any, ids: jax.Array, row_grads: Any, rows: Any,
                     slots: dict[str, np.dtype]) -> tuple[jax.Array, jax.Array | None]:
     """Every refusal of `apply`, made while tracing and before anything is
