@@ -166,7 +166,7 @@ def _check_table(table: Any) -> None:
                          f"{tuple(table.shape)} and dtype {np.dtype(table.dtype).name}")
 
 
-def check_finite(name: str, value: Any, what: str) -> None:
+def _check_finite(name: str, value: Any, what: str) -> None:
     """Raises ValueError unless `value` is a finite real number (a Python
     or NumPy scalar, or a concrete 0-d array); TypeError if it is no number.
     A traced value is left to the program (see `apply`)."""
@@ -232,7 +232,7 @@ def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: di
     None if it has no fused form) when `_rows.fusable`, with `corrections`
     of the global step."""
     if not callable(learning_rate):
-        check_finite("learning_rate", learning_rate, name)
+        _check_finite("learning_rate", learning_rate, name)
 
     def init(table: Any, *, memory: str | None = None) -> SparseState:
         _check_table(table)
@@ -271,7 +271,7 @@ def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: di
             grads = grads._replace(ids=jnp.where(jnp.isfinite(lr), grads.ids,
                                                  jnp.asarray(num, grads.ids.dtype)))
         else:
-            check_finite("learning_rate", lr, "sparse optimizer apply")
+            _check_finite("learning_rate", lr, "sparse optimizer apply")
             lr = jnp.asarray(lr, dtype)
         if _rows.fusable(fused, table, state.slots):
             table, written = _rows.update(
@@ -321,7 +321,7 @@ def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: f
       TypeError: a hyperparameter that is not a real number.
     """
     for name, value in (("initial_accumulator_value", initial_accumulator_value), ("eps", eps)):
-        check_finite(name, value, "sparse_adagrad")
+        _check_finite(name, value, "sparse_adagrad")
     if not initial_accumulator_value >= 0:
         raise ValueError(f"initial_accumulator_value must be >= 0, got "
                          f"{initial_accumulator_value!r}")
@@ -356,7 +356,7 @@ def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.
         not a bool.
     """
     for name, value in (("b1", b1), ("b2", b2), ("eps", eps)):
-        check_finite(name, value, "sparse_adam")
+        _check_finite(name, value, "sparse_adam")
     if not isinstance(per_row_steps, (bool, np.bool_)):
         raise TypeError(f"sparse_adam: per_row_steps must be True or False, got "
                         f"{per_row_steps!r}")
