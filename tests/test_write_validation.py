@@ -385,6 +385,12 @@ def test_a_table_donated_to_a_jitted_call_stays_usable(written):
         np.testing.assert_array_equal(jdirect.gather(t, jnp.arange(6)), reference)
         np.testing.assert_array_equal(jax.jit(jdirect.gather)(t, jnp.arange(6)), reference)
         np.testing.assert_array_equal(t.numpy(), reference)
+        # A version a jitted call returned (rebuilt from its outputs) too.
+        version = jax.jit(lambda t: t.at[jnp.array([3])].set(jnp.full((1, 3), 9.0)))(t)
+        add(version, jnp.array([3]))  # donates the version's leaves
+        reference = reference.at[3].set(10.0)
+        np.testing.assert_array_equal(jdirect.gather(version, jnp.arange(6)), reference)
+        np.testing.assert_array_equal(version.numpy(), reference)
     assert t.closed
 
 
