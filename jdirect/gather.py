@@ -108,12 +108,16 @@ def gather(
         value jnp.take refuses (not a number; complex for a real table).
       OverflowError: indices given as Python ints or NumPy int64 that do
         not fit int32 while jax_enable_x64 is off.
-      ValueError: unknown mode, rank-0 table, or non-scalar fill_value.
+      ValueError: unknown mode, rank-0 table, or non-scalar fill_value; a
+        HostTable that is closed when the gather is called or traced with
+        the table itself (not a traced argument); a version of a HostTable
+        that `write_rows` already wrote earlier in the same trace.
       NotImplementedError: mode "raise" or "promise_in_bounds".
       IndexError: non-empty `idx` on a table with no rows (as jnp.take).
       RuntimeError: a GPU backend and jdirect built without CUDA.
-      jax.errors.JaxRuntimeError: the HostTable was closed (raised when the
-        result is computed, eagerly or by a compiled function).
+      jax.errors.JaxRuntimeError: the HostTable was closed after the
+        function was traced (raised when a compiled function's result is
+        computed; ValueError at the call on the CPU backend).
     """
     request = ReadRequest.make(mode, fill_value, locality)
     idx = _as_indices(idx)

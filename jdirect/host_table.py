@@ -67,6 +67,25 @@ def _release_collected(handle: int, pin: int, array: np.ndarray, what: str) -> N
     release(handle, pin, array)
 
 
+def _handle_leaf(handle: int) -> jax.Array:
+    """A new table's handle leaf."""
+    if jax.default_backend() == "gpu":
+        # Programs take the handle as an attribute; the leaf places the
+        # table (its device), in host memory as the handle it names.
+        placement = jax.sharding.SingleDeviceSharding(jax.local_devices()[0],
+                                                      memory_kind="pinned_host")
+        return jax.device_put(np.int32(handle), placement)
+    # Uncommitted: follows indices committed to any CPU device.
+    return jax.numpy.asarray(np.int32(handle))
+
+
+def _token_leaf() -> jax.Array:
+    """A new table's write token: 0, placed like its handle leaf."""
+    if jax.default_backend() == "gpu":
+        return jax.device_put(np.int32(0), jax.local_devices()[0])
+    return jax.numpy.asarray(np.int32(0))
+
+
 class HostTable(RegisteredTable):
     """A table in host memory that `jdirect.gather` reads without copying it.
 
@@ -90,7 +109,9 @@ class HostTable(RegisteredTable):
     compiled code. Its leaves are a one-element handle kept in host memory
     (committed to the first device on a GPU) and the token of its latest
     `jdirect.write_rows` (later reads take it as an input, so they follow
-    the write); do not vmap over them. A table a jitted function returns
+    the write); do not vmap over them. A jitted call may donate it
+    (`donate_argnums`): donation deletes those two arrays, which its next
+    use makes again (`restore_donated`). A table a jitted function returns
     (say, the next version from `write_rows`) is rebuilt as a version of the
     same table: it holds the table open and can be passed to the next call,
     at the cost of one wait for the call that returned it (its handle is
@@ -117,7 +138,8 @@ class HostTable(RegisteredTable):
     """
 
     __slots__ = ("shape", "dtype", "memory", "writable", "_handle", "_handle_id", "_after",
-                 "_written", "_reads", "_owner", "_array", "_finalizer", "__weakref__")
+                 "_written", "_reads", "_written_in", "_owner", "_array", "_finalizer",
+                 "__weakref__")
     _COPY_ADVICE = ("the copy would read whatever table owns its handle; make a new one from "
                     "table.numpy()")
 
@@ -143,22 +165,16 @@ class HostTable(RegisteredTable):
         what = f"HostTable(shape={self.shape}, dtype={self.dtype.name}, {memory})"
         self._finalizer = weakref.finalize(self, _release_collected, handle, pin, array, what)
         self._finalizer.atexit = False  # the CUDA runtime may be gone by then
-        if on_gpu:
-            # Programs take the handle as an attribute; the leaf places the
-            # table (its device), in host memory as the handle it names.
-            placement = jax.sharding.SingleDeviceSharding(jax.local_devices()[0],
-                                                          memory_kind="pinned_host")
-            self._handle = jax.device_put(np.int32(handle), placement)
-            self._after = jax.device_put(np.int32(0), jax.local_devices()[0])
-        else:
-            # Uncommitted: follows indices committed to any CPU device.
-            self._handle = jax.numpy.asarray(np.int32(handle))
-            self._after = jax.numpy.asarray(np.int32(0))
+        self._handle, self._after = _handle_leaf(handle), _token_leaf()
         # Whether a write may be in flight: then reads wait for `_after`.
         self._written = False
         # (trace, rows) of reads inside traces: a write of this version in
         # the same trace must follow them (`reads_to_follow`).
         self._reads: list[tuple[Any, jax.Array]] = []
+        # The trace in which this version was written, making a next
+        # version: reading or writing this one again in that trace is
+        # refused (`check_unwritten`).
+        self._written_in: Any = None
 
     @classmethod
     def empty(cls, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
@@ -189,6 +205,7 @@ class HostTable(RegisteredTable):
         table = self if self._finalizer is not None else self._owner
         if table is None or isinstance(self._after, jax.core.Tracer):
             raise ValueError("this HostTable is a view inside a traced function; it has no array")
+        self.restore_donated()
         if self._written:
             jax.block_until_ready(self._after)
         return table._array
@@ -234,6 +251,11 @@ class HostTable(RegisteredTable):
               max_blocks: int | None) -> jax.Array | Pending:
         """The registered read, started (a Pending) unless `max_blocks` is None."""
         _dtypes.check_canonical(self.dtype)
+        if self.closed:  # known here: refused before anything is dispatched
+            raise ValueError(f"HostTable #{self._handle_id} is closed; a closed table cannot "
+                             "be read")
+        self.check_unwritten("jdirect.gather")
+        self.restore_donated()
         idx = self.after_writes(idx)
         handle: jax.Array | int = self._handle
         if self._handle_id is not None and isinstance(idx, jax.core.Tracer) \
@@ -255,6 +277,41 @@ class HostTable(RegisteredTable):
             self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
         return rows
 
+    def check_unwritten(self, what: str) -> None:
+        """Raises ValueError if this version was already written in the
+        current trace. The write was in place, so reading this version now
+        would see it (jnp's value semantics: it must not), and writing it
+        again would fork one memory into two next versions: both are
+        refused while tracing, never computed otherwise."""
+        if self._written_in is None or self._written_in != trace_state():
+            return
+        raise ValueError(
+            f"{what}: this version of {self!r} was already written earlier in this traced "
+            "function, in place: reading or writing it again would see that write (jnp's "
+            "semantics say it must not). Use the version the write returned, or read before "
+            "writing")
+
+    def restore_donated(self) -> None:
+        """Makes this table usable again after a jitted call with
+        `donate_argnums` took it: donation deletes the arrays of the
+        argument that the call uses, here the handle and the write token (a
+        few bytes; the rows are untouched). The handle is made again from
+        its number; the token, which ordered reads after this table's
+        writes, is replaced once every write dispatched so far has finished
+        (a write is a side effect of its program: `jax.effects_barrier`
+        waits for it)."""
+        after, handle = self._after, self._handle
+        if self._handle_id is None or isinstance(after, jax.core.Tracer):
+            return
+        if handle.is_deleted():
+            # A version keeps its placement (a replicated view: each device).
+            self._handle = (_handle_leaf(self._handle_id) if self._finalizer is not None
+                            else jax.device_put(np.int32(self._handle_id), handle.sharding))
+        if after.is_deleted():
+            jax.effects_barrier()
+            self._after = (_token_leaf() if self._finalizer is not None
+                           else jax.device_put(np.int32(0), after.sharding))
+            self._written = False
 
     def after_writes(self, idx: jax.Array) -> jax.Array:
         """Integer `idx` made to depend on this version's latest write, so
@@ -286,11 +343,13 @@ class HostTable(RegisteredTable):
         if self._finalizer is not None and not isinstance(token, jax.core.Tracer):
             self._after, self._written = token, True
             return self
+        if isinstance(token, jax.core.Tracer):
+            self._written_in = trace_state()
         view = object.__new__(HostTable)
         view.shape, view.dtype, view.memory, view.writable = (self.shape, self.dtype,
                                                               self.memory, self.writable)
         view._handle, view._handle_id = self._handle, self._handle_id
-        view._after, view._written, view._reads = token, True, []
+        view._after, view._written, view._reads, view._written_in = token, True, [], None
         view._owner = self if self._finalizer is not None else self._owner
         view._array = view._finalizer = None
         return view
@@ -318,6 +377,7 @@ class HostTable(RegisteredTable):
             handle, pin, array, _ = state[2]
             _OPEN.pop(handle, None)
             try:
+                self.restore_donated()
                 if self._written:  # let eager writes land rather than fail
                     jax.block_until_ready(self._after)
             finally:
@@ -334,6 +394,12 @@ class HostTable(RegisteredTable):
     # dtype, memory and writability are static, so tables that differ only in
     # their data share compiled code.
     def _tree_flatten(self):
+        after = self._after
+        # The one check of every call taking the table (two flag reads,
+        # ~0.2 us): were its arrays donated by an earlier call?
+        if self._handle_id is not None and not isinstance(after, jax.core.Tracer) \
+                and (after.is_deleted() or self._handle.is_deleted()):
+            self.restore_donated()
         return (self._handle, self._after), (self.shape, self.dtype, self.memory, self.writable)
 
     @classmethod
@@ -351,6 +417,7 @@ class HostTable(RegisteredTable):
             view._owner = _OPEN.get(view._handle_id)  # holds the table open
         view._written = True  # a write may precede it
         view._reads = []
+        view._written_in = None
         view._array = None
         view._finalizer = None
         return view

@@ -75,10 +75,15 @@ def sparse_update(table: HostTable, slots: dict[str, HostTable], ids: jax.Array,
     Returns:
       The next versions of the table and of the slots (same keys).
 
+    Every refusal is made while tracing, before anything is written.
+
     Raises:
-      ValueError: a table is closed or read-only; slots other than the
-        rule's, or of another shape than the table's.
-      TypeError: a slot that is not float32.
+      ValueError: a table is closed or read-only, or this version of it was
+        already written in the current trace; slots other than the rule's,
+        or of another shape than the table's; grads or rows of a shape
+        other than (ids.size, dim).
+      TypeError: a slot that is not float32; grads that are not float32,
+        rows not of the table's dtype.
       RuntimeError: a GPU backend and jdirect built without CUDA.
     """
     names = SLOTS[rule.name]
@@ -92,12 +97,22 @@ def sparse_update(table: HostTable, slots: dict[str, HostTable], ids: jax.Array,
         if slot.dtype != SLOT_DTYPE:
             raise TypeError(f"slot {name!r} must be float32 (made by init(table)), got "
                             f"{slot.dtype.name}")
+    num, dim = table.shape
+    n = int(np.prod(ids.shape, dtype=np.int64))
+    for name, x, dtype in (("grads", grads, SLOT_DTYPE), ("rows", rows, table.dtype)):
+        if x is None:
+            continue
+        if tuple(x.shape) != (n, dim):
+            raise ValueError(f"sparse_update: {name} must have shape (ids.size, dim) = "
+                             f"{(n, dim)}, got {tuple(x.shape)}")
+        if np.dtype(x.dtype) != dtype:
+            raise TypeError(f"sparse_update: {name} must be {dtype.name}, got "
+                            f"{np.dtype(x.dtype).name}")
     tables = (table, *(slots[name] for name in names))
     for t in tables:
         check_writable(t, "sparse optimizer apply")
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("A sparse optimizer step on HostTables on a GPU")
-    num, dim = table.shape
     if rows is None:
         rows = jnp.zeros((0, dim), table.dtype)  # the call reads the table's rows
     ones = jnp.ones((), jnp.float32)

@@ -55,9 +55,11 @@ def _leaves(tree: Any) -> tuple[list[str], list[Any], Any]:
 
 
 def _memory(leaf: Any, name: str) -> np.ndarray:
-    """The array a leaf's bytes are saved from or restored into."""
+    """The array a leaf's bytes are saved from or restored into (a copy in
+    C order of an array leaf that is not: a strided view, say)."""
     if not _is_table(leaf):
-        return np.asarray(leaf)
+        array = np.asarray(leaf)
+        return array if array.flags.c_contiguous else array.copy(order="C")
     try:
         return leaf.numpy()
     except ValueError:
@@ -125,12 +127,18 @@ def save_tables(path: str | Path, tree: Any, *, metadata: Mapping[str, Any] | No
       TableCheckpointError: another process is saving into the directory
         (named), a leaf is a HostTable view, or writing or verifying failed
         (the previous file at `path` is untouched; the message says why).
-      TypeError: metadata is not JSON-serialisable.
+      TypeError: metadata is not a mapping (a dict) or not JSON-serialisable.
     """
     path = Path(path).absolute()
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(f"save_tables: metadata must be a mapping (a dict) or None, got "
+                        f"{type(metadata).__name__}")
+    try:
+        meta = json.loads(json.dumps(dict(metadata or {})))
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"save_tables: metadata must be JSON-serialisable ({e})") from None
     names, leaves, _ = _leaves(tree)
     arrays = [_memory(leaf, name) for name, leaf in zip(names, leaves)]
-    meta = json.loads(json.dumps(dict(metadata or {})))
     entries: list[dict[str, Any]] = []
 
     def write(f: BinaryIO) -> None:
@@ -182,8 +190,9 @@ def _read_header(archive: zipfile.ZipFile) -> dict[str, Any]:
 def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
     """Restores a `save_tables` checkpoint into the tables of `tree`, in place.
 
-    Every leaf's path, shape and dtype is checked against `tree` before
-    anything is written. HostTables (the objects that own their memory) are
+    Every leaf's path, shape and dtype, and every HostTable's being open
+    and writable, is checked before anything is written: a refused restore
+    leaves every table as it was. HostTables (the objects that own their memory) are
     filled in place, piece by piece; array leaves are returned as new
     arrays (a jax.Array leaf's sharding is kept). Restore with no jitted
     step in flight that uses those tables.
@@ -198,7 +207,8 @@ def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
       the metadata given to `save_tables`.
 
     Raises:
-      TableCheckpointError: the file is missing or unreadable; it holds
+      TableCheckpointError: a HostTable of `tree` is closed or read-only
+        (nothing is written); the file is missing or unreadable; it holds
         leaves of other paths, shapes or dtypes (each difference named;
         nothing is written); or its data is damaged (checksum mismatch or a
         cut file: the tables were partly overwritten, so restore an intact
@@ -206,6 +216,11 @@ def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
     """
     path = Path(path)
     names, leaves, treedef = _leaves(tree)
+    for name, leaf in zip(names, leaves):
+        if _is_table(leaf) and (leaf.closed or not leaf.writable):
+            state = "closed" if leaf.closed else "read-only"
+            raise TableCheckpointError(f"cannot restore {path} into {name or 'the tree'}: "
+                                       f"{leaf!r} is {state}; nothing was restored")
     targets = [_memory(leaf, name) for name, leaf in zip(names, leaves)]
     try:
         with zipfile.ZipFile(path) as archive:
@@ -213,9 +228,7 @@ def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
             _check_compatible(path, header["leaves"], names, targets)
             restored = []
             for i, (entry, leaf, target) in enumerate(zip(header["leaves"], leaves, targets)):
-                out = target if _is_table(leaf) else np.empty_like(target)
-                if _is_table(leaf) and not out.flags.writeable:
-                    raise TableCheckpointError(f"{entry['path']}'s memory is read-only")
+                out = target if _is_table(leaf) else np.empty(target.shape, target.dtype)
                 with archive.open(f"leaf{i}.npy") as member:
                     if _stream_in(member, out) != entry["sha256"]:
                         raise ValueError(f"checksum mismatch in {entry['path']}")

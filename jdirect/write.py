@@ -42,12 +42,18 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
     leaf of the table) as an input, so the compiler cannot reorder them
     before the write or drop the write; the write itself is never dropped,
     even if its result is unused. Inside one program, a read of the
-    returned version sees the write, and a read of the version passed in
-    does not: the write takes the rows read from that version in the same
-    trace as inputs (a read inside a nested trace, e.g. a scan body closing
-    over the table, is ordered before the write only if the written rows
-    depend on it). Outside jit, `table` itself is returned, updated,
-    and later calls on it follow the write.
+    returned version sees the write, and a read of the version passed in,
+    traced before the write, does not: the write takes the rows read from
+    that version in the same trace as inputs (a read inside a nested trace,
+    e.g. a scan body closing over the table, is ordered before the write
+    only if the written rows depend on it). A read or a second write of
+    the version passed in, traced after the write in the same trace, would
+    see this write (the memory is shared) where jnp's value semantics say
+    it must not: both are refused while tracing (ValueError). Outside jit,
+    `table` itself is returned, updated, and later calls on it follow the
+    write. A table may be donated to a jitted call (`donate_argnums`): its
+    next use remakes the leaves donation deleted, once the writes
+    dispatched before have finished.
 
     Across calls, pass the table you made (or its `replicated` view) to
     each jitted call and use a version returned by a jitted function only
@@ -86,8 +92,9 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
       TypeError: `table` is not a HostTable; ids are not int32/int64;
         `rows` have another dtype; op="add" on a bool table (as jnp); a
         64-bit table with jax_enable_x64 off; `unique_indices` not a bool.
-      ValueError: unknown `op`; the table is closed or read-only; `rows`
-        do not broadcast; called under `jax.vmap`.
+      ValueError: unknown `op`; the table is closed or read-only; this
+        version of it was already written in the current trace; `rows` do
+        not broadcast; called under `jax.vmap`.
       OverflowError: ids given as Python ints or NumPy int64 that do not
         fit int32 while jax_enable_x64 is off.
       RuntimeError: a GPU backend and jdirect built without CUDA.
@@ -124,14 +131,18 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
 
 
 def check_writable(table: "host_table.HostTable", what: str) -> None:
-    """Raises ValueError if `table` is closed or read-only, TypeError if
-    its dtype needs jax_enable_x64 that is off: the refusals of every write."""
+    """Raises ValueError if `table` is closed or read-only or this version
+    was already written in the current trace, TypeError if its dtype needs
+    jax_enable_x64 that is off: the refusals of every write, made before
+    any write of the call."""
     if table.closed:
         raise ValueError(f"{what}: {table!r} is closed")
     if not table.writable:
         raise ValueError(f"{what}: {table!r} wraps a read-only array (flags.writeable was "
                          "False when it was made); wrap a writable array to write it")
     _dtypes.check_canonical(table.dtype)
+    table.check_unwritten(what)
+    table.restore_donated()
 
 
 def static_handle(table: "host_table.HostTable", traced: bool) -> int | None:

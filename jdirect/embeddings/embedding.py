@@ -53,22 +53,36 @@ def create_table(num_embeddings: int, dim: int, *, seed: int = 0, init: str = "u
       An open HostTable the caller owns (close it, or use a `with` block).
 
     Raises:
-      ValueError: num_embeddings < 0, dim < 1, unknown init, scale < 0.
-      TypeError: dtype is not floating.
+      ValueError: num_embeddings < 0, dim < 1, seed < 0 (each must be an
+        int), unknown init, scale negative, not finite or so large that
+        the values overflow `dtype`.
+      TypeError: dtype is not floating; scale is not a real number.
 
-    Also raises as `HostTable.empty` does for `memory`.
+    Every argument is checked before anything is allocated. Also raises as
+    `HostTable.empty` does for `memory`.
     """
-    for name, value, low in (("num_embeddings", num_embeddings, 0), ("dim", dim, 1)):
+    for name, value, low in (("num_embeddings", num_embeddings, 0), ("dim", dim, 1),
+                             ("seed", seed, 0)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+            raise ValueError(f"create_table: {name} must be an int >= {low}, got {value!r}")
     if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        raise ValueError(f"create_table: init must be one of {INITS}, got {init!r}")
     dtype = np.dtype(dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
-        raise TypeError(f"an embedding table's dtype must be floating, got {dtype.name}")
-    scale = 1.0 / np.sqrt(dim) if scale is None else float(scale)
-    if not scale >= 0:
-        raise ValueError(f"scale must be >= 0, got {scale!r}")
+        raise TypeError(f"create_table: an embedding table's dtype must be floating, got "
+                        f"{dtype.name}")
+    if scale is None:
+        scale = 1.0 / np.sqrt(dim)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"create_table: scale must be a real number, got {scale!r}")
+    scale = float(scale)
+    # Values are drawn in float32, then stored in `dtype`: a larger scale
+    # (or inf) would fill the table with inf or NaN (normal draws stay
+    # within 8 standard deviations).
+    limit = float(min(np.finfo(np.float32).max, jnp.finfo(dtype).max)) / 8
+    if not 0 <= scale <= limit:
+        raise ValueError(f"create_table: scale must be finite, >= 0 and <= {limit:.4g} (larger "
+                         f"values overflow {dtype.name}), got {scale!r}")
     table = HostTable.empty((int(num_embeddings), int(dim)), dtype, memory=memory)
     try:
         _fill(table.numpy(), seed, init, scale)

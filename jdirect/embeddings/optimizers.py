@@ -69,7 +69,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..gather import _as_indices
 from ..host_table import HostTable
+from ..write import check_writable
 from . import _rows
 from .embedding import dedup, each_block
 
@@ -112,7 +114,17 @@ class SparseOptimizer(NamedTuple):
       result, if the caller has it, so the touched rows are not read from
       the table a second time. Jittable; writes the touched rows of the
       table and of the slots in place and returns their next versions.
-      Raises ValueError for a row_grads shape other than ids.shape + (dim,).
+      Every operand is checked while tracing, before anything is read or
+      written (all or nothing): ValueError for `row_grads` or `rows` of a
+      shape other than ids.shape + (dim,), a state of other slots or slot
+      shapes, a closed or read-only HostTable (table or slot), a table
+      version already written in this trace, a learning rate given as a
+      number that is not finite; TypeError for ids other than int32/int64,
+      gradients or rows that are not floating, slots of another dtype. A
+      schedule's learning rate is an array known only when the program
+      runs: a step where it is not finite writes nothing (the count still
+      advances). A HostTable closed after the step was traced is refused
+      when the program runs (jax.errors.JaxRuntimeError).
     """
 
     init: Callable[..., SparseState]
@@ -154,12 +166,73 @@ def _check_table(table: Any) -> None:
                          f"{tuple(table.shape)} and dtype {np.dtype(table.dtype).name}")
 
 
-def _optimizer(rule: Rule, learning_rate: float | Schedule, slots: dict[str, float],
+def _check_finite(name: str, value: Any, what: str) -> None:
+    """Raises ValueError unless `value` is a finite real number (a Python
+    or NumPy scalar, or a concrete 0-d array); TypeError if it is no number.
+    A traced value is left to the program (see `apply`)."""
+    if isinstance(value, jax.core.Tracer):
+        return
+    try:
+        number = np.asarray(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number.ndim != 0 or number.dtype.kind not in "iuf":
+        raise TypeError(f"{what}: {name} must be a real number, got {value!r}")
+    if not np.isfinite(number):
+        raise ValueError(f"{what}: {name} must be finite, got {value!r}")
+
+
+def _check_operands(table: Any, state: Any, ids: jax.Array, row_grads: Any, rows: Any,
+                    slots: dict[str, np.dtype]) -> tuple[jax.Array, jax.Array | None]:
+    """Every refusal of `apply`, made while tracing and before anything is
+    read or written; returns `row_grads` and `rows` as arrays. `slots`: the
+    slot names the state must hold, with their dtypes."""
+    what = "sparse optimizer apply"
+    num, dim = table.shape
+    want = tuple(ids.shape) + (dim,)
+    row_grads = jnp.asarray(row_grads)
+    rows = None if rows is None else jnp.asarray(rows)
+    for name, x in (("row_grads", row_grads), ("rows", rows)):
+        if x is None:
+            continue
+        if tuple(x.shape) != want:
+            raise ValueError(f"{what}: {name} must have shape ids.shape + (dim,) = {want}, got "
+                             f"{tuple(x.shape)}")
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{what}: {name} must be floating, got {np.dtype(x.dtype).name}")
+    if not isinstance(state, SparseState):
+        raise TypeError(f"{what}: state must be the SparseState that init made, got "
+                        f"{type(state).__name__}")
+    if set(state.slots) != set(slots):
+        raise ValueError(f"{what}: state holds slots {tuple(sorted(state.slots))}, this "
+                         f"optimizer keeps {tuple(sorted(slots))}: pass the state its init made")
+    for name, dtype in slots.items():
+        slot = state.slots[name]
+        shape = (num,) if name == "steps" else (num, dim)
+        if tuple(slot.shape) != shape:
+            raise ValueError(f"{what}: slot {name!r} has shape {tuple(slot.shape)}, not "
+                             f"{shape}: pass the state made by init(table)")
+        if np.dtype(slot.dtype) != dtype:
+            raise TypeError(f"{what}: slot {name!r} must be {dtype.name} (made by init(table)), "
+                            f"got {np.dtype(slot.dtype).name}")
+    hosts = [t for t in (table, *state.slots.values()) if isinstance(t, HostTable)]
+    for t in hosts:
+        check_writable(t, what)
+    known = [t._handle_id for t in hosts if t._handle_id is not None]
+    if len(set(known)) != len(known):
+        raise ValueError(f"{what}: the table and its slots must be distinct tables; one "
+                         "HostTable is passed twice")
+    return row_grads, rows
+
+
+def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: dict[str, float],
                fused: _rows.FusedRule | None, corrections: Corrections | None = None,
                per_row_steps: bool = False) -> SparseOptimizer:
     """`rule` on jax.Array tables; on HostTables `fused` (the same rule,
     None if it has no fused form) when `_rows.fusable`, with `corrections`
     of the global step."""
+    if not callable(learning_rate):
+        _check_finite("learning_rate", learning_rate, name)
 
     def init(table: Any, *, memory: str | None = None) -> SparseState:
         _check_table(table)
@@ -181,11 +254,25 @@ def _optimizer(rule: Rule, learning_rate: float | Schedule, slots: dict[str, flo
         _check_table(table)
         num, dim = table.shape
         dtype = _slot_dtype(table.dtype)
+        ids = _as_indices(ids)
+        kept = {name: dtype for name in slots}
+        if per_row_steps:
+            kept["steps"] = np.dtype(np.int32)
+        row_grads, rows = _check_operands(table, state, ids, row_grads, rows, kept)
         grads = dedup(ids, row_grads, num)
         old = None if rows is None else jnp.reshape(rows, (-1, dim))[grads.first]
         step = state.count + 1
-        lr = jnp.asarray(learning_rate(state.count) if callable(learning_rate)
-                         else learning_rate, dtype)
+        lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        if isinstance(lr, jax.Array):
+            # A schedule's value, known only in the program (no host sync):
+            # a step whose rate is not finite writes nothing (every id
+            # becomes padding).
+            lr = jnp.asarray(lr, dtype)
+            grads = grads._replace(ids=jnp.where(jnp.isfinite(lr), grads.ids,
+                                                 jnp.asarray(num, grads.ids.dtype)))
+        else:
+            _check_finite("learning_rate", lr, "sparse optimizer apply")
+            lr = jnp.asarray(lr, dtype)
         if _rows.fusable(fused, table, state.slots):
             table, written = _rows.update(
                 fused, table, state.slots, grads.ids, grads.rows.astype(dtype),
@@ -207,12 +294,17 @@ def _optimizer(rule: Rule, learning_rate: float | Schedule, slots: dict[str, flo
 def sparse_sgd(learning_rate: float | Schedule) -> SparseOptimizer:
     """Row-wise SGD: `row -= lr * grad` for each touched row (optax.sgd).
 
-    `learning_rate` is a float or an optax schedule of the step count."""
+    `learning_rate` is a float or an optax schedule of the step count.
+
+    Raises:
+      ValueError: a learning rate given as a number that is not finite.
+      TypeError: a learning rate that is neither a real number nor callable.
+    """
 
     def rule(w, g, slots, step, lr):
         return w - lr * g, {}
 
-    return _optimizer(rule, learning_rate, {}, _rows.FusedRule("sgd"))
+    return _optimizer("sparse_sgd", rule, learning_rate, {}, _rows.FusedRule("sgd"))
 
 
 def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: float = 0.1,
@@ -223,8 +315,13 @@ def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: f
     Slot "sum_of_squares" starts at `initial_accumulator_value` (>= 0).
 
     Raises:
-      ValueError: initial_accumulator_value < 0.
+      ValueError: initial_accumulator_value < 0; a hyperparameter (a
+        learning rate given as a number, initial_accumulator_value, eps)
+        that is not finite.
+      TypeError: a hyperparameter that is not a real number.
     """
+    for name, value in (("initial_accumulator_value", initial_accumulator_value), ("eps", eps)):
+        _check_finite(name, value, "sparse_adagrad")
     if not initial_accumulator_value >= 0:
         raise ValueError(f"initial_accumulator_value must be >= 0, got "
                          f"{initial_accumulator_value!r}")
@@ -234,7 +331,8 @@ def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: f
         scale = jnp.where(acc > 0, jax.lax.rsqrt(acc + eps), 0.0)
         return w - lr * (scale * g), {"sum_of_squares": acc}
 
-    return _optimizer(rule, learning_rate, {"sum_of_squares": initial_accumulator_value},
+    return _optimizer("sparse_adagrad", rule, learning_rate,
+                      {"sum_of_squares": initial_accumulator_value},
                       _rows.FusedRule("adagrad", eps=eps))
 
 
@@ -250,7 +348,18 @@ def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.
         touched row r, kept in an int32 slot "steps" (one more table of
         num_embeddings int32), as DGL's SparseAdam: a row seen rarely then
         gets full-sized first updates.
+
+    Raises:
+      ValueError: a hyperparameter (a learning rate given as a number, b1,
+        b2, eps) that is not finite.
+      TypeError: a hyperparameter that is not a real number; per_row_steps
+        not a bool.
     """
+    for name, value in (("b1", b1), ("b2", b2), ("eps", eps)):
+        _check_finite(name, value, "sparse_adam")
+    if not isinstance(per_row_steps, (bool, np.bool_)):
+        raise TypeError(f"sparse_adam: per_row_steps must be True or False, got "
+                        f"{per_row_steps!r}")
 
     def corrections(t, dtype):
         t = t.astype(dtype)
@@ -274,8 +383,8 @@ def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.
     # Per-row steps need a per-row correction: that case keeps the gather,
     # update and write of the other kinds.
     fused = None if per_row_steps else _rows.FusedRule("adam", b1, b2, eps)
-    return _optimizer(rule, learning_rate, {"mu": 0.0, "nu": 0.0}, fused, corrections,
-                      per_row_steps)
+    return _optimizer("sparse_adam", rule, learning_rate, {"mu": 0.0, "nu": 0.0}, fused,
+                      corrections, per_row_steps)
 
 
 def close(tree: Any) -> None:
