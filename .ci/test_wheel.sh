@@ -3,7 +3,8 @@
 # Python 3.11 virtual environment with the oldest supported jax, jaxlib, flax
 # and optax (.ci/oldest.txt), binary packages only and no C, C++ or CUDA
 # compiler on PATH, then runs the test suite against the installed package
-# (tests/, examples/ and configs/ copied without the sources beside them), in
+# (tests/ and examples/ copied without the sources beside them; the run
+# configurations come from the wheel's package data), in
 # four pytest processes; with PYTEST_ARGS, one pytest with those instead.
 #   bash .ci/test_wheel.sh WHEEL [PYTEST_ARGS...]   (from the repository root)
 set -euo pipefail
@@ -16,7 +17,7 @@ fresh_venv "$work/oldest-venv" "$(python_for 3.11)"
 path=$(path_without_compilers "$work/bin-no-cc" all)
 suite=$work/suite
 rm -rf "$suite"; mkdir -p "$suite"
-cp -r tests examples configs pyproject.toml "$suite"/
+cp -r tests examples pyproject.toml "$suite"/
 env -u CUDACXX -u CUDA_PATH -u CC -u CXX PATH="$work/oldest-venv/bin:$path" bash -c '
   set -euo pipefail
   for tool in cc c++ gcc g++ clang nvcc; do

@@ -49,7 +49,7 @@
 #                adds a device run per steps-per-call value; OPTS, default
 #                "sgd adagrad", one run per sparse optimizer), within BUDGET
 #                seconds (470); writes embtrain-summary.json
-#   bigtable     configs/papers100m_learned (85.3 GB of learned rows and
+#   bigtable     config papers100m_learned (85.3 GB of learned rows and
 #                Adagrad state in host memory) trained, killed with -9
 #                KILL_AFTER seconds (20) into epoch 1, then resumed; CKPT
 #                (/tmp/jdirect-bigtable) needs >= 2 x 85 GB of disk, the host
@@ -225,10 +225,10 @@ wheel_stage() {
       --target "$site" "$jaxwh"/*.whl >> "$OUT/install.log" 2>&1 || return 1
     echo "installed $(cd "$jaxwh" && ls *.whl | tr '\n' ' ')" | tee -a "$OUT/install.log"
   fi
-  # tests/, examples/ and configs/ in a folder without the sources, so that
-  # `import jdirect` finds the wheel's.
+  # tests/ and examples/ in a folder without the sources, so that
+  # `import jdirect` finds the wheel's (and its configurations).
   suite=$(mktemp -d)
-  cp -r tests examples configs pyproject.toml "$suite"/
+  cp -r tests examples pyproject.toml "$suite"/
   (
     cd "$suite" && export PYTHONPATH=$site
     python3 - <<'PY' 2>&1 | tee "$OUT/device.txt"
@@ -405,7 +405,7 @@ sys.exit(not m.get('sage', {}).get('history'))" 2> /dev/null; do
     timeout "${PRODUCTS_TIMEOUT:-420}" python3 benchmarks/scaling.py --features jdirect --epochs 3 \
       --processes "${PROCESSES:-2}" --out "$OUT/scaling-products" 2>&1 \
       | tee "$OUT/scaling-products.log" | tail -8
-    timeout "${PAPERS_TIMEOUT:-300}" python3 benchmarks/scaling.py --config configs/papers100m.py \
+    timeout "${PAPERS_TIMEOUT:-300}" python3 benchmarks/scaling.py --config papers100m \
       --processes 0 --epochs 2 --out "$OUT/scaling-papers" 2>&1 \
       | tee "$OUT/scaling-papers.log" | tail -8
     ;;

@@ -18,8 +18,8 @@ Each process builds the graph and its host table itself.
 
 Prints a table, writes JSON and a PNG under --out. Examples:
   python benchmarks/scaling.py --out $OUT                         # products
-  python benchmarks/scaling.py --config configs/papers100m.py --out $OUT
-  python benchmarks/scaling.py --config configs/tiny.py --out /tmp/s   # CPU
+  python benchmarks/scaling.py --config papers100m --out $OUT
+  python benchmarks/scaling.py --config tiny --out /tmp/s   # CPU
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ LABELS = ("run", "per_device_batch", "steps_per_call")
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(CONFIGS / "products.py"),
-                   help="a configuration name in configs/ or a .py path")
+                   help="a configuration name (jdirect/graph/configs/) or a .py path")
     p.add_argument("--features", choices=list(SOURCES), help="override the feature source")
     p.add_argument("--epochs", type=int, default=3, help="timed epochs (median), after one")
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2],

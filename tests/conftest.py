@@ -30,8 +30,8 @@ import jdirect
 jax.config.update("jax_default_matmul_precision", "highest")
 
 ON_GPU = jax.default_backend() == "gpu"
-# The checkout's run configurations (an installed wheel has none beside the package).
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# The run configurations: package data of the jdirect imported (a checkout's or a wheel's).
+CONFIGS = Path(jdirect.__file__).resolve().parent / "graph" / "configs"
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 
 # Every place a table can live; all are tested on every backend.

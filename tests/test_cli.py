@@ -3,18 +3,14 @@ bad flags and paths in one line before doing any work."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import jax
 import pytest
 
-# The CLI is a script, loaded from its path (the library never imports it).
-_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "train_graphsage.py"
-_spec = importlib.util.spec_from_file_location("train_graphsage", _SCRIPT)
-train_graphsage = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(train_graphsage)
+# The CLI: the `jdirect-train` command's module (examples/train_graphsage.py calls it).
+from jdirect.graph import train as train_graphsage
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 

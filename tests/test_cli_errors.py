@@ -20,7 +20,7 @@ from jdirect.graph.io._step_file import read_settings
 from jdirect.graph.training import parallel
 from jdirect.graph.training.trainer import Trainer
 
-from test_cli import train_graphsage  # the CLI script, loaded from its path
+from test_cli import train_graphsage  # the CLI's module
 from test_loaders import write_ogb
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")

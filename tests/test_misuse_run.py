@@ -18,7 +18,7 @@ from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training import trainer as trainer_module
 from jdirect.graph.training.trainer import Trainer, TrainingDiverged
 
-from test_cli import train_graphsage  # the CLI script, loaded from its path
+from test_cli import train_graphsage  # the CLI's module
 from conftest import child_env
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")

@@ -1,6 +1,7 @@
 """`TrainConfig`: every setting of a GraphSAGE run, validated in one place.
 
-A run's configuration is a `get_config()` in `configs/` (`load_config`),
+A run's configuration is a `get_config()` in the package's `configs/`
+(jdirect/graph/configs/, shipped in the wheel; `load_config`),
 with a CLI's flags applied over it (`apply_flags`); `validate()` turns a
 bad value into one clear ValueError naming the setting, before any data is
 loaded. Settings go only downward from here: the trainer reads them and
@@ -23,8 +24,9 @@ from ..features import ENCODINGS, SOURCES
 from ..models import MODELS, sampling_fanouts
 from .learned import MEMORY, OPTIMIZERS
 
-# The run configurations of a source checkout: configs/NAME.py.
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+# The named run configurations, NAME.py: package data beside this package,
+# so a source checkout and an installed wheel both have them.
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # Modules that configuration files of older versions import: where they went.
 MOVED = {"jdirect.graph.config": "jdirect.graph.training"}
 SAMPLERS = ("auto", "device", "cpu")
@@ -297,9 +299,9 @@ def load_config(name_or_path: str | Path | None = None, *, dataset: str | None =
     """The `get_config()` of `configs`/NAME.py, or of a .py file's path.
 
     None: the configuration named after `dataset` if `configs` has one, else
-    "default". `configs`: the folder of named configurations (default: the
-    source checkout's configs/; an installed package has none, so a script
-    passes its own). Not validated (apply flags first, then `validate`).
+    "default". `configs`: the folder of named configurations (default:
+    `CONFIGS`, the package's jdirect/graph/configs/). Not validated (apply
+    flags first, then `validate`).
 
     Raises:
       ValueError: no such configuration (the message lists `configs`), or
