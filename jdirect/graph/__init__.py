@@ -3,7 +3,8 @@
 Graphs live in host memory (NumPy; features in `jdirect.host_empty` memory
 where jdirect allocates them). Two samplers produce the same padded
 `Batch` (batch.py): `NeighborSampler` on CPU threads and `DeviceSampler`
-on the accelerator, inside the jitted training step.
+on the accelerator, inside the jitted training step. `Loader` gives the
+trainer's batches with their feature rows to a training loop of one's own.
 """
 
 from .batch import Batch
@@ -12,9 +13,17 @@ from .data import (DATASETS, PRESETS, Graph, load_dataset, load_graph, load_ogb_
 from .sampling import DeviceSampler, NeighborSampler, Prefetcher
 
 __all__ = [
-    "Batch", "DATASETS", "DeviceSampler", "Graph", "NeighborSampler", "PRESETS", "Prefetcher",
-    "load_dataset", "load_graph", "load_ogb_node", "load_reddit", "synthetic",
+    "Batch", "DATASETS", "DeviceSampler", "Graph", "Loader", "NeighborSampler", "PRESETS",
+    "Prefetcher", "load_dataset", "load_graph", "load_ogb_node", "load_reddit", "synthetic",
 ]
 # Feature sources (jdirect.graph.features), run files (.io), metric names
 # (.metrics), models (.models) and training (.training) are imported from
-# their packages; the last two need flax and optax.
+# their packages; the last two need flax and optax, and so does `Loader`
+# (it opens the trainer's input pipeline), imported when first named.
+
+
+def __getattr__(name: str):
+    if name == "Loader":
+        from .loader import Loader
+        return Loader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

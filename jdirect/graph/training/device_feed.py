@@ -24,8 +24,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..features import FeatureSource
 from ..sampling import DeviceSampler
 from . import parallel
-from ._sharded import (ALL, POSITION, Position, call_batches, groups_batches, repeat,
-                       shard_map, share)
+from ..batch import Batch
+from ._sharded import (ALL, POSITION, SPLIT, Position, call_batches, groups_batches, repeat,
+                       sample, shard_map, share)
 from .feeds import EVAL_EPOCH
 from .parallel import AXIS
 from .pipelined import Pipeline
@@ -149,6 +150,13 @@ class DeviceFeed:
         return sample_eval_steps(self._contexts[inputs.n], state, correct, self.data,
                                  inputs.at)
 
+    def batches(self, nodes, epoch):
+        # One program a batch: the user's step follows each.
+        ctx = self._contexts[1]
+        for inputs, n in self.epoch(nodes, epoch):
+            for j in range(n):
+                yield sample_rows(ctx, self.data, inputs.at, jnp.int32(j))
+
     def stats(self) -> dict[str, float]:
         return {}
 
@@ -206,6 +214,21 @@ def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
 
     return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, ALL, POSITION),
                      out_specs=ALL)(state, correct, data, at)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> tuple[jax.Array, Batch]:
+    """(rows, batch) of the batch j steps after `at`, as a training step
+    samples and reads it, on every device of `ctx.mesh`: each array is the
+    devices' parts concatenated along axis 0 (`_sharded.SPLIT`)."""
+
+    def body(data, at, j):
+        arrays, table = data
+        batch = sample(ctx.sampler, arrays, at, j)
+        return ctx.source.read(table, batch.input_nodes, None), batch
+
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, POSITION, ALL),
+                     out_specs=SPLIT)(data, at, j)
 
 
 def _epoch_order(sampler, width: int, arrays, nodes: jax.Array, epoch: jax.Array, *,

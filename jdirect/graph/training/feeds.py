@@ -17,6 +17,7 @@ return device arrays.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Iterator, Protocol
 
@@ -24,6 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from ..batch import Batch
 from ..features import FeatureSource
 from ..sampling import NeighborSampler, Prefetcher
 from . import parallel, steps
@@ -53,6 +55,12 @@ class Feed(Protocol):
     def eval_step(self, state, correct: jax.Array, inputs: Any) -> jax.Array:
         """Dispatches the evaluation batches of `inputs`; adds (correct,
         seeds) to `correct`."""
+
+    def batches(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[jax.Array, Batch]]:
+        """The pass's batches, one a step, each with its input rows: (rows,
+        batch), the `Batch` its steps would train on and the source's
+        `read` of its `input_nodes` (for a loop of one's own,
+        `jdirect.graph.Loader`)."""
 
     def stats(self) -> dict[str, float]:
         """Host-side times of the last pass (seconds, metrics.py's names)."""
@@ -115,9 +123,22 @@ class HostFeed:
         return steps.eval_step(self.ctx, state, correct, self.source.table, inputs["batch"],
                                inputs["staged"])
 
+    def batches(self, nodes, epoch):
+        for inputs, _ in self.epoch(nodes, epoch):
+            batch = inputs["batch"]
+            yield read_rows(self.ctx.source, self.source.table, batch.input_nodes,
+                            inputs["staged"]), batch
+
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
 
     def close(self) -> None:
         """Nothing to release: its batches come from the host, a pass's
         workers end with the pass, and the source is the trainer's."""
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def read_rows(source: type[FeatureSource], table: Any, input_nodes: jax.Array,
+              staged: Any) -> jax.Array:
+    """The rows of a host-sampled batch, as a training step reads them."""
+    return source.read(table, input_nodes, staged)

@@ -119,6 +119,35 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
                     workers=cfg.workers, learned=learned)
 
 
+def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
+               learned: Any = None, device_tables: bool = False) -> tuple[FeatureSource, Feed]:
+    """The input of a run of `cfg` on `graph` over `mesh` (`make_mesh`): the
+    feature source `features` (a key of `SOURCES`) and the feed that samples
+    its batches (`make_feed`; `graphdef` None for a feed without a model,
+    whose `batches` alone serve). The caller closes both, the feed first.
+
+    Shapes are sized for the graph: fanouts beyond the largest degree are
+    clamped to it and the batch size to the node count (`check_config`),
+    the batch still shared evenly by the devices.
+    """
+    fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
+    batch_size = -(-batch_size // mesh.size) * mesh.size
+    caps = layer_caps(batch_size, fanouts, graph.num_nodes)
+    # A cache sized by the free memory leaves the device sampler's CSR room
+    # on the device: sampling from host memory cost more than the extra
+    # cache saved (papers100m, H100, 2026-11-27: 3.12 s an epoch with 74 %
+    # of the rows cached and the CSR in host memory, 2.70 s with 20 %
+    # cached and the CSR on the device).
+    reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
+    source = SOURCES[features](graph, SourceOptions(
+        rows_per_batch=caps[-1], staging_buffers=cfg.workers, cache_fraction=cfg.cache_fraction,
+        row_encoding=cfg.row_encoding, device_reserve=reserve))
+    try:
+        return source, make_feed(graph, cfg, source, graphdef, fanouts, batch_size, mesh,
+                                 learned, device_tables)
+    except BaseException:
+        source.close()
+        raise
 
 
 class TrainingDiverged(ArithmeticError):
@@ -166,10 +195,6 @@ class Trainer:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
         mesh = make_mesh(cfg)
-        fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
-        # The batch clamped to the graph, still shared evenly.
-        batch_size = -(-batch_size // mesh.size) * mesh.size
-        caps = layer_caps(batch_size, fanouts, graph.num_nodes)
         features, given = model_input(graph, cfg)
         self.mesh = mesh
         self._given = given  # the given features' columns in the model's input
@@ -206,25 +231,11 @@ class Trainer:
         if self.learned is not None:
             self.state = (self.state, self._placed(self.learned.initial_state()))
         try:
-            # A cache sized by the free memory leaves the device sampler's
-            # CSR room on the device: sampling from host memory cost more
-            # than the extra cache saved (papers100m, H100, 2026-11-27:
-            # 3.12 s an epoch with 74 % of the rows cached and the CSR in
-            # host memory, 2.70 s with 20 % cached and the CSR on the device).
-            reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
-            self.source = SOURCES[features](graph, SourceOptions(
-                rows_per_batch=caps[-1], staging_buffers=cfg.workers,
-                cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding,
-                device_reserve=reserve))
+            self.source, self.feed = open_input(
+                graph, cfg, mesh, features, self.graphdef, self.learned and self.learned.input,
+                self.learned is not None and self.learned.memory == "device")
         except BaseException:
             self._close_learned()
-            raise
-        try:
-            self.feed = make_feed(graph, cfg, self.source, self.graphdef, fanouts, batch_size,
-                                  mesh, self.learned and self.learned.input,
-                                  self.learned is not None and self.learned.memory == "device")
-        except BaseException:
-            self.close()
             raise
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))

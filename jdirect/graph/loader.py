@@ -1,0 +1,158 @@
+"""`Loader`: sampled mini-batches and their input rows, for a training loop of your own.
+
+The trainer's input pipeline without its model: a neighbour sampler, a
+feature source (where the feature table lives and how rows are read) and
+a mesh of devices, opened as the trainer opens them
+(`training.trainer.open_input`), so a loop of one's own trains on the
+batches and rows the trainer would for the same settings.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import jax
+import numpy as np
+
+from .batch import Batch
+from .data.csr import Graph
+from .training.config import TrainConfig
+from .training.feeds import EVAL_EPOCH
+from .training.trainer import make_mesh, open_input, sampler_kind
+
+
+class Loader:
+    """Mini-batches of `graph` with their input rows, for your own loop.
+
+    `batches(nodes, epoch)` yields one `(rows, batch)` pair a step:
+
+      batch  a `Batch` (jdirect/graph/batch.py gives every field's shape
+             and the padding rules): with L = len(fanouts) and `caps =
+             layer_caps(batch_size, fanouts, num_nodes)`, `input_nodes`
+             int32[caps[L]] padded with `num_nodes`, `nbrs[l]` and
+             `masks[l]` [caps[L-1-l], fanouts[l]], `labels` and
+             `seed_mask` [batch_size], `counts` int32[L + 1].
+      rows   [caps[L], dim] device array: `jnp.take(graph.features,
+             batch.input_nodes, axis=0)` with zeros for padding ids, as
+             the source stores them: the graph's dtype, unless
+             `row_encoding` (or `auto`, when a device cache takes only a
+             share of the rows) picks bfloat16, or int8 rows that read
+             as float32 (`jdirect.Int8Table`).
+
+    On a mesh of D devices (`devices`, the device sampler only) each
+    device samples its `batch_size / D` seeds of the step with its own
+    keys, as the trainer's data-parallel steps do, and every array is the
+    D devices' parts concatenated along axis 0 (sharded over
+    `loader.mesh`, axis `jdirect.graph.training.parallel.AXIS`): a step
+    `jax.shard_map`ped over that mesh with `PartitionSpec(AXIS)` sees one
+    device's (rows, Batch). With D = 1 it is one Batch, unsharded.
+
+    Every array is a device array that your jitted step takes as an
+    argument: shapes are fixed for the loader's life, so the step
+    compiles once. Batches are sampled ahead on CPU threads (the CPU
+    sampler) or each in one compiled program on the device (the device
+    sampler); the rows are read from host memory by `jdirect.gather` for
+    the `jdirect` and `jdirect-cache` sources.
+
+    Args:
+      graph: the graph (`jdirect.graph.load_dataset`, `load_graph`, ...).
+      fanouts: neighbours per GNN layer, input side first (DGL's order);
+        each is clamped to the graph's largest degree.
+      batch_size: seeds per step over all devices (clamped to the node
+        count), a multiple of `devices`.
+      features: the feature source, a key of
+        `jdirect.graph.features.SOURCES`: "jdirect-cache" (host memory,
+        the highest-degree rows also on the device), "jdirect" (host
+        memory only), "device", "host" (CPU gather and copy, CPU sampler
+        only) or "none" (rows of width 0).
+      sampler: "auto" (the device on a GPU, else the CPU), "device" or
+        "cpu".
+      devices: data-parallel devices (the device sampler; None: all).
+      seed: fixes the shuffles and the draws, with the epoch.
+      cache_fraction, row_encoding: the `jdirect` sources' settings, as
+        `TrainConfig`'s (None: `auto`).
+      prefetch, workers: the CPU sampler's batches in flight and threads.
+
+    Attributes:
+      mesh: the devices the batches are placed on.
+      batch_size: seeds per step, over all devices, as sized for the graph.
+      sampler: "device" or "cpu", as `sampler` resolved.
+      source: the open `FeatureSource`.
+
+    Raises:
+      TypeError: `graph` is not a `Graph`.
+      ValueError: a bad setting (`TrainConfig.validate`'s one-line message
+        naming it), a device count the machine or the sampler cannot
+        provide (`make_mesh`), a graph without features and a `features`
+        other than "none".
+
+    Close it (`close()` or a `with` block) to release the source's host
+    and device tables and the sampler's arrays.
+    """
+
+    def __init__(self, graph: Graph, fanouts: Sequence[int], batch_size: int, *,
+                 features: str = "jdirect-cache", sampler: str = "auto", devices: int | None = 1,
+                 seed: int = 0, cache_fraction: float | None = None, row_encoding: str = "auto",
+                 prefetch: int = 4, workers: int = 4):
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be a jdirect.graph.Graph, got {type(graph).__name__}")
+        cfg = TrainConfig(fanouts=tuple(fanouts) if isinstance(fanouts, list) else fanouts,
+                          batch_size=batch_size, features=features, sampler=sampler,
+                          devices=devices, seed=seed, cache_fraction=cache_fraction,
+                          row_encoding=row_encoding, prefetch=prefetch, workers=workers).validate()
+        if not graph.features.shape[1] and features != "none":
+            raise ValueError(f"{graph.name} has no node features: features='none' gives rows of "
+                             "width 0")
+        self.graph = graph
+        self.mesh = make_mesh(cfg)
+        self.sampler = sampler_kind(cfg)
+        self.source, self._feed = open_input(graph, cfg, self.mesh, features)
+        self.batch_size = self._feed.batch_size
+
+    def num_batches(self, num_nodes: int) -> int:
+        """Steps in one pass over `num_nodes` seeds: ceil(num_nodes / batch_size)."""
+        return self._feed.num_batches(num_nodes)
+
+    def batches(self, nodes: Sequence[int] | np.ndarray,
+                epoch: int | None = None) -> Iterator[tuple[jax.Array, Batch]]:
+        """The (rows, batch) pairs of one pass over the seed `nodes` (see
+        the class), `num_batches(len(nodes))` of them; the last batch is
+        padded (`batch.seed_mask`).
+
+        Args:
+          nodes: int node ids in [0, num_nodes), e.g. `graph.train`.
+          epoch: the seeds shuffled and the neighbours drawn as the
+            trainer's epoch `epoch` with the same seed; None: the seeds in
+            their order, drawn as the trainer's evaluation passes.
+
+        Raises:
+          ValueError: `nodes` not a 1-D array of ids in range, or `epoch`
+            not an integer in [0, 2**30).
+        """
+        nodes = np.asarray(nodes)
+        if nodes.ndim != 1 or not (nodes.size == 0 or np.issubdtype(nodes.dtype, np.integer)):
+            raise ValueError(f"nodes must be a 1-D array of integer node ids, got shape "
+                             f"{nodes.shape} and dtype {nodes.dtype}")
+        n = self.graph.num_nodes
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
+            raise ValueError(f"nodes must lie in [0, {n}), got ids from {nodes.min()} to "
+                             f"{nodes.max()}")
+        if epoch is None:
+            epoch = EVAL_EPOCH
+        elif not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) \
+                or not 0 <= epoch < EVAL_EPOCH:
+            raise ValueError(f"epoch must be an integer in [0, 2**30) or None, got {epoch!r}")
+        return self._feed.batches(nodes.astype(np.int64), int(epoch))
+
+    def close(self) -> None:
+        """Releases the sampler's arrays and the source's tables; idempotent."""
+        if self._feed is not None:
+            self._feed.close()
+            self.source.close()
+            self._feed = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
