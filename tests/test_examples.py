@@ -1,0 +1,47 @@
+"""The examples run and learn (at a test's size), and the trainer's command
+is installed under its name and runs as `python -m`."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import child_env
+from jdirect.graph import train
+
+ROOT = Path(__file__).resolve().parents[1]
+# Each example's last line: "loss FIRST -> LAST, ... accuracy ACC (chance CHANCE)".
+LEARNED = re.compile(r"^loss ([\d.]+) -> ([\d.]+), .*accuracy ([\d.]+) \(chance ([\d.]+)\)$")
+
+
+@pytest.mark.parametrize("example", ["own_gnn.py", "embeddings_mf.py"])
+def test_example_learns_at_a_small_size(example, tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / example), "--small"],
+                          capture_output=True, text=True, cwd=tmp_path, env=child_env(),
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    first_loss, last_loss, accuracy, chance = map(float, LEARNED.match(last).groups())
+    assert last_loss < 0.8 * first_loss, last
+    assert accuracy > chance + 0.2, last
+
+
+def test_the_console_script_is_the_clis_command():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, name = scripts["jdirect-train"].split(":")
+    assert getattr(importlib.import_module(module), name) is train.command
+
+
+def test_python_m_runs_the_cli(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "jdirect.graph.train", "--help"],
+                          capture_output=True, text=True, cwd=tmp_path, env=child_env(),
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "--features" in done.stdout and "one of default, papers100m" in " ".join(
+        done.stdout.split())
