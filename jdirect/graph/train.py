@@ -132,9 +132,8 @@ def parser() -> argparse.ArgumentParser:
     add("--data-dir", help="directory of an OGB or Reddit dataset")
     add("--model", choices=list(MODELS), help="the GNN (mlp: the seeds' own features only)")
     add("--features", choices=list(SOURCES),
-        help="where the feature table lives (default jdirect-cache: host memory with as many "
-             "of the highest-degree rows in GPU memory as fit; none: ignore the graph's "
-             "features)")
+        help="where the feature table lives (jdirect-cache: host memory with as many of the "
+             "highest-degree rows in GPU memory as fit; none: ignore the graph's features)")
     add("--embedding-dim", type=_number(int, 0),
         help="learn a host-resident embedding of this width per node, the model's input "
              "after the given features (0: off; a graph without features needs it)")
