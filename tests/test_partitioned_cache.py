@@ -32,11 +32,11 @@ ROWS, WIDTH = 300, 5
 
 @pytest.mark.skipif(DEVICES > 1 or ON_GPU, reason="several devices: the tests run here")
 def test_on_four_virtual_cpu_devices():
-    # Four, not also two (as until 2026-11-27, for CI's time): four
-    # devices exchange rows with several peers and split the 2-D mesh's
-    # cache over an axis of two while copying it along the other, where two
-    # devices split over an axis of one; a two-device exchange runs in the
-    # two-process test.
+    # Four devices and not also two (a second run of the module, a minute
+    # of CI): four exchange rows with several peers and split the 2-D
+    # mesh's cache over an axis of two while copying it along the other,
+    # where two split over an axis of one; the two-process test below
+    # exchanges rows between two devices.
     run = run_tests_on_cpu_devices(__file__, 4)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and "skipped" in run.stdout, run.stdout[-1000:]
