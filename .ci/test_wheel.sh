@@ -4,8 +4,8 @@
 # and optax (.ci/oldest.txt), binary packages only and no C, C++ or CUDA
 # compiler on PATH, then runs the test suite against the installed package
 # (tests/ and examples/ copied without the sources beside them; the run
-# configurations come from the wheel's package data), in
-# four pytest processes; with PYTEST_ARGS, one pytest with those instead.
+# configurations come from the wheel's package data), in four pytest-xdist
+# workers; with PYTEST_ARGS, one pytest with those instead.
 #   bash .ci/test_wheel.sh WHEEL [PYTEST_ARGS...]   (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,13 +37,11 @@ PY
     python -m pytest -p no:cacheprovider "${@:3}"
     exit
   fi
-  # The suite in four processes of a quarter of the test files each: the
+  # The suite in four pytest-xdist workers, each given a quarter of the
+  # tests in file order and stealing from the others when it runs dry: the
   # CPU compiler of jaxlib 0.9.0 crashed (SIGSEGV inside XLA, compiling or
   # serializing a program) once one process had run about 700 tests of the
-  # suite, at whichever program came next (2026-11-26, six runs).
-  files=(tests/test_*.py)
-  per=$(( (${#files[@]} + 3) / 4 ))
-  for ((i = 0; i < ${#files[@]}; i += per)); do
-    python -m pytest -p no:cacheprovider "${files[@]:i:per}"
-  done
+  # suite, at whichever program came next (2026-11-26, six runs). Four
+  # workers share the two cores.
+  python -m pytest -p no:cacheprovider -n 4 --dist worksteal
 ' _ "$wheel" "$suite" "${@:2}"

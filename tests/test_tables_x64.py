@@ -25,11 +25,13 @@ TABLE_TESTS = ["test_table_kinds.py", "test_host_table.py", "test_gather.py",
 
 
 @pytest.mark.skipif(jax.config.jax_enable_x64, reason="this run already has x64 on")
-def test_table_tests_pass_with_x64_on():
+@pytest.mark.parametrize("module", TABLE_TESTS)
+def test_table_tests_pass_with_x64_on(module):
+    # One module a subprocess: pytest-xdist deals them to several workers.
     tests = Path(__file__).resolve().parent
     env = child_env(JAX_ENABLE_X64="1")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-k", "not matches_jnp_take", *(str(tests / name) for name in TABLE_TESTS)]
+               "-k", "not matches_jnp_take", str(tests / module)]
     done = subprocess.run(command, cwd=tests.parent, env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
