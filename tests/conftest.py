@@ -13,6 +13,11 @@ from pathlib import Path
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_gpu_deterministic_ops=true").strip()
 
+# The suite runs in several pytest-xdist workers (the README's command):
+# on a GPU each worker takes device memory as it needs it, instead of the
+# first one preallocating 75 % of it and the others running out.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 import tempfile
 
 # The CLI's persistent compilation cache, kept out of the user's home (the
