@@ -8,7 +8,7 @@ JAX half of it) both are pinned (4 KB pages: the random-row rate of pinned
 memory, not the link's, bounds the step). Host memory: the tables and the
 graph's CSR (12.9 GB), ~100 GB, so a machine with 128 GB of RAM; a
 checkpoint takes 85 GB of disk, and writing one keeps the last beside it:
-170 GB (the lent nvidia-h100-x4 has 235 GB; benchmarks/run_gpu_bigtable.sh).
+170 GB (the lent nvidia-h100-x4 has 235 GB; `bash benchmarks/run.sh bigtable`).
 The full-split evaluation is off: its layer tables of every node would not
 fit beside them."""
 

@@ -56,7 +56,7 @@ of bfloat16's bytes, but an `Int8Table` read cannot be started ahead
 does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
 of every encoding x cache combination, their PCIe counters and accuracy
 over 3 seeds are measured by benchmarks/row_encoding.py
-(benchmarks/run_gpu_compress.sh).
+(`bash benchmarks/run.sh encodings`).
 """
 
 from __future__ import annotations
