@@ -159,9 +159,9 @@ def span(a: int, b: int) -> np.ndarray:
 # half the device's free memory, at most WORKING_MAX and the largest buffer
 # the allocator can hand out; on the CPU backend WORKING_CPU, at most half
 # the host memory available. The default chunks (65,536 nodes, 2**20 edges)
-# take 3.6 GB at 256-wide rows (products' and papers100M's hidden layers,
-# and their 100- and 128-wide inputs) and 9.9 GB at 696 (GAT's last layer
-# at 172 classes): within WORKING_MAX, so a GPU with 7.3 GB free (20 GB for
+# take 4.7 GB at 256-wide rows (products' and papers100M's hidden layers,
+# and their 100- and 128-wide inputs) and 12.8 GB at 696 (GAT's last layer
+# at 172 classes): within WORKING_MAX, so a GPU with 9.4 GB free (26 GB for
 # GAT's) or more runs them unchanged, as before this budget existed.
 WORKING_MAX = 16 << 30
 WORKING_CPU = 1 << 30
@@ -190,11 +190,12 @@ def working_bytes(edges: int, nodes: int, edge_width: int, node_width: int) -> i
     whose rows are `edge_width` wide and chunks of `nodes` nodes whose rows
     (input, source, state, output) are at most `node_width` wide, all
     computed in float32: a window holds its gathered rows, their messages
-    and a masked copy (3 rows an edge) and 16 bytes of ids and offsets an
-    edge; a chunk its rows, state and output, and the next chunk's while
-    one is written (6 rows a node). XLA's CPU compilation of the GraphSAGE
-    window takes 2 rows an edge (tests/test_real_shapes.py checks it)."""
-    return edges * (3 * edge_width * 4 + 16) + 6 * nodes * node_width * 4
+    and XLA's copies of them (4 rows an edge) and 16 bytes of ids and
+    offsets an edge; a chunk its rows, state and output, and the next
+    chunk's while one is written (6 rows a node). XLA's compilation of the
+    GraphSAGE window takes 2 rows an edge on the CPU and 4 on an H100 (jax
+    0.11.2; tests/test_real_shapes.py checks it)."""
+    return edges * (4 * edge_width * 4 + 16) + 6 * nodes * node_width * 4
 
 
 def chunk_shape(nodes: int, edges: int, edge_width: int, node_width: int,

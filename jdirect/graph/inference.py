@@ -48,21 +48,21 @@ most one layer's input or its cache, source and output tables at a time) and the
 model, plus working memory: with E edges a window, B nodes a chunk, w_e
 the width of the rows edges read (a layer's input, or GAT's source rows)
 and w the widest row of the layer (rows are computed in float32), a window
-holds about E * (3 * w_e * 4 + 16) bytes (gathered rows, messages,
-indices) and a chunk 3 * B * w * 4 (its rows, state and output); with one
+holds about E * (4 * w_e * 4 + 16) bytes (gathered rows, messages and
+XLA's copies of them, indices) and a chunk 3 * B * w * 4 (its rows, state and output); with one
 window in flight and one chunk's output being written to a host table,
-peak working memory is about E * (3 * w_e * 4 + 16) + 6 * B * w * 4
+peak working memory is about E * (4 * w_e * 4 + 16) + 6 * B * w * 4
 bytes (`_layer_tables.working_bytes`). Each layer's B and E are the
 largest at most `chunk_nodes` and `chunk_edges` (and the layer's own node
 and edge counts) whose working memory fits `working_budget`: by default
 half the device's free memory, at most 16 GiB (the CPU backend: 1 GiB).
-The defaults (B = 65,536, E = 2**20) take 3.6 GB at w = 256 (1.4 and
-1.8 GB at products' and papers100M's 100- and 128-wide inputs, 9.9 GB at
+The defaults (B = 65,536, E = 2**20) take 4.7 GB at w = 256 (2.1 and
+2.6 GB at products' and papers100M's 100- and 128-wide inputs, 12.8 GB at
 GAT's 696-wide last layer for 172 classes), so on a GPU they run unchanged
-for such rows whenever 20 GB are free; the CPU's 1 GiB takes 19,328 nodes
-and 309,258 edges at w = 256. Rows 3,703 wide (a citation graph's words)
-get 21,472-edge windows in 1 GiB, 343,552 in 16 GiB, where 2**20 edges
-took 52 GB. `plan` says before any work whether a run fits, and the chunk
+for such rows whenever 26 GB are free; the CPU's 1 GiB takes 14,926 nodes
+and 238,822 edges at w = 256. Rows 3,703 wide (a citation graph's words)
+get 16,565-edge windows in 1 GiB, 265,046 in 16 GiB, where 2**20 edges
+would take 68 GB. `plan` says before any work whether a run fits, and the chunk
 sizes it will use.
 
 JAX's default allocator keeps a pool whose free pieces do not merge around

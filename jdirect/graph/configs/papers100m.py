@@ -15,7 +15,7 @@ def get_config() -> TrainConfig:
     # hidden 256, bfloat16 tables as the features), arithmetic for the
     # H200 CLI run (128 GiB = 137 GB host; the CLI gives JAX half the GPU,
     # ~75 GB, of which training keeps ~31 GB: a device budget of
-    # 0.8 * 44 - 3.6 GB of working memory ~ 31 GB):
+    # 0.8 * 44 - 4.7 GB of working memory ~ 30 GB):
     #   host: features 28.4 GB + CSR 13.8 + labels, splits, runtime ~5 = ~48 GB.
     #   layer 1, every node: features staged on the device (28.4 GB, freed
     #     after the layer), output 111M x 256 x 2 B = 56.9 GB: fits no
@@ -28,7 +28,7 @@ def get_config() -> TrainConfig:
     #     for its per-edge reads; layer 1's host table is freed once layer 2
     #     is written.
     #   layer 3, the 339,603 nodes only: float32 logits, 0.23 GB.
-    # Peaks: host ~105 GB, GPU within the budget: ~31 + 31 + 3.6 = ~66 GB
+    # Peaks: host ~105 GB, GPU within the budget: ~31 + 30 + 4.7 = ~66 GB
     # of JAX's ~75 GB. Measured (H200, 2026-11-25): it fits (peak RSS
     # 106 GB), but layer 1's 57 GB host table is pinned memory (JAX's
     # preallocation leaves managed memory no room) and layer 2's per-edge
