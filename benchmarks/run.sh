@@ -403,6 +403,7 @@ sys.exit(not m.get('sage', {}).get('history'))" 2> /dev/null; do
     ;;
   scaling)
     timeout "${PRODUCTS_TIMEOUT:-420}" python3 benchmarks/scaling.py --features jdirect --epochs 3 \
+      --devices ${DEVICES:-1 2} --batch global per-device \
       --processes "${PROCESSES:-2}" --out "$OUT/scaling-products" 2>&1 \
       | tee "$OUT/scaling-products.log" | tail -8
     timeout "${PAPERS_TIMEOUT:-300}" python3 benchmarks/scaling.py --config papers100m \

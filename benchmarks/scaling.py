@@ -1,8 +1,13 @@
-"""Data-parallel scaling: GraphSAGE epochs on 1 and 2 devices in one
+"""Data-parallel scaling: GraphSAGE epochs on 1, 2, 4 ... devices in one
 process, and on 2 processes with one device each (jax.distributed).
 
-Per run (same configuration, same global batch), with the names of
-`jdirect.graph.metrics`:
+Two ways to split the work (`--batch`):
+  global      the configuration's batch is the global batch, split over the
+              devices (each device's batch shrinks; the epoch's steps stay);
+  per-device  each device takes the configuration's batch (the global batch
+              grows with the devices; the epoch's steps are split over them:
+              the convention of DGL's and PyG's multi-GPU examples).
+Per run, with the names of `jdirect.graph.metrics`:
   epoch_s    median end-to-end training epoch after one warm-up epoch
   feature_gb bytes of the feature rows the epoch's steps gathered: each
              device's batches' unique input rows x row bytes, summed over
@@ -10,8 +15,9 @@ Per run (same configuration, same global batch), with the names of
              included; use --features jdirect for host reads only)
   read_gbps  feature_gb / epoch_s: the aggregate feature-read rate the epoch
              sustained (a lower bound of what the links carry)
-  speedup    the 1-device epoch / this run's
-and the validation accuracy after the timed epochs. The two-process run is
+  speedup    the 1-device epoch of the same `--batch` way / this run's
+and the validation accuracy after the timed epochs (the same number of
+epochs for every run: per-device runs take fewer, larger steps). The two-process run is
 this script spawned twice (`--worker`), before the parent process loads
 its own graph, so that at most two copies of the graph are in host memory.
 Each process builds the graph and its host table itself.
@@ -19,6 +25,7 @@ Each process builds the graph and its host table itself.
 Prints a table, writes JSON and a PNG under --out. Examples:
   python benchmarks/scaling.py --out $OUT                         # products
   python benchmarks/scaling.py --config papers100m --out $OUT
+  python benchmarks/scaling.py --devices 1 2 4 --processes 0 --batch per-device global
   python benchmarks/scaling.py --config tiny --out /tmp/s   # CPU
 """
 
@@ -45,7 +52,8 @@ from jdirect.graph.training.pipelined import read_first
 from jdirect.graph.training.trainer import Trainer
 
 # A record's settings; its figures are metrics.METRICS names.
-LABELS = ("run", "per_device_batch", "steps_per_call")
+LABELS = ("run", "batch_way", "per_device_batch", "steps_per_call")
+BATCH_WAYS = ("global", "per-device")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=3, help="timed epochs (median), after one")
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2],
                    help="mesh sizes to time in one process")
+    p.add_argument("--batch", nargs="+", choices=BATCH_WAYS, default=["global"],
+                   help="how the batch grows with the devices (see above)")
     p.add_argument("--processes", type=int, default=2,
                    help="processes of one device each to time (0: skip)")
     p.add_argument("--timeout", type=float, default=420,
@@ -91,6 +101,12 @@ def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
     return rows
 
 
+def split_config(cfg: TrainConfig, devices: int, way: str) -> TrainConfig:
+    """`cfg` on `devices` devices with its batch split the `way` named."""
+    batch = cfg.batch_size * devices if way == "per-device" else cfg.batch_size
+    return cfg.replace(devices=devices, batch_size=batch)
+
+
 def time_run(graph, cfg: TrainConfig, epochs: int) -> dict:
     """Warm-up epoch, `epochs` timed ones, their feature bytes, val accuracy."""
     with Trainer(graph, cfg) as t:
@@ -112,7 +128,7 @@ def worker(args: argparse.Namespace) -> None:
     parallel.initialize(args.coordinator, args.processes, args.worker, [args.worker])
     cfg = run_config(args)
     graph = load_graph(cfg)
-    rec = time_run(graph, cfg.replace(devices=None), args.epochs)
+    rec = time_run(graph, cfg.replace(devices=None), args.epochs) | {"batch_way": "global"}
     if parallel.is_lead():
         args.record.write_text(json.dumps(rec))
 
@@ -161,14 +177,20 @@ def main() -> None:
     graph = load_graph(cfg)
     generation_peak = host_peak_gb()  # before any trainer allocates
     print(f"{graph}, {cfg.features}, batch {cfg.batch_size}", flush=True)
-    for devices in args.devices:
-        records.append(dict(run=f"1 process, {devices} dev", **time_run(
-            graph, cfg.replace(devices=devices), args.epochs)))
-        print(records[-1], flush=True)
-    base = next((r["epoch_s"] for r in records if r["devices"] == 1), None)
+    for way in args.batch:
+        for devices in args.devices:
+            if way == "per-device" and devices == 1 and "global" in args.batch:
+                run = next(r for r in records if r["devices"] == 1 and r["processes"] == 1)
+                records.append(run | {"run": f"{devices} dev, per-device", "batch_way": way})
+            else:
+                records.append(dict(run=f"{devices} dev, {way}", batch_way=way, **time_run(
+                    graph, split_config(cfg, devices, way), args.epochs)))
+            print(records[-1], flush=True)
     for r in records:
+        base = next((b["epoch_s"] for b in records if b["devices"] == 1
+                     and b["processes"] == 1 and b["batch_way"] == r["batch_way"]), None)
         r["speedup"] = base / r["epoch_s"] if base else None
-    keys = ("epoch_s", "speedup", "feature_gb", "read_gbps", "val_acc")
+    keys = ("epoch_s", "speedup", "batches", "feature_gb", "read_gbps", "val_acc")
     print_table([dict(k=k, col=r["run"], v=r[k]) for r in records for k in keys
                  if r.get(k) is not None], ("k",), [r["run"] for r in records], "col", "v",
                 fmt="{:.3f}")
@@ -181,19 +203,31 @@ def main() -> None:
 
 
 def plot(records: list[dict], path: Path) -> None:
+    """Epoch time and speed-up against devices, a line per batch way (and
+    the processes' runs as points), the ideal speed-up dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    names = [r["run"] for r in records]
-    left.bar(names, [r["epoch_s"] for r in records])
-    left.set_ylabel("seconds per epoch")
-    right.bar(names, [r["read_gbps"] for r in records], color="tab:orange")
-    right.set_ylabel("feature rows read, GB/s (all devices)")
+    for way in BATCH_WAYS:
+        runs = sorted((r for r in records if r["batch_way"] == way and r["processes"] == 1),
+                      key=lambda r: r["devices"])
+        if runs:
+            n = [r["devices"] for r in runs]
+            left.plot(n, [r["epoch_s"] for r in runs], "o-", label=f"{way} batch")
+            right.plot(n, [r["speedup"] for r in runs], "o-", label=f"{way} batch")
+    for r in records:
+        if r["processes"] > 1:
+            left.plot(r["devices"], r["epoch_s"], "s", label=r["run"])
+            right.plot(r["devices"], r["speedup"], "s", label=r["run"])
+    most = max(r["devices"] for r in records)
+    right.plot([1, most], [1, most], "k--", lw=0.8, label="ideal")
+    left.set(xlabel="devices", ylabel="seconds per epoch")
+    right.set(xlabel="devices", ylabel="speed-up over 1 device")
     for ax in (left, right):
-        ax.tick_params(axis="x", labelsize=8)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
