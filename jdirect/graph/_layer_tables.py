@@ -165,6 +165,10 @@ def span(a: int, b: int) -> np.ndarray:
 # GAT's) or more runs them unchanged, as before this budget existed.
 WORKING_MAX = 16 << 30
 WORKING_CPU = 1 << 30
+# XLA's GPU steps that call cuBLAS hold a fixed GEMM workspace beside their
+# buffers (32 MiB on an H100, jax 0.11.2: tests/test_real_shapes.py finds
+# it in the compiled steps' temporaries); the default budget leaves it room.
+GEMM_WORKSPACE = 32 << 20
 
 
 def working_budget(working: int | None) -> int:
@@ -182,7 +186,7 @@ def working_budget(working: int | None) -> int:
         available = host_memory.host_available_bytes()
         return WORKING_CPU if available is None else min(WORKING_CPU, available // 2)
     block = placement.device_block_bytes()
-    return min(WORKING_MAX, free // 2, free if block is None else block)
+    return max(1, min(WORKING_MAX, free // 2, free if block is None else block) - GEMM_WORKSPACE)
 
 
 def working_bytes(edges: int, nodes: int, edge_width: int, node_width: int) -> int:
