@@ -192,14 +192,33 @@ def verify(path: Path, entries: list[dict[str, Any]]) -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             for i, entry in enumerate(entries):
-                with archive.open(f"leaf{i}.npy") as member:
-                    if _read_member(member, None, False)[0] != entry["sha256"]:
-                        raise Damaged(f"checksum mismatch in {entry['path']}: what was read "
-                                      "back differs from what was written")
-    except Damaged:
-        raise
+                _read_leaf(archive, i, entry, None, False)
+    except Damaged as e:
+        raise Damaged(f"{e}: what was read back differs from what was written") from e
     except _DAMAGE as e:
         raise Damaged(f"{type(e).__name__}: {e}") from e
+
+
+def _read_leaf(archive: zipfile.ZipFile, i: int, entry: dict[str, Any], out: np.ndarray | None,
+               finite: bool) -> None:
+    """Reads leaf `i` into `out` (or only hashes it) and checks its hashes.
+
+    Raises:
+      Damaged: it is cut or unreadable, differs from its SHA-256 or the
+        archive's CRC-32 (a checksum mismatch either way), or, with `finite`,
+        holds NaN or infinite values; the message names the leaf's path.
+    """
+    try:
+        with archive.open(f"leaf{i}.npy") as member:
+            digest, bad = _read_member(member, out, finite)
+    except zipfile.BadZipFile as e:  # zipfile checks the member's CRC-32 as it ends
+        raise Damaged(f"checksum mismatch in {entry['path']} ({e})") from e
+    except _DAMAGE as e:
+        raise Damaged(f"{entry['path']} is unreadable ({type(e).__name__}: {e})") from e
+    if digest != entry["sha256"]:
+        raise Damaged(f"checksum mismatch in {entry['path']}")
+    if bad:
+        raise Damaged(f"{entry['path']} has {bad} non-finite values")
 
 
 class Reader:
@@ -264,15 +283,7 @@ class Reader:
         for i, (entry, name, leaf) in enumerate(zip(self.entries, names, leaves)):
             target = memory(leaf, name) if is_table(leaf) else \
                 np.empty(entry["shape"], np.dtype(jnp.dtype(entry["dtype"])))
-            try:
-                with self._archive.open(f"leaf{i}.npy") as member:
-                    digest, bad = _read_member(member, target, finite)
-            except _DAMAGE as e:
-                raise Damaged(f"{entry['path']} is unreadable ({type(e).__name__}: {e})") from e
-            if digest != entry["sha256"]:
-                raise Damaged(f"checksum mismatch in {entry['path']}")
-            if bad:
-                raise Damaged(f"{entry['path']} has {bad} non-finite values")
+            _read_leaf(self._archive, i, entry, target, finite)
             out.append(leaf if is_table(leaf) else _like(target, entry, leaf))
         return out
 
