@@ -240,7 +240,7 @@ class Reader:
             raise Damaged(f"not a checkpoint, or cut short ({type(e).__name__}: {e})") from e
         try:
             names = set(self._archive.namelist())
-            if "header" in names and HEADER not in names:
+            if "header.npy" in names and HEADER not in names:
                 raise OldFormat(_old(1))  # a trainer step file of format 1
             header = json.loads(self._archive.read(HEADER))
             if header.get("format") != FORMAT:
@@ -299,7 +299,7 @@ class Reader:
 
 def _old(found: Any) -> str:
     return (f"a checkpoint of format {found!r}, written by an older jdirect; this one reads "
-            f"format {FORMAT} only (load it with the jdirect that wrote it, or start over)")
+            f"format {FORMAT} only")
 
 
 def _like(host: np.ndarray, entry: dict[str, Any], leaf: Any) -> Any:

@@ -225,8 +225,9 @@ class Checkpoints:
             except FileNotFoundError:  # rotated away by the writer since epochs() listed it
                 continue
             except fmt.OldFormat as e:
-                raise CheckpointError(f"{path} is {e}; move {self._dir} aside to start the "
-                                      "run over") from None
+                raise CheckpointError(f"{path} is {e}: resume it with the jdirect that wrote "
+                                      f"it, or move {self._dir} aside to start the run over"
+                                      ) from None
             except fmt.Damaged as e:
                 damaged.append(f"{path} is damaged ({e})")
                 warnings.warn(f"{damaged[-1]}; falling back to an older checkpoint",
@@ -266,7 +267,7 @@ class Checkpoints:
             try:
                 saved = fmt.read_metadata(path)["run_config"]
             except fmt.OldFormat as e:
-                raise CheckpointError(f"{path} is {e}; give this run another checkpoint "
+                raise CheckpointError(f"{path} is {e}: give this run another checkpoint "
                                       "directory, or move it aside") from None
             except (OSError, fmt.Damaged, KeyError, TypeError):
                 continue

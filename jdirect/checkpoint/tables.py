@@ -117,7 +117,8 @@ def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
     except FileNotFoundError as e:
         raise TableCheckpointError(f"no table checkpoint at {path}") from e
     except fmt.OldFormat as e:
-        raise TableCheckpointError(f"{path} is {e}") from None
+        raise TableCheckpointError(f"{path} is {e}: restore it with the jdirect that wrote it, "
+                                   "or save the tables again") from None
     except fmt.Damaged as e:
         raise TableCheckpointError(f"{path} is damaged ({e}); nothing was restored") from e
     with reader:
