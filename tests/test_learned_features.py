@@ -171,7 +171,7 @@ def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(featureless, tmp
     part = cfg.replace(checkpoint_dir=str(tmp_path / "b"))
     with Trainer(featureless, part.replace(epochs=1)) as t:
         t.fit(log=lambda line: None)
-    assert steps(tmp_path / "b") == ["epoch-00000000.npz"]  # one file an epoch, tables in it
+    assert step_files(tmp_path / "b") == ["epoch-00000000.npz"]  # one file, tables in it
     with Trainer(featureless, part) as t:  # a fresh table, restored from epoch 0
         lines = []
         resumed = t.fit(log=lines.append)
@@ -180,10 +180,10 @@ def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(featureless, tmp
         np.testing.assert_array_equal(t.learned.sparse.slots["mu"].numpy(), whole_mu)
     assert [m["loss"] for m in resumed["history"]] == [m["loss"] for m in whole["history"]]
     assert resumed["test_acc"] == whole["test_acc"]
-    assert steps(tmp_path / "b") == ["epoch-00000000.npz", "epoch-00000001.npz"]
+    assert step_files(tmp_path / "b") == ["epoch-00000000.npz", "epoch-00000001.npz"]
 
 
-def steps(directory) -> list[str]:
+def step_files(directory) -> list[str]:
     """The files a run left in its checkpoint directory, but the lock."""
     return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
 
@@ -351,7 +351,7 @@ def test_device_tables_resume_and_move_between_placements(featureless, tmp_path,
     step_file = tmp_path / "epoch-00000000.npz"
     table_bytes = featureless.num_nodes * cfg.embedding_dim * 4
     assert step_file.stat().st_size > table_bytes  # the tables are in it: one file an epoch
-    assert steps(tmp_path) == ["epoch-00000000.npz"]
+    assert step_files(tmp_path) == ["epoch-00000000.npz"]
     with Trainer(featureless, part.replace(embedding_memory=then)) as t:
         resumed = t.fit(log=lambda line: None)
         np.testing.assert_allclose(trained_rows(t), whole_rows, rtol=1e-5, atol=1e-7)
