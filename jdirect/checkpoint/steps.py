@@ -38,7 +38,7 @@ from . import format as fmt
 from .directory import (DirectoryInUse, DirectoryLock, atomic_write, file_in_the_way,
                         probe_writable, writer_lock)
 from .errors import CheckpointError
-from .tables import check_targets
+from .tables import restore_targets
 
 _NAME = re.compile(r"^epoch-(\d{8})\.npz$")
 
@@ -208,12 +208,8 @@ class Checkpoints:
         epochs = self.epochs()
         if not epochs:
             return None
-        names, leaves, treedef = fmt.flatten(target)
-        try:
-            check_targets(names, leaves)
-        except ValueError as e:
-            raise CheckpointError(f"cannot restore a checkpoint of {self._dir} into {e}; "
-                                  "nothing was restored") from None
+        names, leaves, treedef = restore_targets(target, f"a checkpoint of {self._dir}",
+                                                 CheckpointError)
         damaged = []
         for epoch in reversed(epochs):
             path = _step_path(self._dir, epoch)

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from . import format as fmt
 from .directory import DirectoryInUse, atomic_write, writer_lock
-from .errors import TableCheckpointError
+from .errors import CheckpointError, TableCheckpointError
 
 
 def save_tables(path: str | Path, tree: Any, *, metadata: Mapping[str, Any] | None = None) -> None:
@@ -106,12 +106,7 @@ def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
         overwritten, so restore an intact checkpoint before using them).
     """
     path = Path(path)
-    names, leaves, treedef = fmt.flatten(tree)
-    try:
-        check_targets(names, leaves)
-    except ValueError as e:
-        raise TableCheckpointError(f"cannot restore {path} into {e}; nothing was "
-                                   "restored") from None
+    names, leaves, treedef = restore_targets(tree, str(path), TableCheckpointError)
     try:
         reader = fmt.Reader(path)
     except FileNotFoundError as e:
@@ -135,10 +130,18 @@ def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
         return treedef.unflatten(restored), reader.metadata
 
 
-def check_targets(names: list[str], leaves: list[Any]) -> None:
-    """ValueError "<leaf> ...: <table> is closed/read-only" for the first
-    HostTable leaf that a restore could not write."""
+def restore_targets(tree: Any, source: str,
+                    error: type[CheckpointError]) -> tuple[list[str], list[Any], Any]:
+    """`fmt.flatten(tree)`, once every HostTable leaf is open and writable.
+
+    Raises:
+      error: "cannot restore `source` into <leaf>: <table> is closed (or
+        read-only); nothing was restored", for the first that is not.
+    """
+    names, leaves, treedef = fmt.flatten(tree)
     for name, leaf in zip(names, leaves):
         if fmt.is_table(leaf) and (leaf.closed or not leaf.writable):
             state = "closed" if leaf.closed else "read-only"
-            raise ValueError(f"{name or 'the tree'}: {leaf!r} is {state}")
+            raise error(f"cannot restore {source} into {name or 'the tree'}: {leaf!r} is "
+                        f"{state}; nothing was restored")
+    return names, leaves, treedef
