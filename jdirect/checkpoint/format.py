@@ -96,7 +96,7 @@ def memory(leaf: Any, name: str) -> np.ndarray:
     if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable and leaf.is_fully_replicated:
         leaf = leaf.addressable_data(0)  # replicated across processes: any copy
     array = np.asarray(leaf)
-    # (ascontiguousarray would make 0-d arrays 1-d)
+    # A copy, not np.ascontiguousarray, which makes a 0-d array 1-d.
     return array if array.flags.c_contiguous else array.copy(order="C")
 
 
