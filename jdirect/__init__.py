@@ -19,7 +19,7 @@ from .host_table import HostTable
 from .partitioned_cache import PartitionedCache
 from .quantized import Int8Table, decode_rows, quantize_rows
 from .table import Table, replicated
-from .table_checkpoint import TableCheckpointError, restore_tables, save_tables
+from .checkpoint import TableCheckpointError, restore_tables, save_tables
 from .write import write_rows
 from . import embeddings  # after the table kinds and writes it builds on
 

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import jax
@@ -23,8 +24,9 @@ import pytest
 from flax import nnx
 
 from conftest import child_env
-from jdirect.graph.io.checkpoint import (RESUME_KEYS, CheckpointError, Checkpoints,
-                                     check_checkpoint_dir, resume_settings)
+from jdirect.checkpoint import CheckpointError, Checkpoints, check_checkpoint_dir
+from jdirect.checkpoint import format as fmt
+from jdirect.graph.io.checkpoint import RESUME_KEYS, resume_settings
 
 CONFIG = dict(seed=0, hidden=16, fanouts=[4, 3])
 
@@ -234,11 +236,11 @@ def test_rotation_keeps_the_newest_and_drops_an_abandoned_continuation(tmp_path)
 def test_failed_save_leaves_older_steps_and_no_partial_file(tmp_path, monkeypatch):
     ckpt = saved(tmp_path, epochs=(0,))
 
-    def disk_full(file, **arrays):
+    def disk_full(file, *args, **kwargs):
         file.write(b"PK\x03\x04 partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(np, "savez", disk_full)
+    monkeypatch.setattr(fmt, "write", disk_full)
     with pytest.raises(CheckpointError, match="No space left.*older checkpoints are untouched"):
         ckpt.save(1, state(1), [])
     ckpt.close()  # and with it the lock file
@@ -247,14 +249,21 @@ def test_failed_save_leaves_older_steps_and_no_partial_file(tmp_path, monkeypatc
 
 def test_save_that_does_not_read_back_is_not_committed(tmp_path, monkeypatch):
     ckpt = saved(tmp_path, epochs=(0,))
-    real = np.savez
+    real = fmt.write
 
-    def corrupting(file, **arrays):
-        arrays["leaf0"] = arrays["leaf0"].copy()
-        arrays["leaf0"][0] ^= 1  # what reaches the disk differs from the state
-        real(file, **arrays)
+    class Corrupting:  # what reaches the disk differs from the state
+        def __init__(self, file):
+            self.file, self.done = file, False
 
-    monkeypatch.setattr(np, "savez", corrupting)
+        def write(self, data):
+            if not self.done and len(data) >= 1024:  # leaf data
+                data, self.done = bytes([data[0] ^ 1]) + bytes(data[1:]), True
+            return self.file.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+    monkeypatch.setattr(fmt, "write", lambda file, *a, **k: real(Corrupting(file), *a, **k))
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         ckpt.save(1, state(1), [])
     assert ckpt.epochs() == [0]
@@ -392,13 +401,13 @@ def test_user_files_named_like_temporaries_survive(tmp_path):
 
 def test_temporaries_are_named_after_the_run(tmp_path, monkeypatch):
     names = []
-    real = np.savez
+    real = fmt.write
 
-    def recording(file, **arrays):
+    def recording(file, *args, **kwargs):
         names.extend(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
-        real(file, **arrays)
+        return real(file, *args, **kwargs)
 
-    monkeypatch.setattr(np, "savez", recording)
+    monkeypatch.setattr(fmt, "write", recording)
     saved(tmp_path, epochs=(0,)).close()
     assert len(names) == 2 and ".jdirect-lock" in names  # the lock and the step being written
     names.remove(".jdirect-lock")
@@ -407,7 +416,7 @@ def test_temporaries_are_named_after_the_run(tmp_path, monkeypatch):
 
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from jdirect.graph.io.checkpoint import Checkpoints
+    from jdirect.checkpoint import Checkpoints
 
     ckpt = Checkpoints(sys.argv[1], {"seed": 0})
     print("locked", flush=True)
@@ -440,7 +449,7 @@ def test_run_in_another_process_is_refused_and_its_lock_taken_over_once_killed(t
 _SAVER = textwrap.dedent("""
     import sys
     import jax.numpy as jnp
-    from jdirect.graph.io.checkpoint import Checkpoints
+    from jdirect.checkpoint import Checkpoints
 
     ckpt = Checkpoints(sys.argv[1], {"seed": 0})
     for epoch in range(10**6):
@@ -465,3 +474,206 @@ def test_kill_9_during_saves_resumes_a_verified_step(tmp_path, trial):
     assert meta["history"] == [{"epoch": meta["epoch"]}]
     assert not list(tmp_path.glob(".jdirect-tmp-*"))  # removed when the directory is opened
     # again: they were the killed run's
+
+
+# -- the file format (jdirect.checkpoint.format), shared by save_tables ------
+
+import jdirect  # noqa: E402
+from jdirect.checkpoint import TableCheckpointError, restore_tables, save_tables  # noqa: E402
+
+
+def mixed_tree(seed: int) -> tuple[dict, dict]:
+    """(tree, its values as NumPy): host tables of several dtypes, NumPy
+    leaves (strided, Fortran, 0-d), jax arrays and a PRNG key."""
+    rng = np.random.default_rng(seed)
+    values = dict(
+        f32=rng.standard_normal((37, 5)).astype(np.float32),
+        bf16=rng.standard_normal((11, 3)).astype(jnp.bfloat16),
+        i8=rng.integers(-128, 127, (9, 7), dtype=np.int8),
+        i64=rng.integers(0, 2**40, (6,), dtype=np.int64),
+        strided=rng.standard_normal((8, 6))[:, ::2],
+        fortran=np.asfortranarray(rng.standard_normal((4, 3)).astype(np.float32)),
+        scalar=np.float64(seed + 0.5),
+        jax=rng.standard_normal((5, 4)).astype(np.float32),
+        key=np.asarray(jax.random.key_data(jax.random.key(seed))))
+    tree = dict(tables=dict(f32=jdirect.HostTable.copy_of(values["f32"]),
+                            bf16=jdirect.HostTable.copy_of(values["bf16"]),
+                            i8=jdirect.HostTable.copy_of(values["i8"]),
+                            i64=jdirect.HostTable.copy_of(values["i64"])),
+                strided=values["strided"], fortran=values["fortran"], scalar=values["scalar"],
+                jax=jnp.asarray(values["jax"]), key=jax.random.key(seed))
+    return tree, values
+
+
+def as_numpy(tree: dict) -> dict:
+    tables = {k: t.numpy() for k, t in tree["tables"].items()}
+    return dict(tables, **{k: np.asarray(jax.random.key_data(v) if k == "key" else v)
+                           for k, v in tree.items() if k != "tables"})
+
+
+def close_tables(tree: dict) -> None:
+    for table in tree["tables"].values():
+        table.close()
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 24])  # 24 bytes: pieces cut rows apart
+def test_tree_of_host_tables_and_arrays_round_trips_as_numpy_holds_it(tmp_path, monkeypatch,
+                                                                       chunk):
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", chunk)
+    tree, values = mixed_tree(1)
+    target, _ = mixed_tree(2)
+    tables = dict(target["tables"])
+    save_tables(tmp_path / "t.npz", tree, metadata=dict(note="x"))
+    restored, meta = restore_tables(tmp_path / "t.npz", target)
+    assert meta == dict(note="x")
+    assert all(restored["tables"][k] is tables[k] for k in tables)  # filled in place
+    got = as_numpy(restored)
+    for key, want in values.items():
+        assert got[key].dtype == want.dtype and got[key].shape == want.shape, key
+        np.testing.assert_array_equal(got[key], want, err_msg=key)
+    assert isinstance(restored["jax"], jax.Array)
+    assert jnp.issubdtype(restored["key"].dtype, jax.dtypes.prng_key)
+    with np.load(tmp_path / "t.npz") as z:  # readable without jdirect
+        leaf = [e["path"] for e in json.loads(z.zip.read("header.json"))["leaves"]].index(
+            "['tables']['f32']")
+        np.testing.assert_array_equal(z[f"leaf{leaf}"], values["f32"])
+    # A run's step holds the same tree, tables streamed the same way.
+    ckpt = Checkpoints(tmp_path / "run", CONFIG)
+    ckpt.save(0, tree, [])
+    fresh, _ = mixed_tree(3)
+    restored, meta = ckpt.restore_latest(fresh)
+    got = as_numpy(restored)
+    for key, want in values.items():
+        np.testing.assert_array_equal(got[key], want, err_msg=key)
+    ckpt.close()
+    for t in (tree, target, fresh):
+        close_tables(t)
+
+
+def test_a_run_checkpoint_streams_its_host_tables(tmp_path, monkeypatch):
+    import tracemalloc
+
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", 1 << 20)
+    with jdirect.HostTable.copy_of(np.full((1 << 15, 256), 3, np.float32)) as table, \
+            jdirect.HostTable.copy_of(np.zeros((1 << 15, 256), np.float32)) as target:
+        ckpt = Checkpoints(tmp_path, CONFIG)
+        tracemalloc.start()
+        try:
+            ckpt.save(0, dict(table=table, step=np.int32(4)), [])  # 32 MiB
+            _, saving = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            ckpt.restore_latest(dict(table=target, step=np.int32(0)))
+            _, restoring = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        ckpt.close()
+        assert saving < 8 << 20 and restoring < 8 << 20, (saving, restoring)
+        np.testing.assert_array_equal(target.numpy(), 3)
+
+
+def rewrite_header(path: Path, change) -> None:
+    """Rewrites the archive at `path` with its header.json changed by
+    `change(header)`, every member's CRC-32 valid: only our hashes can tell."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    header = json.loads(members["header.json"])
+    change(header)
+    members["header.json"] = json.dumps(header).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+def test_a_leaf_that_differs_from_its_hash_is_refused_naming_it(tmp_path):
+    with jdirect.HostTable.copy_of(np.arange(40, dtype=np.float32).reshape(10, 4)) as table:
+        save_tables(tmp_path / "t.npz", dict(t=table, n=np.arange(3)))
+        rewrite_header(tmp_path / "t.npz",
+                       lambda h: h["leaves"][1].update(sha256="0" * 64))  # ['t']
+        with pytest.raises(TableCheckpointError, match=r"damaged \(checksum mismatch in "
+                                                       r"\['t'\]\); tables may have been") as e:
+            restore_tables(tmp_path / "t.npz", dict(t=table, n=np.zeros(3, np.int64)))
+        assert "\n" not in str(e.value)
+    ckpt = saved(tmp_path / "run", epochs=(0, 1))
+    rewrite_header(newest(tmp_path / "run"), lambda h: h["leaves"][0].update(sha256="0" * 64))
+    with pytest.warns(RuntimeWarning, match=r"epoch-00000001.npz is damaged \(checksum mismatch "
+                                            r"in \['b'\]\); falling back"):
+        _, meta = ckpt.restore_latest(state(0))
+    assert meta["epoch"] == 0
+
+
+@pytest.mark.parametrize("keep", [0, 10, 200, -1])  # bytes kept (-1: all but the last)
+def test_a_truncated_file_is_refused_in_one_line_before_writing(tmp_path, keep):
+    with jdirect.HostTable.copy_of(np.ones((64, 8), np.float32)) as table, \
+            jdirect.HostTable.copy_of(np.zeros((64, 8), np.float32)) as target:
+        save_tables(tmp_path / "t.npz", table)
+        data = (tmp_path / "t.npz").read_bytes()
+        (tmp_path / "t.npz").write_bytes(data[:keep] if keep >= 0 else data[:-1])
+        with pytest.raises(TableCheckpointError, match=r"t.npz is damaged \(not a checkpoint, "
+                                                       r"or cut short .*nothing was restored$"
+                           ) as e:
+            restore_tables(tmp_path / "t.npz", target)
+        assert "\n" not in str(e.value)
+        np.testing.assert_array_equal(target.numpy(), 0)
+
+
+def test_files_of_format_1_are_refused_naming_the_format(tmp_path):
+    """The two formats before jdirect.checkpoint: save_tables' (header.json
+    of format 1) and the trainer's step files (a `header` member)."""
+    old_tables = tmp_path / "tables.npz"
+    np.savez(old_tables, leaf0=np.zeros((4, 2), np.float32))
+    rewrite_header_of_format_1 = dict(format=1, metadata={}, leaves=[])
+    import zipfile
+
+    with zipfile.ZipFile(old_tables, "a") as z:
+        z.writestr("header.json", json.dumps(rewrite_header_of_format_1))
+    message = (r"is a checkpoint of format 1, written by an older jdirect; this one reads "
+               r"format 2 only")
+    with jdirect.HostTable.copy_of(np.ones((4, 2), np.float32)) as target:
+        with pytest.raises(TableCheckpointError, match=f"tables.npz {message}") as e:
+            restore_tables(old_tables, target)
+        assert "\n" not in str(e.value)
+        np.testing.assert_array_equal(target.numpy(), 1)
+
+    run = tmp_path / "run"
+    run.mkdir()
+    header = json.dumps(dict(format=1, epoch=0, run_config=CONFIG, history=[], leaves=[]))
+    np.savez(run / "epoch-00000000.npz", leaf0=np.zeros(3, np.uint8),
+             header=np.frombuffer(header.encode(), np.uint8))
+    ckpt = Checkpoints(run, CONFIG)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not skipped as damaged
+        with pytest.raises(CheckpointError, match=f"epoch-00000000.npz {message}.*move {run} "
+                                                  "aside"):
+            ckpt.restore_latest(state(0))
+    with pytest.raises(CheckpointError, match=f"epoch-00000000.npz {message}"):
+        ckpt.save(1, state(1), [])  # rotation would delete it
+    ckpt.close()
+    assert (run / "epoch-00000000.npz").exists()
+
+
+def test_a_diverged_host_table_is_not_saved(tmp_path):
+    table = np.ones((50, 4), np.float32)
+    table[17, 2] = np.nan
+    ckpt = saved(tmp_path, epochs=(0,))
+    with jdirect.HostTable.copy_of(table) as bad:
+        with pytest.raises(CheckpointError, match=r"\['t'\] has 1 non-finite values \(training "
+                                                  r"diverged\); epoch 1 is not saved"):
+            ckpt.save(1, dict(t=bad), [])
+    assert ckpt.epochs() == [0] and not list(tmp_path.glob(".jdirect-tmp-*"))
+
+
+def test_restore_into_a_closed_host_table_is_refused_before_writing(tmp_path):
+    with jdirect.HostTable.copy_of(np.ones((6, 2), np.float32)) as table:
+        ckpt = Checkpoints(tmp_path, CONFIG)
+        ckpt.save(0, dict(a=table, b=table), [])
+    first = jdirect.HostTable.copy_of(np.zeros((6, 2), np.float32))
+    closed = jdirect.HostTable.copy_of(np.zeros((6, 2), np.float32))
+    closed.close()
+    with pytest.raises(CheckpointError, match=r"into \['b'\]: .* is closed; nothing was "
+                                              "restored"):
+        ckpt.restore_latest(dict(a=first, b=closed))
+    np.testing.assert_array_equal(first.numpy(), 0)
+    first.close()
+    ckpt.close()

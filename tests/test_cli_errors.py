@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jdirect.graph import synthetic
-from jdirect.graph.io._step_file import read_settings
+from jdirect.checkpoint import read_metadata
 from jdirect.graph.training import parallel
 from jdirect.graph.training.trainer import Trainer
 
@@ -118,7 +118,7 @@ def test_resume_under_another_row_encoding_is_refused_naming_it(tmp_path, capsys
     flags = [*QUICK, "--no-full-eval", "--checkpoint-dir", str(ckpt),
              "--metrics", str(tmp_path / "m.json")]
     assert cli(capsys, *flags)[0] == 0
-    settings = read_settings(ckpt / "epoch-00000000.npz")
+    settings = read_metadata(ckpt / "epoch-00000000.npz")["run_config"]
     assert settings["devices"] == 1 and settings["row_encoding"] == "auto"
     line = refused(capsys, *flags, "--row-encoding", "bfloat16", code=1)
     assert "row_encoding: saved 'auto', now 'bfloat16'" in line

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import jdirect
-from jdirect import embeddings, table_checkpoint
-from jdirect.dir_lock import DirectoryLock
+from jdirect import embeddings
+from jdirect.checkpoint import format as fmt
+from jdirect.checkpoint.directory import DirectoryLock
 from conftest import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,7 @@ def test_round_trip_bfloat16_and_numpy_leaves(tmp_path):
 
 
 def test_streams_in_pieces_without_a_second_copy(tmp_path, monkeypatch):
-    monkeypatch.setattr(table_checkpoint, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", 1 << 20)
     with embeddings.create_table(1 << 15, 256, seed=0) as table, \
             embeddings.create_table(1 << 15, 256, seed=1) as target:  # 32 MiB each
         tracemalloc.start()
@@ -104,11 +105,11 @@ def test_an_interrupted_save_leaves_the_previous_file(tmp_path, trained, monkeyp
     before = path.read_bytes()
     table.numpy()[...] += 1  # a newer state, whose save is interrupted
 
-    def interrupted(array, f):
-        f.write(b"\0" * 100)
+    def interrupted(array):  # the first piece is written, then Ctrl-C
+        yield array.reshape(-1)[:100]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(table_checkpoint, "_stream_out", interrupted)
+    monkeypatch.setattr(fmt, "_pieces", interrupted)
     with pytest.raises(KeyboardInterrupt):
         jdirect.save_tables(path, (table, state))
     assert path.read_bytes() == before
@@ -119,9 +120,10 @@ _KILLED_SAVE = """
 import hashlib, os, signal, sys, types
 import numpy as np
 import jdirect
-from jdirect import embeddings, table_checkpoint
+from jdirect import embeddings
+from jdirect.checkpoint import format as fmt
 
-table_checkpoint.CHUNK_BYTES = 1 << 20
+fmt.CHUNK_BYTES = 1 << 20
 class Dying:  # a SHA-256 that kills the process at its fourth piece, like kill -9
     pieces = 0
     def __init__(self):
@@ -133,7 +135,7 @@ class Dying:  # a SHA-256 that kills the process at its fourth piece, like kill 
         self.h.update(b)
     def hexdigest(self):
         return self.h.hexdigest()
-table_checkpoint.hashlib = types.SimpleNamespace(sha256=Dying)
+fmt.hashlib = types.SimpleNamespace(sha256=Dying)
 with embeddings.create_table(4096, 256, seed=5) as t:  # 4 MiB
     jdirect.save_tables(sys.argv[1], t)
 """

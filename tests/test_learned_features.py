@@ -171,8 +171,7 @@ def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(featureless, tmp
     part = cfg.replace(checkpoint_dir=str(tmp_path / "b"))
     with Trainer(featureless, part.replace(epochs=1)) as t:
         t.fit(log=lambda line: None)
-    assert sorted(p.name for p in (tmp_path / "b" / "embeddings").iterdir()) == \
-        ["epoch-00000000.npz"]
+    assert step_files(tmp_path / "b") == ["epoch-00000000.npz"]  # one file, tables in it
     with Trainer(featureless, part) as t:  # a fresh table, restored from epoch 0
         lines = []
         resumed = t.fit(log=lines.append)
@@ -181,9 +180,12 @@ def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(featureless, tmp
         np.testing.assert_array_equal(t.learned.sparse.slots["mu"].numpy(), whole_mu)
     assert [m["loss"] for m in resumed["history"]] == [m["loss"] for m in whole["history"]]
     assert resumed["test_acc"] == whole["test_acc"]
-    # Rotation keeps the embedding files of the steps kept.
-    assert sorted(p.name for p in (tmp_path / "b" / "embeddings").iterdir()) == \
-        ["epoch-00000000.npz", "epoch-00000001.npz"]
+    assert step_files(tmp_path / "b") == ["epoch-00000000.npz", "epoch-00000001.npz"]
+
+
+def step_files(directory) -> list[str]:
+    """The files a run left in its checkpoint directory, but the lock."""
+    return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -265,8 +267,8 @@ def test_a_table_too_large_is_refused_before_the_model_is_built(featureless, mon
 
 
 @pytest.mark.parametrize("memory", ["host", "device"])
-def test_a_damaged_embedding_file_falls_back_to_the_older_checkpoint(featureless, tmp_path,
-                                                                     memory):
+def test_damaged_tables_in_the_newest_step_fall_back_to_the_older_ones(featureless, tmp_path,
+                                                                        memory):
     cfg = config(embedding_optimizer="adagrad", epochs=2, checkpoint_dir=str(tmp_path),
                  embedding_memory=memory)
     with Trainer(featureless, cfg.replace(epochs=1)) as t:
@@ -274,9 +276,12 @@ def test_a_damaged_embedding_file_falls_back_to_the_older_checkpoint(featureless
         after_epoch_0 = trained_rows(t)
     with Trainer(featureless, cfg) as t:
         t.fit(log=lambda line: None)
-    newest = tmp_path / "embeddings" / "epoch-00000001.npz"
-    with open(newest, "r+b") as f:  # cut: the step file of epoch 1 is intact
-        f.truncate(newest.stat().st_size // 2)
+    newest = tmp_path / "epoch-00000001.npz"
+    with open(newest, "r+b") as f:  # a byte of the tables (most of the file), flipped
+        f.seek(newest.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
     lines = []
     with Trainer(featureless, cfg.replace(epochs=1)) as t:
         with pytest.warns(RuntimeWarning, match="epoch-00000001.*falling back"):
@@ -332,10 +337,10 @@ def test_device_tables_train_as_host_tables(featureless, optimizer):
 
 @pytest.mark.parametrize("first, then", [("host", "device"), ("device", "host")])
 def test_device_tables_resume_and_move_between_placements(featureless, tmp_path, first, then):
-    """A step file holds no device table (`EmbeddingState.light`); the
-    tables' own file is the same for both placements, so a run resumes in
-    either and equals the uninterrupted one. (Device to device is these
-    two's halves: a device run's file, and a device run resuming from one.)"""
+    """The step file holds the tables as the same leaves for both
+    placements, so a run resumes in either and equals the uninterrupted
+    one. (Device to device is these two's halves: a device run's file, and
+    a device run resuming from one.)"""
     cfg = config(embedding_optimizer="adam", epochs=2)
     with Trainer(featureless, cfg.replace(embedding_memory=then)) as t:
         whole = t.fit(log=lambda line: None)
@@ -345,7 +350,8 @@ def test_device_tables_resume_and_move_between_placements(featureless, tmp_path,
         t.fit(log=lambda line: None)
     step_file = tmp_path / "epoch-00000000.npz"
     table_bytes = featureless.num_nodes * cfg.embedding_dim * 4
-    assert step_file.stat().st_size < table_bytes  # the tables are in embeddings/ only
+    assert step_file.stat().st_size > table_bytes  # the tables are in it: one file an epoch
+    assert step_files(tmp_path) == ["epoch-00000000.npz"]
     with Trainer(featureless, part.replace(embedding_memory=then)) as t:
         resumed = t.fit(log=lambda line: None)
         np.testing.assert_allclose(trained_rows(t), whole_rows, rtol=1e-5, atol=1e-7)

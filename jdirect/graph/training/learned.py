@@ -38,22 +38,19 @@ devices in one step would take one device's update). The pipelined read
 (`overlap`) stays exact: it reads batch i + 1's given features ahead, never
 its embedding rows, which the update reads after batch i's write.
 
-Checkpoints: `save` / `restore` stream the table and its optimizer's slots
-(`jdirect.save_tables`) into `<checkpoint dir>/embeddings/epoch-N.npz`,
-written before the trainer's step file of epoch N, so a step file always
-has its tables; the step file holds the state without device tables
-(`EmbeddingState.light`), and the step count. The file is the same for
-both placements, so a run resumes in either.
+Checkpoints: the trainer's step file of epoch N (`jdirect.checkpoint`)
+holds the tables too (`checkpoint_tables`: the table and its optimizer's
+slots, streamed in pieces), beside the state without device tables
+(`EmbeddingState.light`) and the step count: one file an epoch. The
+tables' leaves are the same for both placements, so a run resumes in either.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import weakref
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +60,6 @@ from ... import embeddings
 from ...host_table import HostTable
 from ...placement import device_free_bytes
 from ...sparse_update import SLOTS
-from ...table_checkpoint import restore_tables, save_tables
 from ..batch import Batch
 from ..data.csr import Graph
 from .steps import count_correct, update
@@ -74,9 +70,6 @@ OPTIMIZERS: dict[str, Callable[[float], embeddings.SparseOptimizer]] = {
     "adagrad": embeddings.sparse_adagrad,
     "adam": embeddings.sparse_adam,
 }
-# Where the embedding checkpoints live, under the trainer's checkpoint directory.
-SUBDIR = "embeddings"
-_NAME = re.compile(r"^epoch-(\d{8})\.npz$")
 _COPY_ROWS = 1 << 18  # rows per piece of the inference input's copy
 
 
@@ -304,10 +297,13 @@ class LearnedFeatures:
             for table, token in zip(state.owners(), state.leaves):
                 table.next_version(token)
 
-    def _tree(self, state: EmbeddingState | None) -> dict[str, Any]:
-        """The tables as a checkpoint holds them: the owners, the device
-        arrays of `state`, or (device, no state) shapes to restore into."""
+    def checkpoint_tables(self, state: EmbeddingState | None) -> dict[str, Any]:
+        """The tables as a step checkpoint holds them: the owners, after
+        `state`'s writes, the device arrays of `state`, or (device, no
+        state) shapes to restore into."""
         if self.memory == "host":
+            if state is not None:
+                self.settle(state)
             return dict(table=self.table, slots=dict(self.sparse.slots))
         if state is None:
             shape = (self._num_nodes, self.dim)
@@ -316,50 +312,15 @@ class LearnedFeatures:
             leaves = state.leaves
         return dict(table=leaves[0], slots=dict(zip(self._names, leaves[1:])))
 
-    def save(self, directory: str | Path, epoch: int, state: EmbeddingState) -> None:
-        """Streams the table and slots as of `state` into
-        `directory`/embeddings/epoch-N.npz (atomically; `jdirect.save_tables`)."""
-        self.settle(state)
-        path = Path(directory) / SUBDIR
-        path.mkdir(exist_ok=True)
-        save_tables(path / f"epoch-{epoch:08d}.npz", self._tree(state),
-                    metadata=dict(epoch=epoch))
-
-    def restore(self, directory: str | Path, epoch: int) -> None:
-        """Restores the table and slots from `directory`/embeddings/epoch-N.npz:
-        host tables in place; device tables into arrays that `resumed`
-        puts in the restored state.
-
-        Raises:
-          jdirect.TableCheckpointError (a ValueError): the file is missing,
-            damaged, or of other shapes (another embedding_dim or optimizer).
-        """
-        tree, _ = restore_tables(Path(directory) / SUBDIR / f"epoch-{epoch:08d}.npz",
-                                 self._tree(None))
-        if self.memory == "device":
-            device = jax.local_devices()[0]
-            self._restored = tuple(jax.device_put(x, device) for x in
-                                   (tree["table"], *(tree["slots"][n] for n in self._names)))
-
-    def resumed(self, state: EmbeddingState) -> EmbeddingState:
+    def resumed(self, state: EmbeddingState, tables: dict[str, Any]) -> EmbeddingState:
         """The state a step checkpoint restored (`EmbeddingState.light`),
-        with its tables: device tables from the last `restore`."""
+        with its tables (`checkpoint_tables(None)` restored: host tables in
+        place; device tables put on the device)."""
         if self.memory == "host":
             return state
-        leaves, self._restored = self._restored, None
-        if leaves is None:
-            raise ValueError("no device tables were restored (restore before resumed)")
-        return dataclasses.replace(state, leaves=leaves)
-
-    @staticmethod
-    def prune(directory: str | Path, keep: Iterable[int]) -> None:
-        """Removes the embedding checkpoints of epochs not in `keep` (the
-        trainer's remaining steps)."""
-        keep = set(keep)
-        folder = Path(directory) / SUBDIR
-        for path in folder.glob("epoch-*.npz") if folder.is_dir() else ():
-            if (m := _NAME.match(path.name)) and int(m.group(1)) not in keep:
-                path.unlink(missing_ok=True)
+        device = jax.local_devices()[0]
+        leaves = (tables["table"], *(tables["slots"][n] for n in self._names))
+        return dataclasses.replace(state, leaves=tuple(jax.device_put(x, device) for x in leaves))
 
     def input_table(self, features: np.ndarray, state: EmbeddingState) -> HostTable:
         """The model's input for full-split inference as of `state`: a new
@@ -383,7 +344,7 @@ class LearnedFeatures:
         state a step returned) have landed. Device tables are `state`'s
         leaves: they go when it does (`EmbeddingState.light`)."""
         if self.memory == "device":
-            self._initial = self._restored = None  # the arrays go with the last state
+            self._initial = None  # the arrays go with the last state
             return
         if state is not None:
             self.settle(state)

@@ -12,7 +12,6 @@ the epoch's figures carry the names of `jdirect.graph.metrics`.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 import warnings
@@ -351,10 +350,9 @@ class Trainer:
         first = 0
         try:
             if ckpt is not None:
-                tables = None if self.learned is None else functools.partial(
-                    self.learned.restore, ckpt.directory)
+                tables = None if self.learned is None else self.learned.checkpoint_tables(None)
                 light = self._checkpointed(self.state)
-                restored = ckpt.restore_latest(dict(state=light, best=light), companion=tables)
+                restored = ckpt.restore_latest(dict(state=light, best=light, tables=tables))
                 if restored is not None:
                     saved, meta = restored
                     self.history = list(meta["history"])
@@ -364,7 +362,8 @@ class Trainer:
                         best = dict(state=saved["best"], **_best_of(self.history))
                     else:  # the last epoch is the best (see below)
                         model_state, emb = saved["state"]
-                        self.state = (model_state, self._placed(self.learned.resumed(emb)))
+                        emb = self.learned.resumed(emb, saved["tables"])
+                        self.state = (model_state, self._placed(emb))
                         best = dict(state=None, **_best_of(self.history[-1:]))
                     self.checkpointed = meta["epoch"]
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
@@ -386,12 +385,11 @@ class Trainer:
                 self.history.append(m)
                 log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu"))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
-                    if self.learned is not None:  # first: a step file has its tables
-                        self.learned.save(ckpt.directory, epoch, self.state[1])
+                    tables = None if self.learned is None else \
+                        self.learned.checkpoint_tables(self.state[1])
                     ckpt.save(epoch, dict(state=self._checkpointed(self.state),
-                                          best=self._checkpointed(evaluated())), self.history)
-                    if self.learned is not None:
-                        self.learned.prune(ckpt.directory, ckpt.epochs())
+                                          best=self._checkpointed(evaluated()), tables=tables),
+                              self.history)
                     self.checkpointed = epoch
                 if on_epoch is not None:
                     on_epoch(self.history)
@@ -424,7 +422,7 @@ class Trainer:
 
     def _checkpointed(self, state: Any) -> Any:
         """`state` as a step checkpoint holds it: a learned embedding's
-        device tables go to their own file (`LearnedFeatures.save`)."""
+        device tables are saved beside it (`LearnedFeatures.checkpoint_tables`)."""
         return state if self.learned is None else (state[0], state[1].light())
 
     def full_accuracy(self, state: Any) -> dict[str, float | None]:

@@ -1,0 +1,321 @@
+"""The checkpoint file: a pytree of arrays and host tables, streamed and hashed.
+
+Format 2 (this one). A checkpoint is one uncompressed ZIP64 archive, as
+`np.savez` writes (so `np.load` opens it), whose members are `leaf0.npy`,
+`leaf1.npy`, ... (one a leaf, in the tree's flattening order) and, last,
+`header.json`: {"format": 2, "metadata": the writer's JSON, "leaves": [each
+leaf's path (`jax.tree_util.keystr`), shape, dtype, PRNG key implementation
+("" for other arrays) and SHA-256 of its bytes]}. A typed PRNG key array is
+stored as its key data (uint32).
+
+Every leaf is streamed in pieces of CHUNK_BYTES between its memory and the
+file, in both directions: a 50 GB HostTable is never copied whole. Array
+leaves (jax or NumPy) are read into new arrays; HostTable leaves are filled
+in place.
+
+Format 1, the two formats of jdirect before this package (the trainer's
+`epoch-N.npz` step files, with a `header` member, and `save_tables` files,
+with a `header.json` of format 1), is not read: opening one raises
+OldFormat, naming the format, in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..host_table import HostTable
+
+FORMAT = 2
+HEADER = "header.json"
+CHUNK_BYTES = 64 << 20
+# What reading a damaged archive can raise (zipfile wraps most damage in
+# BadZipFile; a cut file gives EOFError; a bad .npy header ValueError).
+_DAMAGE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, TypeError)
+
+
+class Damaged(ValueError):
+    """A checkpoint file is unreadable, cut, or differs from its hashes; the
+    message says what (not the path: the caller names it)."""
+
+
+class OldFormat(ValueError):
+    """A checkpoint file of a format this jdirect does not read; the message
+    names the format."""
+
+
+class NonFinite(ValueError):
+    """A leaf holds NaN or infinite values (`path`, `count`)."""
+
+    def __init__(self, path: str, count: int):
+        super().__init__(f"{path} has {count} non-finite values")
+        self.path, self.count = path, count
+
+
+def is_table(x: Any) -> bool:
+    return isinstance(x, HostTable)
+
+
+def flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
+    """(paths, leaves, treedef) of `tree`, HostTables as leaves."""
+    pairs, treedef = jax.tree.flatten_with_path(tree, is_leaf=is_table)
+    return [jax.tree_util.keystr(p) for p, _ in pairs], [x for _, x in pairs], treedef
+
+
+def _key_impl(leaf: Any) -> str:
+    if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return str(jax.random.key_impl(leaf))
+    return ""
+
+
+def memory(leaf: Any, name: str) -> np.ndarray:
+    """The C-ordered host array a leaf's bytes are saved from, or (a
+    HostTable) restored into: a table's own memory, never a copy; an array
+    leaf's host copy (a typed PRNG key's key data).
+
+    Raises:
+      ValueError: the leaf is a HostTable version whose table is gone, or a
+        view inside a traced function (one line naming `name`).
+    """
+    if is_table(leaf):
+        try:
+            return leaf.numpy()
+        except ValueError:
+            raise ValueError(
+                f"{name or 'the tree'} is a version of a HostTable that is closed (or a view "
+                "inside a traced function); pass an open HostTable") from None
+    if _key_impl(leaf):
+        leaf = jax.random.key_data(leaf)
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable and leaf.is_fully_replicated:
+        leaf = leaf.addressable_data(0)  # replicated across processes: any copy
+    array = np.asarray(leaf)
+    # A copy, not np.ascontiguousarray, which makes a 0-d array 1-d.
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def spec(leaf: Any) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype name) a leaf is stored with, without copying it."""
+    if is_table(leaf):
+        return tuple(leaf.shape), leaf.dtype.name
+    if _key_impl(leaf):
+        leaf = jax.random.key_data(leaf)
+    if not hasattr(leaf, "dtype"):
+        leaf = np.asarray(leaf)
+    return tuple(leaf.shape), np.dtype(leaf.dtype).name
+
+
+def _pieces(array: np.ndarray):
+    """`array`'s elements in C order, in flat pieces of about CHUNK_BYTES."""
+    flat = array.reshape(-1)
+    step = max(1, CHUNK_BYTES // max(1, array.dtype.itemsize))
+    for start in range(0, flat.size, step):
+        yield flat[start:start + step]
+
+
+def _nonfinite(piece: np.ndarray) -> int:
+    """NaN and infinite values in `piece`; jnp.issubdtype, as NumPy does not
+    count bfloat16 as inexact."""
+    if not jnp.issubdtype(piece.dtype, jnp.inexact):
+        return 0
+    return int(piece.size - np.count_nonzero(np.isfinite(piece)))
+
+
+def write(f: BinaryIO, names: list[str], leaves: list[Any], metadata: dict[str, Any], *,
+          finite: bool = False) -> list[dict[str, Any]]:
+    """Writes a checkpoint of `leaves` (named `names`) to the open file `f`.
+
+    Args:
+      metadata: JSON-serialisable (already checked by the caller).
+      finite: raise NonFinite after the first leaf with NaN or infinite
+        values (counted piece by piece as it is written).
+
+    Returns:
+      The header's leaf entries (with the SHA-256 of what was written), for
+      `verify`.
+    """
+    entries: list[dict[str, Any]] = []
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for i, (name, leaf) in enumerate(zip(names, leaves)):
+            array = memory(leaf, name)
+            digest, bad = hashlib.sha256(), 0
+            with archive.open(f"leaf{i}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array_header_2_0(
+                    member, np.lib.format.header_data_from_array_1_0(array))
+                for piece in _pieces(array):
+                    raw = piece.view(np.uint8)
+                    digest.update(raw)
+                    member.write(raw)
+                    bad += _nonfinite(piece) if finite else 0
+            if bad:
+                raise NonFinite(name, bad)
+            entries.append(dict(path=name, shape=list(array.shape), dtype=array.dtype.name,
+                                key_impl=_key_impl(leaf), sha256=digest.hexdigest()))
+        archive.writestr(HEADER, json.dumps(dict(format=FORMAT, metadata=metadata,
+                                                 leaves=entries)))
+    return entries
+
+
+def _read_member(member: BinaryIO, out: np.ndarray | None, finite: bool) -> tuple[str, int]:
+    """Reads a leaf member's data into `out` in pieces, or only hashes it
+    (out None); returns (SHA-256, how many non-finite values, if `finite`)."""
+    if np.lib.format.read_magic(member) != (2, 0):
+        raise ValueError("a leaf member is not a .npy file of version 2.0")
+    np.lib.format.read_array_header_2_0(member)
+    digest, bad = hashlib.sha256(), 0
+    if out is None:
+        while piece := member.read(CHUNK_BYTES):
+            digest.update(piece)
+        return digest.hexdigest(), 0
+    for piece in _pieces(out):
+        raw = piece.view(np.uint8)
+        if member.readinto(raw) != raw.size:
+            raise EOFError("a leaf ends early")
+        digest.update(raw)
+        bad += _nonfinite(piece) if finite else 0
+    return digest.hexdigest(), bad
+
+
+def verify(path: Path, entries: list[dict[str, Any]]) -> None:
+    """Reads every leaf of the file at `path` back and checks it against
+    `entries` (what `write` returned).
+
+    Raises:
+      Damaged: a leaf differs (named), or the file is unreadable.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for i, entry in enumerate(entries):
+                _read_leaf(archive, i, entry, None, False)
+    except Damaged as e:
+        raise Damaged(f"{e}: what was read back differs from what was written") from e
+    except _DAMAGE as e:
+        raise Damaged(f"{type(e).__name__}: {e}") from e
+
+
+def _read_leaf(archive: zipfile.ZipFile, i: int, entry: dict[str, Any], out: np.ndarray | None,
+               finite: bool) -> None:
+    """Reads leaf `i` into `out` (or only hashes it) and checks its hashes.
+
+    Raises:
+      Damaged: it is cut or unreadable, differs from its SHA-256 or the
+        archive's CRC-32 (a checksum mismatch either way), or, with `finite`,
+        holds NaN or infinite values; the message names the leaf's path.
+    """
+    try:
+        with archive.open(f"leaf{i}.npy") as member:
+            digest, bad = _read_member(member, out, finite)
+    except zipfile.BadZipFile as e:  # zipfile checks the member's CRC-32 as it ends
+        raise Damaged(f"checksum mismatch in {entry['path']} ({e})") from e
+    except _DAMAGE as e:
+        raise Damaged(f"{entry['path']} is unreadable ({type(e).__name__}: {e})") from e
+    if digest != entry["sha256"]:
+        raise Damaged(f"checksum mismatch in {entry['path']}")
+    if bad:
+        raise Damaged(f"{entry['path']} has {bad} non-finite values")
+
+
+class Reader:
+    """An open checkpoint file: its header, checked, and its leaves, read on demand.
+
+    Raises (on opening):
+      FileNotFoundError: no file at `path`.
+      OldFormat: a file of format 1 (named), which this jdirect does not read.
+      Damaged: not a checkpoint, cut, or its header is unreadable.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self._archive = zipfile.ZipFile(self.path)
+        except FileNotFoundError:
+            raise
+        except _DAMAGE as e:
+            raise Damaged(f"not a checkpoint, or cut short ({type(e).__name__}: {e})") from e
+        try:
+            names = set(self._archive.namelist())
+            if "header.npy" in names and HEADER not in names:
+                raise OldFormat(_old(1))  # a trainer step file of format 1
+            header = json.loads(self._archive.read(HEADER))
+            if header.get("format") != FORMAT:
+                raise OldFormat(_old(header.get("format")))
+            self.metadata: dict[str, Any] = header["metadata"]
+            self.entries: list[dict[str, Any]] = header["leaves"]
+        except OldFormat:
+            self.close()
+            raise
+        except _DAMAGE as e:
+            self.close()
+            raise Damaged(f"its header is unreadable ({type(e).__name__}: {e})") from e
+
+    def mismatches(self, names: list[str], leaves: list[Any]) -> list[str]:
+        """How the saved leaves differ from `leaves` (paths, shapes, dtypes),
+        one entry a difference (at most 5, then "..."); [] when they match."""
+        have = [(e["path"], tuple(e["shape"]), e["dtype"]) for e in self.entries]
+        want = [(n, *spec(x)) for n, x in zip(names, leaves)]
+        if have == want:
+            return []
+        diffs = [f"{w[0] or 'the root'}: saved {h[1:] if h[0] == w[0] else h}, now {w[1:]}"
+                 for h, w in zip(have, want) if h != w]
+        if len(have) != len(want):
+            diffs.insert(0, f"{len(have)} saved leaves, {len(want)} in the target")
+        return diffs[:5] + (["..."] if len(diffs) > 5 else [])
+
+    def read(self, names: list[str], leaves: list[Any], *, finite: bool = False) -> list[Any]:
+        """The saved leaves, shaped like `leaves` (check `mismatches` first):
+        HostTables are filled in place and returned; other leaves become new
+        arrays (a jax.Array takes the target's sharding; a PRNG key its
+        implementation). Leaves are read in order, so a damaged one leaves
+        the tables before it overwritten.
+
+        Raises:
+          Damaged: a leaf is cut or differs from its hash (named), or, with
+            `finite`, holds NaN or infinite values.
+          ValueError: a HostTable leaf is a version whose table is gone.
+        """
+        out = []
+        for i, (entry, name, leaf) in enumerate(zip(self.entries, names, leaves)):
+            target = memory(leaf, name) if is_table(leaf) else \
+                np.empty(entry["shape"], np.dtype(jnp.dtype(entry["dtype"])))
+            _read_leaf(self._archive, i, entry, target, finite)
+            out.append(leaf if is_table(leaf) else _like(target, entry, leaf))
+        return out
+
+    def close(self) -> None:
+        self._archive.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _old(found: Any) -> str:
+    return (f"a checkpoint of format {found!r}, written by an older jdirect; this one reads "
+            f"format {FORMAT} only")
+
+
+def _like(host: np.ndarray, entry: dict[str, Any], leaf: Any) -> Any:
+    x: Any = host
+    if entry["key_impl"]:
+        x = jax.random.wrap_key_data(x, impl=entry["key_impl"])
+    if isinstance(leaf, jax.Array):
+        return jax.device_put(x, leaf.sharding)
+    return x
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata of the checkpoint file at `path` (no leaf is read).
+
+    Raises:
+      FileNotFoundError, OldFormat, Damaged: as `Reader`.
+    """
+    with Reader(path) as reader:
+        return reader.metadata

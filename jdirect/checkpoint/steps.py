@@ -1,0 +1,336 @@
+"""A run's checkpoints: one file an epoch, verified, rotated, one writer a directory.
+
+One step is one file, `epoch-00000007.npz`, of the package's one format
+(format.py): every leaf of the state pytree (model, optimizer state, and a
+learned embedding's HostTables and their optimizer's slots, streamed in
+pieces) plus the epoch, the run's settings and the metric history in its
+metadata. A step is written to a temporary file, fsynced, read back and
+checked against the hashes taken while writing, and only then renamed into
+place (directory.py): a name that exists was verified when it was written,
+and a crash (kill -9, disk full) mid-save leaves at most a temporary file
+that is never read.
+
+A directory is written by one run at a time: a writable `Checkpoints`
+holds an exclusive lock on it (`.jdirect-lock`) until `close()`, and a
+second one is refused in one line naming the holder; read-only openers
+(the other processes of a multi-process run, or a resume without saving)
+take no lock. What a killed save left is removed by the next lock holder,
+and no other file is ever deleted but the rotated steps of the same run
+settings.
+
+Why not orbax: the state of this trainer is saved by one process; orbax's
+asynchronous tensorstore writer hung for minutes on a read-only directory,
+restored a flipped byte silently, and buried shape errors under event-loop
+tracebacks. A checksummed single file with an atomic rename is simpler to
+make safe, and streams host tables larger than memory could hold twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from . import format as fmt
+from .directory import (DirectoryInUse, DirectoryLock, atomic_write, file_in_the_way,
+                        probe_writable, writer_lock)
+from .errors import CheckpointError
+from .tables import restore_targets
+
+_NAME = re.compile(r"^epoch-(\d{8})\.npz$")
+
+
+def _step_path(directory: Path, epoch: int) -> Path:
+    return directory / f"epoch-{epoch:08d}.npz"
+
+
+def normalised_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as a checkpoint stores it: as JSON stores it (tuples become
+    lists), with a `data_dir` made absolute, symbolic links resolved and no
+    trailing slash, so "data", "./data/" and "/home/u/data" are one directory."""
+    config = json.loads(json.dumps(config))
+    if isinstance(config.get("data_dir"), str):
+        config["data_dir"] = os.path.realpath(os.path.expanduser(config["data_dir"]))
+    return config
+
+
+def _config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    saved = normalised_settings(saved)
+    missing = object()
+    keys = sorted(set(saved) | set(current))
+    return [f"{k}: saved {saved.get(k, missing)!r}, now {current.get(k, missing)!r}"
+            .replace(repr(missing), "(absent)")
+            for k in keys if saved.get(k, missing) != current.get(k, missing)]
+
+
+def check_checkpoint_dir(directory: str | Path, *, read_only: bool = False,
+                         read_only_option: str = "read_only=True") -> Path:
+    """Checks that a run can use `directory` for checkpoints, before any work.
+
+    With `read_only`, that it exists. Otherwise that it can be created and
+    written (a probe file of ours is written, fsynced and removed, so a
+    full disk or a read-only mount fails here) and that no other run holds
+    it; the lock is released again (`Checkpoints` takes it for the run).
+
+    Args:
+      read_only_option: how the caller's user asks for read-only use, named
+        in the messages: a CLI passes its flag ("--checkpoint-read-only").
+
+    Returns:
+      The directory as an absolute path.
+
+    Raises:
+      CheckpointError: one line naming the directory: it or a folder on its
+        way is a file, it does not exist (read_only), it cannot be written
+        (suggesting `read_only_option`), or it is in use by another run
+        (naming its pid, host and start time).
+    """
+    directory = Path(directory).absolute()
+    if read_only:
+        _refuse_files(directory)
+        if not directory.is_dir():
+            raise CheckpointError(f"checkpoint directory {directory} does not exist; "
+                                  f"{read_only_option} only resumes from an existing one")
+        return directory
+    lock = _lock(directory, read_only_option)
+    if lock is not None:
+        lock.release()
+    return directory
+
+
+def _refuse_files(directory: Path) -> None:
+    """CheckpointError if `directory`, or a folder on its way, is a file."""
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} is a file, not a directory")
+    if (blocker := file_in_the_way(directory)) is not None:
+        raise CheckpointError(f"cannot make checkpoint directory {directory}: {blocker} is a "
+                              "file, not a directory")
+
+
+def _lock(directory: Path, read_only_option: str) -> DirectoryLock | None:
+    """The writer's lock on `directory`, created if missing (`writer_lock`).
+    Raises as check_checkpoint_dir."""
+    _refuse_files(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe_writable(directory)
+        return writer_lock(directory)
+    except DirectoryInUse as e:
+        raise CheckpointError(f"checkpoint directory {e}; wait for it to end, or give this "
+                              "run another checkpoint directory") from None
+    except OSError as e:
+        raise CheckpointError(
+            f"cannot write checkpoints to {directory} ({e.strerror or e}); choose a writable "
+            f"directory, or pass {read_only_option} to resume from it without saving") from e
+
+
+class Checkpoints:
+    """Saves a training-state pytree after each epoch and restores the newest good one.
+
+    Args:
+      directory: where the `epoch-XXXXXXXX.npz` files live; created if missing.
+      run_config: JSON-serialisable dict of what determines the state and the
+        data and what the history means (for the trainer:
+        `jdirect.graph.io.checkpoint.resume_settings`; not the number of
+        epochs, which a resumed run may raise). Saved with every step; a
+        restore under a different one is refused, naming each setting that
+        differs. Stored as `normalised_settings` makes it.
+      keep: how many of the newest steps to keep (>= 1).
+      read_only: never write: restore works, `save` raises; no lock is
+        taken, so the processes of a multi-process run other than the one
+        that saves open the directory this way. Without it the directory is
+        checked as by `check_checkpoint_dir`, so a run fails before training
+        rather than at its first save, and locked until `close()`.
+
+    Raises:
+      CheckpointError: see `check_checkpoint_dir` (the directory cannot be
+        created or written, is in use by another run, or read_only=True and
+        it does not exist).
+      TypeError/ValueError: run_config not a JSON-serialisable dict; keep < 1.
+    """
+
+    def __init__(self, directory: str | Path, run_config: dict[str, Any], *, keep: int = 2,
+                 read_only: bool = False):
+        if not isinstance(run_config, dict):
+            raise TypeError(f"run_config must be a dict, got {type(run_config).__name__}")
+        self._config = normalised_settings(run_config)
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ValueError(f"keep must be an int >= 1, got {keep!r}")
+        self._keep = keep
+        self._read_only = bool(read_only)
+        self._lock: DirectoryLock | None = None
+        self._vetted = False  # the steps already there were checked to be of this run_config
+        if self._read_only:
+            self._dir = check_checkpoint_dir(directory, read_only=True)
+            return
+        self._dir = Path(directory).absolute()
+        self._lock = _lock(self._dir, "read_only=True")
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    def epochs(self) -> list[int]:
+        """Epochs of the committed steps in the directory, ascending."""
+        if not self._dir.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self._dir.iterdir() if (m := _NAME.match(p.name)))
+
+    def restore_latest(self, target: Any) -> tuple[Any, dict[str, Any]] | None:
+        """The newest intact step, shaped like `target`; None if there is none.
+
+        Args:
+          target: a pytree with the structure, shapes and dtypes of the saved
+            state (e.g. `nnx.state((model, optimizer))`); restored array
+            leaves take each target leaf's sharding (NumPy leaves stay
+            NumPy); HostTable leaves (open, writable) are filled in place.
+
+        Returns:
+          (state, meta): `state` has target's structure; `meta` holds
+          "epoch", "history" (list of dicts) and "path" (the file used).
+          A damaged newest step (unreadable, checksum mismatch, non-finite
+          values) is skipped with a RuntimeWarning naming it, and the next
+          older one is tried (its tables overwrite what the damaged one had
+          written of them).
+
+        Raises:
+          CheckpointError: a HostTable of target is closed or read-only
+            (nothing is written); a step is of an older format (named: it
+            is not read); the saved run_config differs (the message names
+            each setting, saved and now), the state's structure, shapes or
+            dtypes differ from target's, or every step is damaged (the
+            message names the directory and says to move it aside to start
+            over).
+        """
+        epochs = self.epochs()
+        if not epochs:
+            return None
+        names, leaves, treedef = restore_targets(target, f"a checkpoint of {self._dir}",
+                                                 CheckpointError)
+        damaged = []
+        for epoch in reversed(epochs):
+            path = _step_path(self._dir, epoch)
+            try:
+                with fmt.Reader(path) as reader:
+                    self._check_compatible(path, reader, names, leaves)
+                    restored = reader.read(names, leaves, finite=True)
+                    meta = dict(reader.metadata, path=str(path))
+            except FileNotFoundError:  # rotated away by the writer since epochs() listed it
+                continue
+            except fmt.OldFormat as e:
+                raise CheckpointError(f"{path} is {e}: resume it with the jdirect that wrote "
+                                      f"it, or move {self._dir} aside to start the run over"
+                                      ) from None
+            except fmt.Damaged as e:
+                damaged.append(f"{path} is damaged ({e})")
+                warnings.warn(f"{damaged[-1]}; falling back to an older checkpoint",
+                              RuntimeWarning, stacklevel=2)
+                continue
+            return treedef.unflatten(restored), dict(epoch=meta["epoch"],
+                                                      history=meta["history"], path=meta["path"])
+        raise CheckpointError(
+            f"no intact checkpoint in {self._dir}: " + "; ".join(damaged)
+            + f". Move {self._dir} aside to start the run over.")
+
+    def _check_compatible(self, path: Path, reader: fmt.Reader, names: list[str],
+                          leaves: list[Any]) -> None:
+        self._check_settings(path, reader.metadata["run_config"])
+        diffs = reader.mismatches(names, leaves)
+        if diffs:
+            raise CheckpointError(
+                f"{path} holds a state of another structure, shape or dtype ("
+                + "; ".join(diffs) + f"). Use another checkpoint directory than {self._dir}, "
+                "or move it aside.")
+
+    def _check_settings(self, path: Path, saved: dict[str, Any]) -> None:
+        diff = _config_diff(saved, self._config)
+        if diff:
+            raise CheckpointError(
+                f"{path} was saved by a run with other settings (" + "; ".join(diff)
+                + "): run with the saved settings to resume it, or give this run another "
+                "checkpoint directory")
+
+    def _vet_existing_steps(self) -> None:
+        """Refuses to save into a directory holding steps of other settings
+        or of an older format, which rotation would delete. Steps too
+        damaged to name their settings are taken as this run's
+        (restore_latest fell back past them)."""
+        for epoch in self.epochs():
+            path = _step_path(self._dir, epoch)
+            try:
+                saved = fmt.read_metadata(path)["run_config"]
+            except fmt.OldFormat as e:
+                raise CheckpointError(f"{path} is {e}: give this run another checkpoint "
+                                      "directory, or move it aside") from None
+            except (OSError, fmt.Damaged, KeyError, TypeError):
+                continue
+            self._check_settings(path, saved)
+        self._vetted = True
+
+    def save(self, epoch: int, state: Any, history: list[dict[str, Any]]) -> None:
+        """Writes `state` and `history` as the step of `epoch`, verified.
+
+        `state`'s leaves are arrays or HostTables (streamed in pieces, as
+        they are: call with no jitted step in flight that writes them). The
+        file is written under a temporary name, fsynced, read back and
+        compared leaf by leaf (SHA-256) before it is renamed into place;
+        only then are older steps beyond `keep` removed, and steps of later
+        epochs (an abandoned continuation, e.g. after falling back past a
+        damaged step) too. So the newest verified step always survives.
+        Only steps of this run_config are ever removed: the first save
+        refuses a directory holding steps of other settings.
+
+        A state with NaN or infinite values is refused and nothing of it is
+        kept, so the last good step stays the newest and a rerun resumes
+        from it. A trainer should not get that far: it stops on a
+        non-finite loss with its own message; this refusal is the backstop.
+
+        Raises:
+          CheckpointError: opened read_only; steps of other settings in the
+            directory; a leaf has NaN or infinite values (named; nothing of
+            this step is kept); the write or its verification failed
+            (nothing of this step is left behind; older steps are untouched).
+          TypeError: history is not JSON-serialisable.
+        """
+        if self._read_only:
+            raise CheckpointError(f"checkpoints in {self._dir} were opened read_only")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 10**8:
+            raise ValueError(f"epoch must be an int in [0, 1e8), got {epoch!r}")
+        if not self._vetted:
+            self._vet_existing_steps()
+        metadata = dict(epoch=epoch, run_config=self._config,
+                        history=json.loads(json.dumps(history)))
+        names, leaves, _ = fmt.flatten(state)
+        final = _step_path(self._dir, epoch)
+        entries: list[dict[str, Any]] = []
+        try:
+            atomic_write(final, lambda f: entries.extend(
+                fmt.write(f, names, leaves, metadata, finite=True)),
+                check=lambda tmp: fmt.verify(tmp, entries))
+        except fmt.NonFinite as e:
+            raise CheckpointError(
+                f"state leaf {e} (training diverged); epoch {epoch} is not saved and the "
+                f"checkpoints in {self._dir} are kept") from None
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"saving epoch {epoch} to {final} failed ({e}); older "
+                                  "checkpoints are untouched") from e
+        older = [e for e in self.epochs() if e < epoch]
+        later = [e for e in self.epochs() if e > epoch]
+        for old in older[: max(0, len(older) + 1 - self._keep)] + later:
+            _step_path(self._dir, old).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Releases the directory's lock (nothing is pending after `save`
+        returns). Also done when the object is collected or the process ends."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Checkpoints:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
