@@ -251,18 +251,21 @@ def test_sample_many_bad_arguments(graph):
     # index; the largest hop sorts 144 x (1 + 3) keys a batch, int32-indexed.
     assert s.max_group == min(2**22, (2**31 - 1) // (144 * 4))
     keys = jnp.stack([s.key(0, i) for i in range(2)])
+    # Jitted: eagerly, every primitive of the sampler compiles on its own
+    # (50 s of CI); the argument checks run at trace time either way.
+    sample_many, sample = jax.jit(s.sample_many), jax.jit(s.sample)
     with pytest.raises(ValueError, match=r"seeds must be shaped \(K, 48\)"):
-        s.sample_many(s.arrays, jnp.zeros(BATCH, jnp.int32), keys)
+        sample_many(s.arrays, jnp.zeros(BATCH, jnp.int32), keys)
     with pytest.raises(ValueError, match="keys must be 2 keys"):
-        s.sample_many(s.arrays, jnp.zeros((2, BATCH), jnp.int32), keys[:1])
+        sample_many(s.arrays, jnp.zeros((2, BATCH), jnp.int32), keys[:1])
     with pytest.raises(ValueError, match="1 to"):
-        s.sample_many(s.arrays, jnp.zeros((0, BATCH), jnp.int32), keys[:0])
+        sample_many(s.arrays, jnp.zeros((0, BATCH), jnp.int32), keys[:0])
     # Raw uint32 keys (jax.random.PRNGKey's kind) draw what typed ones do.
     rows = jnp.zeros((2, BATCH), jnp.int32).at[:, :5].set(jnp.arange(5))
-    typed = s.sample_many(s.arrays, rows, keys)
-    raw = s.sample_many(s.arrays, rows, jax.random.key_data(keys))
+    typed = sample_many(s.arrays, rows, keys)
+    raw = sample_many(s.arrays, rows, jax.random.key_data(keys))
     jax.tree.map(np.testing.assert_array_equal, typed, raw)
-    one = s.sample(s.arrays, rows[0], jax.random.key_data(keys[0]))
+    one = sample(s.arrays, rows[0], jax.random.key_data(keys[0]))
     jax.tree.map(np.testing.assert_array_equal, one, jax.tree.map(lambda x: x[0], typed))
     big = DeviceSampler(star_forest(1, 2**16), (4,), 2**6)  # 65,537 nodes: 18-bit keys
     assert big.max_group == 2**14
