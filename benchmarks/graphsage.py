@@ -41,7 +41,7 @@ import numpy as np
 
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import FULL, SAMPLED, check
-from jdirect.graph.training import steps
+from jdirect.graph.training import programs, steps
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
@@ -98,8 +98,8 @@ def split_times(trainer: Trainer, reps: int) -> dict:
     ctx = steps.StepContext(trainer.graphdef, kind, 0)
 
     def presampled_step(i):
-        pre_state[0], metrics = steps.train_step(ctx, pre_state[0], steps.zero_metrics(),
-                                                 source.table, batches[i], None, i)
+        pre_state[0], metrics = programs.train_step(ctx, pre_state[0], steps.zero_metrics(),
+                                                    source.table, batches[i], None, i)
         return metrics
 
     rows = sum(int(b.counts[-1]) for b in batches)

@@ -48,7 +48,7 @@ from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import check
 from jdirect.graph.training import parallel, steps
 from jdirect.graph.training.config import CONFIGS, TrainConfig, load_config
-from jdirect.graph.training.pipelined import read_first
+from jdirect.graph.training.programs import read_first
 from jdirect.graph.training.trainer import Trainer
 
 # A record's settings; its figures are metrics.METRICS names.

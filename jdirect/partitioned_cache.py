@@ -64,7 +64,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ._ops import FILL, DeviceCache, ReadRequest
 from ._table_base import RegisteredTable
 from .cached_table import TableCache, check_rows, check_table, hottest_rows
-from .placement import put
+from ._partition_slices import check_mesh, place_slices
 from .table import replicated
 
 MIN_JAX = (0, 10)  # the oldest jax PartitionedCache runs on (the package's is 0.9)
@@ -137,7 +137,7 @@ class PartitionedCache(TableCache):
             raise RuntimeError(f"PartitionedCache needs jax >= {'.'.join(map(str, MIN_JAX))}; "
                                f"this is jax {jax.__version__}")
         check_table(table, "PartitionedCache")
-        axis = _check_mesh(mesh, axis)
+        axis = check_mesh(mesh, axis)
         if not isinstance(peer_capacity, numbers.Real) or isinstance(peer_capacity, bool):
             raise TypeError(f"peer_capacity must be a real number, got {peer_capacity!r}")
         if not peer_capacity > 0:
@@ -150,7 +150,7 @@ class PartitionedCache(TableCache):
         self.cached_rows = [rows[d::devices] for d in range(devices)]
         self._slice_rows = -(-rows.size // devices)
         self._fallback = replicated(table, mesh)
-        self._slots, self._rows = _place_slices(table, self.cached_rows, mesh, axis)
+        self._slots, self._rows = place_slices(table, self.cached_rows, mesh, axis)
 
     @classmethod
     def from_counts(cls, table: RegisteredTable, counts: Any, budget_bytes: int, mesh: Mesh,
@@ -160,7 +160,7 @@ class PartitionedCache(TableCache):
         `table.row_bytes` plus 4 bytes, as `CachedTable.from_counts`), so
         `devices` times the rows of one CachedTable. Raises as that and
         the constructor."""
-        axis = _check_mesh(mesh, axis)
+        axis = check_mesh(mesh, axis)
         rows = hottest_rows(table, counts, budget_bytes, "PartitionedCache", mesh.shape[axis])
         counts = np.asarray(counts).ravel()
         hottest_first = rows[np.argsort(counts[rows], kind="stable")[::-1]]
@@ -359,54 +359,9 @@ class PartitionedCache(TableCache):
         return view
 
 
-def _check_mesh(mesh: Any, axis: str | None) -> str:
-    """The axis to partition over; raises TypeError/ValueError."""
-    if not isinstance(mesh, Mesh):
-        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
-    if axis is None:
-        if len(mesh.axis_names) != 1:
-            raise ValueError(f"name the axis to partition over, one of {mesh.axis_names}")
-        return mesh.axis_names[0]
-    if axis not in mesh.axis_names:
-        raise ValueError(f"axis {axis!r} is not an axis of the mesh {mesh.axis_names}")
-    return axis
-
-
 def _check_sentinel(nrows: int, dtype: Any) -> None:
     """Misses and fills are read with the id `nrows`, out of range: it must
     fit the index type."""
     if nrows > np.iinfo(dtype).max:
         raise ValueError(f"a PartitionedCache of {nrows:,} rows needs int64 indices "
                          "(enable jax_enable_x64)")
-
-
-def _place_slices(table: RegisteredTable, slices: list[np.ndarray], mesh: Mesh,
-                  axis: str) -> tuple[jax.Array, jax.Array]:
-    """The slot maps (int32 [devices * nrows]) and the cached rows
-    ([devices * slice rows, *stored row]), both split on `axis`: the device
-    at position d holds the map of `slices[d]` (see the module doc) and
-    those rows, padded with zeros to equal slices."""
-    nrows, devices = table.shape[0], len(slices)
-    per = max(s.size for s in slices)
-    owners = np.full(nrows, -1, np.int32)
-    for d, rows in enumerate(slices):
-        owners[rows] = -2 - d
-    sharding = NamedSharding(mesh, P(axis))
-    position = {}  # device -> its position along the axis
-    for device, index in sharding.addressable_devices_indices_map((devices,)).items():
-        position[device] = index[0].start or 0
-    slot_parts, row_parts = [], []
-    for device, d in position.items():
-        own = owners.copy()
-        own[slices[d]] = np.arange(slices[d].size, dtype=np.int32)
-        slot_parts.append(put(own, device=device))
-        del own
-        with jax.default_device(device):  # build the slice where it lives
-            part = table.cache_rows(slices[d])
-            part = jnp.concatenate([part, jnp.zeros((per - part.shape[0],) + part.shape[1:],
-                                                    part.dtype)])
-        row_parts.append(jax.device_put(part, device))
-    slots = jax.make_array_from_single_device_arrays((devices * nrows,), sharding, slot_parts)
-    rows = jax.make_array_from_single_device_arrays(
-        (devices * per,) + row_parts[0].shape[1:], sharding, row_parts)
-    return slots, rows

@@ -237,7 +237,7 @@ def test_cpu_runs_say_read_not_over_pcie_and_show_no_cache_figures():
 
 def test_the_progress_bars_move_on_short_epochs_and_during_evaluation(monkeypatch):
     import jdirect.graph.inference as inference_module
-    import jdirect.graph.training.trainer as trainer_module
+    import jdirect.graph.training.epochs as epochs_module
     from jdirect.graph.training.config import TrainConfig
 
     updates, chunks = [], []
@@ -258,7 +258,7 @@ def test_the_progress_bars_move_on_short_epochs_and_during_evaluation(monkeypatc
         def close(self):
             pass
 
-    monkeypatch.setattr(trainer_module, "tqdm", Bar)
+    monkeypatch.setattr(epochs_module, "tqdm", Bar)
     monkeypatch.setattr(inference_module, "tqdm", Bar)
     graph = synthetic("tiny", seed=0, progress=False)
     cfg = TrainConfig(dataset="tiny", fanouts=(4, 3), batch_size=64, hidden=16, epochs=1,

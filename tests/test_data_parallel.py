@@ -23,7 +23,7 @@ from jdirect.graph.training import parallel, steps
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.features import SOURCES
 from jdirect.graph.training.device_feed import DeviceFeed
-from jdirect.graph.training.pipelined import train_on_rows
+from jdirect.graph.training.programs import train_on_rows
 from jdirect.graph.models import GraphSAGE, dropout_masks
 from jdirect.graph.training.trainer import Trainer
 

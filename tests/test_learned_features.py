@@ -243,7 +243,7 @@ def test_a_closed_trainer_frees_its_embedding_tables(graph):
 
 def test_a_learned_run_evaluates_its_last_epoch_even_when_validation_falls(featureless,
                                                                            monkeypatch):
-    from jdirect.graph.training.trainer import LAST_LEARNED
+    from jdirect.graph.training.reporting import LAST_LEARNED
 
     falling = iter([0.9, 0.5, 0.1])
     with Trainer(featureless, config(epochs=3)) as t:

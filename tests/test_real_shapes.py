@@ -16,7 +16,7 @@ from flax import nnx
 
 import jdirect
 from jdirect import placement
-from jdirect.graph import _layer_tables, inference, load_ogb_node, load_reddit
+from jdirect.graph import _layer_steps, _layer_tables, inference, load_ogb_node, load_reddit
 from jdirect.graph.data.csr import Graph, csr_from_edges
 from jdirect.graph.metrics import FULL
 from jdirect.graph.models import build
@@ -122,7 +122,7 @@ def test_chunk_working_memory_bounds_what_xla_allocates(name):
     (size, window), = plan.chunks
     conv = model.convs[0]
     graphdef, params = nnx.split(model)
-    steps = inference._Steps(graphdef, 0, size, None, np.float32)
+    steps = _layer_steps.Steps(graphdef, 0, size, None, np.float32)
     table = jax.ShapeDtypeStruct((g.num_nodes, WIDE), jnp.float32)
     source = (jax.ShapeDtypeStruct((g.num_nodes, conv.source_dim), jnp.float32)
               if conv.projects else None)

@@ -15,7 +15,7 @@ from jdirect import gather
 from jdirect.graph import synthetic
 from jdirect.graph.features import SOURCES, FeatureSource
 from jdirect.graph.metrics import check
-from jdirect.graph.training import _sharded, steps
+from jdirect.graph.training import _sharded, programs, steps
 from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
 from jdirect.graph.training.trainer import Trainer, train_and_evaluate
 
@@ -67,7 +67,7 @@ def test_one_program_step_equals_sampling_then_stepping(graph):
             fused.state, m_fused = fused.feed.train_step(fused.state, m_fused, inputs, step)
             order, epoch, i = inputs.at
             batch = sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i))
-            stepwise.state, m_step = steps.train_step(
+            stepwise.state, m_step = programs.train_step(
                 steps.StepContext(stepwise.graphdef, type(source), 0), stepwise.state, m_step,
                 source.table, batch, None, step)
         np.testing.assert_allclose(np.asarray(m_fused), np.asarray(m_step), rtol=1e-6)

@@ -87,8 +87,7 @@ the default budget is then the host memory available).
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -96,15 +95,14 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from .._arrays import sorted_unique
-from .. import host_memory
 from ..gather import gather
 from ..host_table import HostTable
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
+from ._layer_plan import Plan, plan, run_plan
+from ._layer_steps import Chunk, layer_steps
 from ._layer_tables import Input, Report
 from .data import Graph
-from .models.base import Edges
 
 __all__ = ["Plan", "Report", "Result", "accuracy", "evaluate", "layerwise", "logits_of", "plan"]
 
@@ -152,123 +150,6 @@ class Result:
             tables.release(self.logits, True)
             # A HostTable's memory goes with its last reference, not at close().
             self.logits = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """How a `layerwise` call will run, known before it starts (`plan`).
-
-    Attributes:
-      chunks: per layer, input side first, (nodes, edges): the most
-        destination nodes a step computes and the most edges a window reads
-        (1 for a model that reads no edges).
-      working: bytes of working memory the widest layer's steps take
-        (`_layer_tables.working_bytes`).
-      working_budget: the bytes the chunks were sized to fit.
-      device_budget: bytes of device memory left for the tables made.
-      table_bytes: per layer, the bytes of the tables inference makes that
-        live at once while it runs (its input if inference made it, GAT's
-        source rows, its output), wherever they are placed.
-    """
-
-    chunks: tuple[tuple[int, int], ...]
-    working: int
-    working_budget: int
-    device_budget: float
-    table_bytes: tuple[int, ...]
-
-
-def plan(model: nnx.Module, graph: Graph, *, nodes: Any = None, features_dtype: Any = np.float32,
-         chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
-         device_budget: int | None = None, working_budget: int | None = None,
-         table_dtype: Any = None, logits_dtype: Any = np.float32, hint: str = "") -> Plan:
-    """The `Plan` of `layerwise(model, graph, features, nodes=nodes, ...)`
-    with features of dtype `features_dtype` and the same options, or one
-    line saying why it cannot fit, before anything is allocated: call it
-    before training to learn now what evaluating after it would need.
-
-    Args:
-      hint: appended to a refusal's message (e.g. the caller's setting
-        that avoids the inference).
-
-    Raises:
-      TypeError, ValueError: as `layerwise`.
-      MemoryError: one node and one edge of a layer need more working
-        memory than `working_budget` (rows too wide), or a layer's tables
-        exceed the device budget and the host memory available together.
-    """
-    return _planned(model, graph, nodes, features_dtype, chunk_nodes, chunk_edges,
-                    device_budget, working_budget, table_dtype, logits_dtype, hint)[0]
-
-
-class _Planned(NamedTuple):
-    plan: Plan
-    destinations: list[layer_nodes.Nodes]  # each layer's (`_layer_nodes.plan`)
-    nodes: np.ndarray | None  # the nodes asked for, checked (`_check_nodes`)
-    hidden_dtype: np.dtype
-    logits_dtype: np.dtype
-
-
-def _planned(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, chunk_nodes: int,
-             chunk_edges: int, device_budget: int | None, working_budget: int | None,
-             table_dtype: Any, logits_dtype: Any, hint: str) -> _Planned:
-    """`plan`, with what `layerwise` runs by."""
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a jdirect.graph Graph, got {type(graph).__name__}")
-    if not hasattr(model, "convs"):
-        raise TypeError(f"model must be a jdirect.graph.models model, got {type(model).__name__}")
-    if chunk_nodes < 1 or chunk_edges < 1:
-        raise ValueError(f"chunk_nodes and chunk_edges must be >= 1, got {chunk_nodes}, "
-                         f"{chunk_edges}")
-    n, convs = graph.num_nodes, list(model.convs)
-    if n >= 2**31 - 1:
-        raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
-    nodes = _check_nodes(nodes, n)
-    hidden = _table_dtype(table_dtype, features_dtype)
-    logits_dtype = _float_dtype(np.float32 if logits_dtype is None else logits_dtype,
-                                "logits_dtype")
-    working = tables.working_budget(working_budget)
-    hint = f"; {hint}" if hint else ""
-    dsts = layer_nodes.plan(graph, nodes, len(convs), model.uses_neighbors)
-    chunks, peak, made, src = [], 0, [], layer_nodes.Nodes(graph)
-    for i, (conv, dst) in enumerate(zip(convs, dsts)):
-        # Windows read input rows, or a projecting layer's source rows.
-        edge_width = ((conv.source_dim if conv.projects else conv.in_dim)
-                      if model.uses_neighbors else 0)
-        width = max(conv.in_dim, conv.source_dim, conv.out_dim)
-        edges = max(1, dst.num_edges) if model.uses_neighbors else 1
-        shape = tables.chunk_shape(min(chunk_nodes, max(src.rows, dst.rows, 1)),
-                                   min(chunk_edges, edges), edge_width, width, working)
-        if shape is None:
-            least = tables.working_bytes(1, 1, edge_width, width)
-            raise MemoryError(
-                f"jdirect: layer-wise inference cannot fit layer {i + 1}: one node and one edge "
-                f"of its {width:,}-wide rows need {least:,} bytes of working memory, above the "
-                f"working_budget of {working:,} bytes{hint}")
-        chunks.append(shape)
-        peak = max(peak, tables.working_bytes(shape[1], shape[0], edge_width, width))
-        # The tables that live while this layer runs (its input if made).
-        live = [("output", (dst.rows, conv.out_dim),
-                 logits_dtype if i + 1 == len(convs) else hidden)]
-        live += [("input", (src.rows, conv.in_dim), hidden)] if i else []
-        live += [("sources", (src.rows, conv.source_dim), hidden)] if conv.projects else []
-        made.append(live)
-        src = dst
-    device = tables.budget(device_budget, peak)
-    room = tables.room(device)
-    sizes = tuple(sum(tables.nbytes(shape, dtype) for _, shape, dtype in live) for live in made)
-    for i, (live, need) in enumerate(zip(made, sizes)):
-        if need > room:
-            what = ", ".join(f"{name} {list(shape)} {np.dtype(dtype).name}"
-                             for name, shape, dtype in live)
-            raise MemoryError(
-                f"jdirect: layer-wise inference cannot fit layer {i + 1}'s tables ({what}): "
-                f"{need:,} bytes ({need / 1e9:.1f} GB) needed, {room:,.0f} bytes of device "
-                f"budget and host memory (less a {host_memory.HOST_RESERVE / 1e9:.1f} GB "
-                f"reserve) available; bfloat16 table_dtype and logits_dtype halve them, fewer "
-                f"nodes shrink the last layers{hint}")
-    return _Planned(Plan(tuple(chunks), peak, working, device, sizes), dsts, nodes, hidden,
-                    logits_dtype)
 
 
 def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
@@ -331,11 +212,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     """
     if isinstance(features, np.ndarray):
         features = jnp.asarray(features)
-    if hasattr(model, "convs") and isinstance(graph, Graph):  # else _planned says which
+    if hasattr(model, "convs") and isinstance(graph, Graph):  # else run_plan says which
         shape = (graph.num_nodes, model.convs[0].in_dim)
         if tuple(features.shape) != shape:
             raise ValueError(f"features must have shape {shape}, got {tuple(features.shape)}")
-    planned = _planned(model, graph, nodes, features.dtype, chunk_nodes, chunk_edges,
+    planned = run_plan(model, graph, nodes, features.dtype, chunk_nodes, chunk_edges,
                        device_budget, working_budget, table_dtype, logits_dtype, "")
     convs, budget = list(model.convs), planned.plan.device_budget
     hidden_dtype, logits_dtype = planned.hidden_dtype, planned.logits_dtype
@@ -348,7 +229,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             zip(convs, planned.destinations, planned.plan.chunks)):
         last = i + 1 == len(convs)
         dtype = logits_dtype if last else hidden_dtype
-        steps = _steps(graphdef, i, size, None if last else model.activation, dtype)
+        steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype)
         ranges = layer_nodes.chunks(src, size, None)  # rows of the input's table
         # Rows this layer reads from its input: its nodes' own, then every
         # edge's (or, projecting, every input row once).
@@ -371,7 +252,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                                 hidden_dtype, budget - spent, report)
             spent += out.device_bytes
             for a, b in ranges:
-                out.write(a, b, _Chunk(steps, params, report, a, b).project(table))
+                out.write(a, b, Chunk(steps, params, report, a, b).project(table))
             source = out.done()
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
@@ -383,7 +264,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         for k, (a, b) in enumerate(
                 layer_nodes.chunks(dst, size, window if model.uses_neighbors else None)):
             bar.set_postfix_str(f"layer {i + 1}: {k} chunks done", refresh=False)
-            chunk = _Chunk(steps, params, report, a, b)
+            chunk = Chunk(steps, params, report, a, b)
             rows = src.positions(dst.node_ids(a, b))
             chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
             if model.uses_neighbors:
@@ -446,130 +327,9 @@ def evaluate(model: nnx.Module, graph: Graph, features: Input,
         result.close()
 
 
-def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:
-    """`nodes` as ascending distinct int64 ids (None stays None)."""
-    if nodes is None:
-        return None
-    nodes = np.asarray(nodes)
-    if nodes.size and not np.issubdtype(nodes.dtype, np.integer):
-        raise TypeError(f"nodes must be integer node ids, got dtype {nodes.dtype}")
-    nodes = sorted_unique(nodes.astype(np.int64))
-    if nodes.size and (nodes[0] < 0 or nodes[-1] >= n):
-        raise ValueError(f"nodes must lie in [0, {n}), got ids from {nodes[0]} to {nodes[-1]}")
-    return nodes
-
-
 def _degrees(graph: Graph, nodes: layer_nodes.Nodes) -> np.ndarray:
     """Degrees of the rows of `nodes`' table: how often a layer over every
     edge reads each row (exactly so in an undirected graph, which stores
     each edge both ways)."""
     ids = slice(None) if nodes.ids is None else nodes.ids
     return (graph.indptr[1:] - graph.indptr[:-1])[ids]
-
-
-def _float_dtype(dtype: Any, name: str) -> np.dtype:
-    """`dtype` as a float type JAX computes in (float64 only under x64)."""
-    dtype = jnp.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"{name} must be a float type, got {dtype.name}")
-    if jax.dtypes.canonicalize_dtype(dtype) != dtype:
-        raise ValueError(f"{name} {dtype.name} needs jax_enable_x64 (JAX would compute "
-                         f"{jax.dtypes.canonicalize_dtype(dtype).name})")
-    return dtype
-
-
-def _table_dtype(table_dtype: Any, features_dtype: Any) -> np.dtype:
-    if table_dtype is not None:
-        return _float_dtype(table_dtype, "table_dtype")
-    features_dtype = np.dtype(features_dtype)
-    return features_dtype if jnp.issubdtype(features_dtype, jnp.floating) else np.dtype(np.float32)
-
-
-class _Chunk:
-    """Chunk [a, b) of one layer through its compiled steps (`_steps`),
-    counting the bytes its reads move over the link into `report`."""
-
-    def __init__(self, steps: "_Steps", params: Any, report: Report, a: int, b: int):
-        self.steps, self.params, self.report = steps, params, report
-        self.span, self.count = tables.span(a, b), b - a
-        self.opened: tuple = ()
-
-    def _count_read(self, table: Input, rows: int) -> None:
-        if tables.on_host(table):
-            self.report.bytes_read += rows * tables.link_row_bytes(table)
-
-    def project(self, table: Input) -> jax.Array:
-        self._count_read(table, self.count)
-        return self.steps.project(self.params, table, self.span)
-
-    def open(self, table: Input, source: Input | None, rows: jax.Array) -> None:
-        """Starts the chunk from rows `rows` (int32[size], padded past the
-        table) of `table` (and `source`): its nodes' own."""
-        self._count_read(table, self.count)
-        if source is not None:
-            self._count_read(source, self.count)
-        self.opened = self.steps.open(self.params, table, source, rows)
-
-    def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, count: int,
-               offsets: jax.Array, hot: np.ndarray | None = None) -> None:
-        """Adds the chunk's edges lo .. lo + count (`nbrs`: their source rows
-        in `read_from`, padded past it); `offsets` are the chunk's edge
-        offsets (`_layer_nodes.offsets`); `hot` marks the rows of
-        `read_from` that its device cache holds (their reads cross no link)."""
-        h, s, state = self.opened
-        state = self.steps.reduce(self.params, state, s, read_from, nbrs, offsets, np.int32(lo))
-        self.opened = h, s, state
-        self.report.bytes_read += nbrs.nbytes
-        cached = 0 if hot is None else int(np.count_nonzero(hot[nbrs[:count]]))
-        self._count_read(read_from, count - cached)
-
-    def close(self) -> jax.Array:
-        return self.steps.close(self.params, *self.opened)
-
-
-class _Steps:
-    """The compiled steps of layer `index` of a model (`graphdef`) over
-    chunks of `size` nodes: closures, so that a call hashes no graphdef
-    (that costs milliseconds per call for jit's static arguments)."""
-
-    def __init__(self, graphdef: Any, index: int, size: int,
-                 activation: Callable[[jax.Array], jax.Array] | None, dtype: np.dtype):
-        def conv(params):
-            return nnx.merge(graphdef, params).convs[index]
-
-        def project(params, table, span):
-            return conv(params).source(tables.rows_of(table, span, size).astype(jnp.float32))
-
-        def open_(params, table, source, rows):
-            """(h_dst, s_dst, init state) of the chunk's nodes, rows `rows`."""
-            layer = conv(params)
-            h = gather(table, rows, fill_value=0).astype(jnp.float32)
-            s = (layer.source(h) if source is None
-                 else gather(source, rows, fill_value=0).astype(jnp.float32))
-            return h, s, layer.init(h, s)
-
-        def reduce(params, state, s_dst, read_from, nbrs, offsets, lo):
-            """`reduce` over edges lo .. lo + len(nbrs) of a chunk whose node k
-            has the edges offsets[k] .. offsets[k + 1] (offsets[-1]: all)."""
-            pos = lo + jnp.arange(nbrs.shape[0], dtype=jnp.int32)
-            # Padding edges (pos >= offsets[-1]) are invalid; clipping keeps seg sorted.
-            seg = jnp.clip(jnp.searchsorted(offsets, pos, side="right") - 1, 0, size - 1)
-            rows = gather(read_from, nbrs, fill_value=0)
-            edges = Edges(rows, pos < offsets[-1], seg.astype(jnp.int32), size)
-            return conv(params).reduce(state, s_dst, edges)
-
-        def close(params, h_dst, s_dst, state):
-            out = conv(params).finish(state, h_dst, s_dst)
-            return (out if activation is None else activation(out)).astype(dtype)
-
-        self.project, self.open, self.reduce, self.close = (
-            jax.jit(f) for f in (project, open_, reduce, close))
-
-
-@functools.lru_cache(maxsize=64)
-def _steps(graphdef: Any, index: int, size: int, activation: Callable | None,
-           dtype: np.dtype) -> _Steps:
-    """`_Steps`, kept across calls of `layerwise` on models of one shape."""
-    return _Steps(graphdef, index, size, activation, dtype)
-
-

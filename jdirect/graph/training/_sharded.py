@@ -1,5 +1,6 @@
-"""Pieces shared by the device-sampled step programs (device_feed.py,
-pipelined.py): partition specs, `shard_map` and each device's share."""
+"""Pieces shared by the device-sampled step programs (programs.py, the
+looped and pipelined ones): partition specs, `shard_map` and each device's
+share."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""`DeviceFeed`: sampling on the devices, inside each compiled step, and
-its programs: sampling, feature read and update in one call, `n` steps per
-call, data parallel over a mesh (parallel.py).
+"""`DeviceFeed`: sampling on the devices, inside each compiled step
+(the looped and pipelined programs of programs.py): sampling, feature read
+and update in one call, `n` steps per call, data parallel over a mesh
+(parallel.py).
 
 Every call costs the host its dispatch (on two H200s, 2 ms for a
 papers100M-sized step, longer than the step itself), and a loop whose trip
@@ -24,13 +25,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..features import FeatureSource
 from ..sampling import DeviceSampler
 from . import parallel
-from ..batch import Batch
-from ._sharded import (ALL, POSITION, SPLIT, Position, call_batches, groups_batches, repeat,
-                       sample, shard_map, share)
+from ._sharded import Position, groups_batches
 from .feeds import EVAL_EPOCH
 from .parallel import AXIS
-from .pipelined import Pipeline
-from .steps import StepContext, count_reads, dropout_key
+from .programs import (Ahead, overlapped_train_steps, read_first, sample_eval_steps,
+                       sample_rows, sample_train_steps, train_on_rows)
+from .steps import StepContext
 
 # Steps per dispatch of a loop by default (see `default_steps_per_call`).
 LOOP_STEPS = 8
@@ -53,6 +53,34 @@ def default_steps_per_call(devices: int, device_tables: bool = False) -> int:
     8, before the grouped sampling)."""
     several = devices > 1 or device_tables or groups_batches()
     return LOOP_STEPS if several else 1
+
+
+class Pipeline:
+    """The state a pipelined pass carries from call to call: the rows read
+    ahead for its next step. Runs a pass's training steps pipelined
+    (`DeviceFeed` with `overlap`): `read_first` for a pass's first batch,
+    `overlapped_train_steps` for n steps a call, `train_on_rows` for the
+    pass's last step, with nothing left to read ahead."""
+
+    def __init__(self) -> None:
+        self._ahead: Ahead | None = None  # read ahead for the next step
+
+    def reset(self) -> None:
+        """Forgets what was read ahead: nothing survives an interrupted pass."""
+        self._ahead = None
+
+    def train(self, ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
+              last: bool, step: jax.Array) -> tuple[Any, jax.Array]:
+        """Steps `at` .. `at` + ctx.n - 1 of a pass (`last`: the pass's last
+        step is among them, then n == 1); returns (state, metrics)."""
+        if self._ahead is None:  # a pass's first step: nothing read ahead yet
+            self._ahead, metrics = read_first(ctx, metrics, data, at)
+        if last:
+            ahead, self._ahead = self._ahead, None
+            return train_on_rows(ctx, state, metrics, ahead, step)
+        state, metrics, self._ahead = overlapped_train_steps(ctx, state, metrics, self._ahead,
+                                                             data, at, step)
+        return state, metrics
 
 
 class StepRange(NamedTuple):
@@ -83,7 +111,7 @@ class DeviceFeed:
     Hence `default_steps_per_call`.
 
     With `overlap` and a source whose reads overlap (`FeatureSource.overlaps`),
-    training steps are pipelined (pipelined.py): step i samples batch i + 1
+    training steps are pipelined (`Pipeline`): step i samples batch i + 1
     and starts reading its rows, then updates on batch i while they arrive.
 
     Args:
@@ -168,67 +196,6 @@ class DeviceFeed:
         self.sampler.close()
         self.arrays = self.table = self.data = None
         self._pipeline.reset()
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
-                       step: jax.Array):
-    """Steps i .. i + n - 1 after `at` on the devices of `ctx.mesh`: each
-    samples its batch, reads its features and updates the model, all in one
-    program; returns (state, metrics). `step` is step i's global number
-    (dropout's key); `data` = (graph arrays, table), replicated."""
-
-    def body(state, metrics, data, at, step):
-        arrays, table = data
-        batch_of = call_batches(ctx.sampler, arrays, at, 0, ctx.n)
-
-        def one(j, carry):
-            batch = batch_of(j)
-            x = ctx.source.read(table, batch.input_nodes, None)
-            state, metrics = carry
-            metrics = count_reads(ctx.source, metrics, table, batch.input_nodes, AXIS)
-            return ctx.update(state, metrics, x, batch, dropout_key(ctx.seed, share(step + j)), AXIS)
-
-        return repeat(ctx.n, one, (state, metrics))
-
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, ALL, POSITION, ALL),
-                     out_specs=(ALL, ALL))(state, metrics, data, at, step)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
-                      at: Position) -> jax.Array:
-    """Adds (correct, seeds) of batches i .. i + n - 1 after `at`, sampled
-    on the devices of `ctx.mesh`, to `correct`."""
-
-    def body(state, correct, data, at):
-        arrays, table = data
-        batch_of = call_batches(ctx.sampler, arrays, at, 0, ctx.n)
-
-        def one(j, correct):
-            batch = batch_of(j)
-            x = ctx.source.read(table, batch.input_nodes, None)
-            return ctx.count_correct(state, correct, x, batch, AXIS)
-
-        return repeat(ctx.n, one, correct)
-
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, ALL, POSITION),
-                     out_specs=ALL)(state, correct, data, at)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> tuple[jax.Array, Batch]:
-    """(rows, batch) of the batch j steps after `at`, as a training step
-    samples and reads it, on every device of `ctx.mesh`: each array is the
-    devices' parts concatenated along axis 0 (`_sharded.SPLIT`)."""
-
-    def body(data, at, j):
-        arrays, table = data
-        batch = sample(ctx.sampler, arrays, at, j)
-        return ctx.source.read(table, batch.input_nodes, None), batch
-
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, POSITION, ALL),
-                     out_specs=SPLIT)(data, at, j)
 
 
 def _epoch_order(sampler, width: int, arrays, nodes: jax.Array, epoch: jax.Array, *,

@@ -17,7 +17,6 @@ return device arrays.
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any, Iterator, Protocol
 
@@ -28,7 +27,7 @@ from jax.sharding import Mesh
 from ..batch import Batch
 from ..features import FeatureSource
 from ..sampling import NeighborSampler, Prefetcher
-from . import parallel, steps
+from . import parallel, programs, steps
 
 # Sampling key of evaluation batches: never a training epoch.
 EVAL_EPOCH = 1 << 30
@@ -116,17 +115,17 @@ class HostFeed:
                 yield item, 1
 
     def train_step(self, state, metrics, inputs, step):
-        return steps.train_step(self.ctx, state, metrics, self.source.table, inputs["batch"],
+        return programs.train_step(self.ctx, state, metrics, self.source.table, inputs["batch"],
                                 inputs["staged"], step)
 
     def eval_step(self, state, correct, inputs):
-        return steps.eval_step(self.ctx, state, correct, self.source.table, inputs["batch"],
+        return programs.eval_step(self.ctx, state, correct, self.source.table, inputs["batch"],
                                inputs["staged"])
 
     def batches(self, nodes, epoch):
         for inputs, _ in self.epoch(nodes, epoch):
             batch = inputs["batch"]
-            yield read_rows(self.ctx.source, self.source.table, batch.input_nodes,
+            yield programs.read_rows(self.ctx.source, self.source.table, batch.input_nodes,
                             inputs["staged"]), batch
 
     def stats(self) -> dict[str, float]:
@@ -136,9 +135,3 @@ class HostFeed:
         """Nothing to release: its batches come from the host, a pass's
         workers end with the pass, and the source is the trainer's."""
 
-
-@functools.partial(jax.jit, static_argnums=0)
-def read_rows(source: type[FeatureSource], table: Any, input_nodes: jax.Array,
-              staged: Any) -> jax.Array:
-    """The rows of a host-sampled batch, as a training step reads them."""
-    return source.read(table, input_nodes, staged)

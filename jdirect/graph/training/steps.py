@@ -1,4 +1,4 @@
-"""The update, the host-batch steps and what every step program is compiled for.
+"""The update and what every step program is compiled for.
 
 Every step is a jitted function of the model's state that returns the new
 state; nothing waits for the device. Running metrics are a device array
@@ -11,20 +11,15 @@ graphdef, the feature source's class (whose `read`/`start`/`finish` the
 program traces), the dropout seed and, for the device-sampled programs,
 the mesh, the sampler and the steps per call. Everything else is an array.
 
-Where the programs live, beside the state they carry:
-  * here: `train_step` / `eval_step` on a `Batch` sampled on the host (and,
-    for a source that stages rows, its staged rows), on one device;
-  * device_feed.py: the device-sampled programs, sampling, feature read
-    and update in one call, `n` steps per call, data parallel;
-  * pipelined.py: the pipelined read of a source that `overlaps`, and its
-    read-ahead rows.
+The programs themselves, plain, looped and pipelined, are one body
+(`update` on the rows the source reads) under three schedules:
+programs.py.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 from typing import Any
 
 import jax
@@ -194,20 +189,3 @@ def count_correct(graphdef, state, correct: jax.Array, x: jax.Array, batch: Batc
     model, _ = nnx.merge(graphdef, state)
     return correct + _total(jnp.stack([_correct(model(x, batch), batch).astype(jnp.float32),
                                        batch.seed_mask.sum().astype(jnp.float32)]), axis)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch, staged,
-               step: jax.Array):
-    """One update on a host-sampled `batch`; returns (state, metrics)."""
-    x = ctx.source.read(table, batch.input_nodes, staged)
-    metrics = count_reads(ctx.source, metrics, table, batch.input_nodes)
-    return ctx.update(state, metrics, x, batch, dropout_key(ctx.seed, step))
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def eval_step(ctx: StepContext, state, correct: jax.Array, table, batch: Batch,
-              staged) -> jax.Array:
-    """Adds (correct, seeds) of a host-sampled `batch` to `correct`."""
-    x = ctx.source.read(table, batch.input_nodes, staged)
-    return ctx.count_correct(state, correct, x, batch)

@@ -1,0 +1,168 @@
+"""The plan of a layer-wise inference (`jdirect.graph.inference`): each
+layer's chunk sizes and the bytes of the tables it makes, known before any
+work, so that a run that cannot fit is refused in one line. Private to
+`jdirect.graph.inference`, which re-exports `Plan` and `plan`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from .._arrays import sorted_unique
+from .. import host_memory
+from . import _layer_nodes as layer_nodes
+from . import _layer_tables as tables
+from .data import Graph
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a `layerwise` call will run, known before it starts (`plan`).
+
+    Attributes:
+      chunks: per layer, input side first, (nodes, edges): the most
+        destination nodes a step computes and the most edges a window reads
+        (1 for a model that reads no edges).
+      working: bytes of working memory the widest layer's steps take
+        (`_layer_tables.working_bytes`).
+      working_budget: the bytes the chunks were sized to fit.
+      device_budget: bytes of device memory left for the tables made.
+      table_bytes: per layer, the bytes of the tables inference makes that
+        live at once while it runs (its input if inference made it, GAT's
+        source rows, its output), wherever they are placed.
+    """
+
+    chunks: tuple[tuple[int, int], ...]
+    working: int
+    working_budget: int
+    device_budget: float
+    table_bytes: tuple[int, ...]
+
+
+def plan(model: nnx.Module, graph: Graph, *, nodes: Any = None, features_dtype: Any = np.float32,
+         chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
+         device_budget: int | None = None, working_budget: int | None = None,
+         table_dtype: Any = None, logits_dtype: Any = np.float32, hint: str = "") -> Plan:
+    """The `Plan` of `layerwise(model, graph, features, nodes=nodes, ...)`
+    with features of dtype `features_dtype` and the same options, or one
+    line saying why it cannot fit, before anything is allocated: call it
+    before training to learn now what evaluating after it would need.
+
+    Args:
+      hint: appended to a refusal's message (e.g. the caller's setting
+        that avoids the inference).
+
+    Raises:
+      TypeError, ValueError: as `layerwise`.
+      MemoryError: one node and one edge of a layer need more working
+        memory than `working_budget` (rows too wide), or a layer's tables
+        exceed the device budget and the host memory available together.
+    """
+    return run_plan(model, graph, nodes, features_dtype, chunk_nodes, chunk_edges,
+                    device_budget, working_budget, table_dtype, logits_dtype, hint)[0]
+
+
+class Planned(NamedTuple):
+    plan: Plan
+    destinations: list[layer_nodes.Nodes]  # each layer's (`_layer_nodes.plan`)
+    nodes: np.ndarray | None  # the nodes asked for, checked (`_check_nodes`)
+    hidden_dtype: np.dtype
+    logits_dtype: np.dtype
+
+
+def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, chunk_nodes: int,
+             chunk_edges: int, device_budget: int | None, working_budget: int | None,
+             table_dtype: Any, logits_dtype: Any, hint: str) -> Planned:
+    """`plan`, with what `layerwise` runs by."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a jdirect.graph Graph, got {type(graph).__name__}")
+    if not hasattr(model, "convs"):
+        raise TypeError(f"model must be a jdirect.graph.models model, got {type(model).__name__}")
+    if chunk_nodes < 1 or chunk_edges < 1:
+        raise ValueError(f"chunk_nodes and chunk_edges must be >= 1, got {chunk_nodes}, "
+                         f"{chunk_edges}")
+    n, convs = graph.num_nodes, list(model.convs)
+    if n >= 2**31 - 1:
+        raise ValueError(f"layerwise uses int32 node ids: {n:,} nodes are too many")
+    nodes = _check_nodes(nodes, n)
+    hidden = _table_dtype(table_dtype, features_dtype)
+    logits_dtype = _float_dtype(np.float32 if logits_dtype is None else logits_dtype,
+                                "logits_dtype")
+    working = tables.working_budget(working_budget)
+    hint = f"; {hint}" if hint else ""
+    dsts = layer_nodes.plan(graph, nodes, len(convs), model.uses_neighbors)
+    chunks, peak, made, src = [], 0, [], layer_nodes.Nodes(graph)
+    for i, (conv, dst) in enumerate(zip(convs, dsts)):
+        # Windows read input rows, or a projecting layer's source rows.
+        edge_width = ((conv.source_dim if conv.projects else conv.in_dim)
+                      if model.uses_neighbors else 0)
+        width = max(conv.in_dim, conv.source_dim, conv.out_dim)
+        edges = max(1, dst.num_edges) if model.uses_neighbors else 1
+        shape = tables.chunk_shape(min(chunk_nodes, max(src.rows, dst.rows, 1)),
+                                   min(chunk_edges, edges), edge_width, width, working)
+        if shape is None:
+            least = tables.working_bytes(1, 1, edge_width, width)
+            raise MemoryError(
+                f"jdirect: layer-wise inference cannot fit layer {i + 1}: one node and one edge "
+                f"of its {width:,}-wide rows need {least:,} bytes of working memory, above the "
+                f"working_budget of {working:,} bytes{hint}")
+        chunks.append(shape)
+        peak = max(peak, tables.working_bytes(shape[1], shape[0], edge_width, width))
+        # The tables that live while this layer runs (its input if made).
+        live = [("output", (dst.rows, conv.out_dim),
+                 logits_dtype if i + 1 == len(convs) else hidden)]
+        live += [("input", (src.rows, conv.in_dim), hidden)] if i else []
+        live += [("sources", (src.rows, conv.source_dim), hidden)] if conv.projects else []
+        made.append(live)
+        src = dst
+    device = tables.budget(device_budget, peak)
+    room = tables.room(device)
+    sizes = tuple(sum(tables.nbytes(shape, dtype) for _, shape, dtype in live) for live in made)
+    for i, (live, need) in enumerate(zip(made, sizes)):
+        if need > room:
+            what = ", ".join(f"{name} {list(shape)} {np.dtype(dtype).name}"
+                             for name, shape, dtype in live)
+            raise MemoryError(
+                f"jdirect: layer-wise inference cannot fit layer {i + 1}'s tables ({what}): "
+                f"{need:,} bytes ({need / 1e9:.1f} GB) needed, {room:,.0f} bytes of device "
+                f"budget and host memory (less a {host_memory.HOST_RESERVE / 1e9:.1f} GB "
+                f"reserve) available; bfloat16 table_dtype and logits_dtype halve them, fewer "
+                f"nodes shrink the last layers{hint}")
+    return Planned(Plan(tuple(chunks), peak, working, device, sizes), dsts, nodes, hidden,
+                    logits_dtype)
+
+
+def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:
+    """`nodes` as ascending distinct int64 ids (None stays None)."""
+    if nodes is None:
+        return None
+    nodes = np.asarray(nodes)
+    if nodes.size and not np.issubdtype(nodes.dtype, np.integer):
+        raise TypeError(f"nodes must be integer node ids, got dtype {nodes.dtype}")
+    nodes = sorted_unique(nodes.astype(np.int64))
+    if nodes.size and (nodes[0] < 0 or nodes[-1] >= n):
+        raise ValueError(f"nodes must lie in [0, {n}), got ids from {nodes[0]} to {nodes[-1]}")
+    return nodes
+
+
+def _float_dtype(dtype: Any, name: str) -> np.dtype:
+    """`dtype` as a float type JAX computes in (float64 only under x64)."""
+    dtype = jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"{name} must be a float type, got {dtype.name}")
+    if jax.dtypes.canonicalize_dtype(dtype) != dtype:
+        raise ValueError(f"{name} {dtype.name} needs jax_enable_x64 (JAX would compute "
+                         f"{jax.dtypes.canonicalize_dtype(dtype).name})")
+    return dtype
+
+
+def _table_dtype(table_dtype: Any, features_dtype: Any) -> np.dtype:
+    if table_dtype is not None:
+        return _float_dtype(table_dtype, "table_dtype")
+    features_dtype = np.dtype(features_dtype)
+    return features_dtype if jnp.issubdtype(features_dtype, jnp.floating) else np.dtype(np.float32)

@@ -1,0 +1,86 @@
+"""The trainer's evaluations: sampled (as in training, through the feed)
+and full-split (layer-wise inference over every node of a split, OGB's
+protocol), and the plan that refuses before training a full-split
+evaluation that could not run after it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from ... import host_memory
+from ...host_table import HostTable
+from .. import inference
+from ..data import Graph
+from ..features import FeatureSource
+from . import parallel, steps
+from .feeds import EVAL_EPOCH, Feed
+from .learned import LearnedFeatures
+
+# Where a refused full-split evaluation's message points.
+_HINT = "--no-full-eval evaluates sampled only"
+
+
+def sampled_accuracy(feed: Feed, state: Any, nodes: np.ndarray) -> float:
+    """Accuracy of `state`'s model over `nodes`, sampled as in training
+    (the evaluation key, `EVAL_EPOCH`, unshuffled); 0 for no nodes."""
+    correct = steps.zero_metrics(2, feed.mesh)
+    in_flight = steps.InFlight()
+    for inputs, _ in feed.epoch(nodes, EVAL_EPOCH):
+        correct = feed.eval_step(state, correct, inputs)
+        in_flight.add(correct)
+    right, seen = parallel.host_value(correct)
+    return float(right) / max(float(seen), 1.0)
+
+
+def check_full_eval(model: nnx.Module, graph: Graph, given: int, learned_dim: int) -> None:
+    """Refuses now a full-split evaluation of `model` on `graph` that could
+    not run after training: its working memory (`inference.plan`) and, with
+    a learned embedding of `learned_dim` columns after `given` given ones,
+    the host room for its [features, embedding] input rows
+    (`LearnedFeatures.input_table`).
+
+    Raises:
+      MemoryError: either does not fit.
+    """
+    if learned_dim and given:
+        host_memory.check_host_room(
+            graph.num_nodes * (given + learned_dim) * 4,
+            "the full-split evaluation's input rows (given features and the "
+            f"embedding, float32; {_HINT})")
+    inference.plan(model, graph, nodes=np.concatenate([graph.val, graph.test]),
+                   table_dtype=graph.features.dtype, hint=_HINT)
+
+
+def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource,
+                  learned: LearnedFeatures | None, given: int,
+                  progress: bool) -> dict[str, float | None]:
+    """{"val", "test"}: accuracy of the model of (`graphdef`, `state`, the
+    trainer's) over every node of the split with full neighbourhoods; None
+    for an empty split. The input rows are `source`'s table, or the graph's
+    features where the source keeps none or encodes them, or with
+    `learned` the `given` feature columns followed by the embedding as of
+    `state` (then (model state, EmbeddingState))."""
+    table, own = source.table, None
+    if learned is not None:  # the input rows hold the learned ones
+        state, table = state[0], learned.input_table(graph.features[:, :given], state[1])
+        own = table
+    elif table is None or not source.exact_rows:
+        # A source that stages rows on the CPU keeps no table, and one of
+        # narrower rows (bfloat16, int8) is not what is evaluated.
+        table = own = HostTable(graph.features)
+    model, _ = nnx.merge(graphdef, jax.device_put(state, jax.local_devices()[0]))
+    try:
+        # The graph's rows and hidden tables in its dtype (feature_dtype),
+        # not in the source's row encoding: a reported accuracy must not
+        # change with the device memory that `auto` saw.
+        acc = inference.evaluate(model, graph, table, splits=("val", "test"),
+                                 table_dtype=graph.features.dtype, progress=progress)
+    finally:
+        if own is not None:
+            own.close()
+    return {split: None if math.isnan(a) else a for split, a in acc.items()}

@@ -1,0 +1,112 @@
+"""A run's input: the devices it trains on, the feature source and the
+feed that samples its batches (the sampler `cfg.sampler` names), shaped for
+the graph. The trainer and `jdirect.graph.Loader` open it the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from ..batch import check_config, layer_caps
+from ..data import Graph
+from ..features import SOURCES, FeatureSource, SourceOptions
+from ..sampling import DeviceSampler, NeighborSampler, device_free_bytes_needed
+from . import parallel
+from .config import TrainConfig, fanouts_for
+from .device_feed import DeviceFeed, default_steps_per_call
+from .feeds import Feed, HostFeed
+
+
+def sampler_kind(cfg: TrainConfig) -> str:
+    """"device" or "cpu": where `cfg.sampler` samples on this backend."""
+    if cfg.sampler != "auto":
+        return cfg.sampler
+    if jax.default_backend() == "gpu" and not SOURCES[cfg.features].needs_cpu_sampler:
+        return "device"
+    return "cpu"
+
+
+def make_mesh(cfg: TrainConfig) -> Mesh:
+    """The devices a run of `cfg` trains on: `cfg.devices` of them (None:
+    all, of every process) with the device sampler; the CPU sampler feeds
+    one device of one process.
+
+    Raises:
+      ValueError: the CPU sampler with several devices or processes, or
+        with steps_per_call; a device count the processes cannot provide
+        (parallel.make_mesh); a batch size that the devices cannot share
+        evenly.
+    """
+    if cfg.devices is not None and cfg.devices > jax.device_count():
+        # Before any advice about samplers, which could not help.
+        raise ValueError(f"devices {cfg.devices}: this run has {jax.device_count()} "
+                         f"{jax.default_backend()} device(s)")
+    if sampler_kind(cfg) == "cpu":
+        if cfg.devices not in (None, 1) or jax.process_count() > 1:
+            raise ValueError(
+                f"devices {cfg.devices} in {jax.process_count()} process(es): the CPU sampler "
+                "feeds one device of one process; use the device sampler (--sampler device) "
+                "to train on several")
+        if cfg.steps_per_call is not None:
+            raise ValueError(f"steps_per_call {cfg.steps_per_call}: the CPU sampler runs one "
+                             "step per batch; use the device sampler (--sampler device)")
+        return parallel.make_mesh(1)
+    if cfg.embedding_dim and jax.process_count() > 1:
+        raise ValueError(f"embedding_dim {cfg.embedding_dim}: a learned embedding trains in one "
+                         f"process, not {jax.process_count()}")
+    # A learned embedding trains on one device (TrainConfig.validate).
+    mesh = parallel.make_mesh(1 if cfg.embedding_dim else cfg.devices)
+    if cfg.batch_size % mesh.size:
+        raise ValueError(f"batch_size {cfg.batch_size} must be a multiple of the number of "
+                         f"devices ({mesh.size}): each device samples an equal share")
+    return mesh
+
+
+def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
+              batch_size: int, mesh: Mesh, learned: Any = None,
+              device_tables: bool = False) -> Feed:
+    """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
+    `batch_size` seeds per step over all devices; `learned` as
+    `steps.StepContext.learned`, its tables in device memory if
+    `device_tables` (`default_steps_per_call`)."""
+    if sampler_kind(cfg) == "device":
+        sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
+        steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size, device_tables)
+        return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
+                          mesh=mesh, steps_per_call=steps_per_call, learned=learned)
+    sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
+    return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
+                    workers=cfg.workers, learned=learned)
+
+
+def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
+               learned: Any = None, device_tables: bool = False) -> tuple[FeatureSource, Feed]:
+    """The input of a run of `cfg` on `graph` over `mesh` (`make_mesh`): the
+    feature source `features` (a key of `SOURCES`) and the feed that samples
+    its batches (`make_feed`; `graphdef` None for a feed without a model,
+    whose `batches` alone serve). The caller closes both, the feed first.
+
+    Shapes are sized for the graph: fanouts beyond the largest degree are
+    clamped to it and the batch size to the node count (`check_config`),
+    the batch still shared evenly by the devices.
+    """
+    fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
+    batch_size = -(-batch_size // mesh.size) * mesh.size
+    caps = layer_caps(batch_size, fanouts, graph.num_nodes)
+    # A cache sized by the free memory leaves the device sampler's CSR room
+    # on the device: sampling from host memory cost more than the extra
+    # cache saved (papers100m, H100, 2026-11-27: 3.12 s an epoch with 74 %
+    # of the rows cached and the CSR in host memory, 2.70 s with 20 %
+    # cached and the CSR on the device).
+    reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
+    source = SOURCES[features](graph, SourceOptions(
+        rows_per_batch=caps[-1], staging_buffers=cfg.workers, cache_fraction=cfg.cache_fraction,
+        row_encoding=cfg.row_encoding, device_reserve=reserve))
+    try:
+        return source, make_feed(graph, cfg, source, graphdef, fanouts, batch_size, mesh,
+                                 learned, device_tables)
+    except BaseException:
+        source.close()
+        raise

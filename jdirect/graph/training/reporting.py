@@ -1,0 +1,100 @@
+"""What a run says: its result and the protocol of each accuracy, an
+epoch's log line, the accuracies' line, and what a stopped run leaves
+behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from ..io import MetricsFile
+from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
+from .config import TrainConfig
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+# Which epoch's model a run evaluates (its protocol's "best_epoch").
+BEST_VAL = "best sampled validation"
+LAST_NO_VAL = "the last epoch: no validation nodes"
+LAST_LEARNED = "the last epoch: a learned embedding changes in place"
+
+
+def best_of(history: list[dict]) -> dict[str, Any]:
+    """{epoch, val_acc} of `history`'s best sampled validation accuracy (the
+    earliest of equals); without any, its last epoch (-1: none) and -1."""
+    scored = [(m["val_acc"], m["epoch"]) for m in history if m.get("val_acc") is not None]
+    if not scored:
+        return dict(epoch=history[-1]["epoch"] if history else -1, val_acc=-1.0)
+    val, epoch = max(scored, key=lambda p: (p[0], -p[1]))
+    return dict(epoch=epoch, val_acc=val)
+
+
+def fit_result(trainer: "Trainer", best_epoch: int, sampled: float | None,
+               full: dict[str, float | None]) -> dict[str, Any]:
+    """`Trainer.fit`'s result: its history, the accuracies of the model of
+    `best_epoch` (`sampled` on the test split, `full` from the full-split
+    evaluation, {} without one), where it trained, and the protocol of each
+    accuracy."""
+    cfg = trainer.cfg
+    out = dict(history=trainer.history, best_epoch=best_epoch,
+               val_acc=full.get("val"), test_acc=full.get("test", sampled),
+               sampled_test_acc=sampled, epochs=trainer.epochs, devices=trainer.mesh.size,
+               processes=jax.process_count(),
+               steps_per_call=getattr(trainer.feed, "steps_per_call", 1))
+    out["protocol"] = dict(
+        val_acc=FULL if cfg.full_eval else None, test_acc=FULL if cfg.full_eval else SAMPLED,
+        sampled_test_acc=SAMPLED, history_val_acc=SAMPLED,
+        best_epoch=LAST_LEARNED if trainer.learned is not None else
+        BEST_VAL if len(trainer.graph.val) else LAST_NO_VAL, eval_max=cfg.eval_max)
+    return out
+
+def kept(name: str, trainer: "Trainer | None", history: list[dict[str, Any]],
+          results: dict[str, dict[str, Any]], metrics: MetricsFile | None) -> str:
+    """What a run stopped in `name` (trainer: its Trainer, None if not yet
+    made; history: its finished epochs, [] if it finished) leaves behind,
+    for its one-line message."""
+    runs = [f"{run}'s results" for run in results]
+    if history:
+        runs.append(f"{name}'s metrics to epoch {history[-1]['epoch']}")
+    kept = [f"{' and '.join(runs)} in {metrics.path}"] if metrics is not None and runs else []
+    if trainer is not None and trainer.checkpointed is not None:
+        kept.append(f"{name}'s checkpoint of epoch {trainer.checkpointed} in "
+                    f"{Path(trainer.cfg.checkpoint_dir).absolute()} (rerun with the same "
+                    "checkpoint directory to resume, or to evaluate again)")
+    text = "kept: " + "; ".join(kept) if kept else "nothing was kept"
+    if history and trainer.checkpointed is None:
+        text += f" ({name}'s model is not saved without a checkpoint directory)"
+    return text
+
+
+def accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
+    """The accuracies of a run's result `out` (`fit_result`) in one line:
+    full-split and sampled with `cfg.full_eval`, else sampled only."""
+    if out["test_acc"] is None:
+        return "no test nodes"
+    if not cfg.full_eval:
+        return f"test accuracy {out['test_acc']:.4f} (sampled)"
+    val = "-" if out["val_acc"] is None else f"{out['val_acc']:.4f}"
+    return (f"test accuracy {out['test_acc']:.4f}, validation {val} (full split); sampled "
+            f"test {out['sampled_test_acc']:.4f}")
+
+
+def format_epoch(m: dict[str, Any], over_link: bool = True) -> str:
+    """One log line for an epoch's metrics; `over_link`: the host table is
+    read across PCIe (a GPU), else in place (the CPU backend: no cache, no
+    link, so the rows are only "read")."""
+    val = m.get("val_acc")
+    line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
+            f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
+    if over_link and (m.get("pcie_rows") or m.get("cache_hits")):
+        line += (f" | rows: {m['cache_hits']:,} cached, {m['pcie_rows']:,} over PCIe "
+                 f"({m['pcie_gb']:.3g} GB)")
+    elif m.get("pcie_rows"):
+        line += f" | rows: {m['pcie_rows']:,} read ({m['pcie_gb']:.3g} GB)"
+    if "wait_s" in m:
+        line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['cpu_sample_s']:.2f}s,"
+                 f" stage {m['stage_s']:.2f}s)")
+    return line
