@@ -152,7 +152,7 @@ def test_rows_of_products_and_papers100m_keep_the_default_chunks_on_a_gpu(monkey
     monkeypatch.setattr(placement, "device_free_bytes", lambda: 75 * 10**9)
     monkeypatch.setattr(placement, "device_block_bytes", lambda: None)
     budget = _layer_tables.working_budget(None)
-    assert budget == _layer_tables.WORKING_MAX - _layer_tables.GEMM_WORKSPACE
+    assert budget == _layer_tables.WORKING_MAX
     for width in (100, 128, 256, 696):
         assert _layer_tables.chunk_shape(65_536, 1 << 20, width, width, budget) == (
             65_536, 1 << 20)

@@ -186,7 +186,9 @@ def working_budget(working: int | None) -> int:
         available = host_memory.host_available_bytes()
         return WORKING_CPU if available is None else min(WORKING_CPU, available // 2)
     block = placement.device_block_bytes()
-    return max(1, min(WORKING_MAX, free // 2, free if block is None else block) - GEMM_WORKSPACE)
+    # The workspace is its own buffer: it takes from the free memory, not
+    # from the largest block the chunks' buffers must fit in.
+    return min(WORKING_MAX, max(1, free // 2 - GEMM_WORKSPACE), free if block is None else block)
 
 
 def working_bytes(edges: int, nodes: int, edge_width: int, node_width: int) -> int:

@@ -55,8 +55,8 @@ peak working memory is about E * (4 * w_e * 4 + 16) + 6 * B * w * 4
 bytes (`_layer_tables.working_bytes`). Each layer's B and E are the
 largest at most `chunk_nodes` and `chunk_edges` (and the layer's own node
 and edge counts) whose working memory fits `working_budget`: by default
-half the device's free memory, at most 16 GiB, less XLA's 32 MiB GEMM
-workspace (the CPU backend: 1 GiB).
+half the device's free memory less XLA's 32 MiB GEMM workspace, at most
+16 GiB (the CPU backend: 1 GiB).
 The defaults (B = 65,536, E = 2**20) take 4.7 GB at w = 256 (2.1 and
 2.6 GB at products' and papers100M's 100- and 128-wide inputs, 12.8 GB at
 GAT's 696-wide last layer for 172 classes), so on a GPU they run unchanged
@@ -181,9 +181,9 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         (on the CPU backend: of the host memory available); 0 puts every
         table in host memory.
       working_budget: bytes of working memory the steps' chunks are sized
-        to fit; None: half the device's free memory, at most 16 GiB, less
-        XLA's 32 MiB GEMM workspace (the CPU backend: 1 GiB, at most half
-        the host memory available).
+        to fit; None: half the device's free memory less XLA's 32 MiB GEMM
+        workspace, at most 16 GiB (the CPU backend: 1 GiB, at most half the
+        host memory available).
       table_dtype: element type of the hidden tables made (a staged input
         keeps its own); None: the features' dtype if it is a float type
         (bfloat16 features: bfloat16 tables, half the bytes of float32),
