@@ -73,11 +73,11 @@ def test_cache_fraction_auto_overrides_a_configurations_share(tmp_path):
         return train_graphsage.resolve_config(args).cache_fraction
 
     assert resolved() == 0.3
-    assert resolved("--cache-fraction", "auto") is None
+    assert resolved("--cache-fraction", "auto") == "auto"
     assert resolved("--cache-fraction", "1") == 1.0
     # The default configuration caches what fits (every row of a table that fits).
     default = train_graphsage.parser().parse_args(["--dataset", "tiny"])
-    assert train_graphsage.resolve_config(default).cache_fraction is None
+    assert train_graphsage.resolve_config(default).cache_fraction == "auto"
 
 
 def test_an_unwritable_metrics_path_fails_before_training(tmp_path, capsys):

@@ -58,7 +58,7 @@ def test_the_update_is_one_devices_update_on_the_global_batch(graph):
     update equals one device's AdamW step on the mean loss over all seeds,
     with device d's dropout masks (key of step * 2 + d). A mean of the
     devices' mean losses would weight the padded device's seeds double."""
-    mesh = parallel.make_mesh(2)
+    mesh = parallel.device_mesh(2)
     per_device, seed, step = 32, 3, 5
     sampler = DeviceSampler(graph, (4, 3), per_device, seed=0)
     ids = np.random.default_rng(0).permutation(len(graph.train))[:per_device + per_device // 2]

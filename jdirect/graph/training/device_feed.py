@@ -100,7 +100,7 @@ class DeviceFeed:
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
                  steps_per_call: int = 1, learned: Any = None):
-        self.mesh = mesh if mesh is not None else parallel.make_mesh(1)
+        self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size

@@ -83,7 +83,7 @@ class HostFeed:
 
     def __init__(self, sampler: NeighborSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, prefetch: int, workers: int, learned: Any = None):
-        self.mesh = parallel.make_mesh(1)
+        self.mesh = parallel.device_mesh(1)
         self.sampler, self.source = sampler, source
         self.ctx = steps.StepContext(graphdef, type(source), seed, learned=learned)
         self.batch_size = sampler.batch_size

@@ -79,8 +79,10 @@ def initialize(coordinator: str | None, num_processes: int, process_id: int,
     multihost_utils.sync_global_devices("jdirect: processes joined")
 
 
-def make_mesh(devices: int | None = None) -> Mesh:
-    """A 1-D mesh (axis AXIS) of `devices` devices in all.
+def device_mesh(devices: int | None = None) -> Mesh:
+    """A 1-D mesh (axis AXIS) of `devices` devices in all: the devices a
+    mesh is made of. A training run's mesh is `trainer.make_mesh(cfg)`,
+    which checks the run's settings and calls this, once a run.
 
     Each of the P processes contributes its first devices / P local devices
     (by id); processes appear in order, so the mesh position of a device,

@@ -74,7 +74,7 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
     Raises:
       ValueError: the CPU sampler with several devices or processes, or
         with steps_per_call; a device count the processes cannot provide
-        (parallel.make_mesh); a batch size that the devices cannot share
+        (parallel.device_mesh); a batch size that the devices cannot share
         evenly.
     """
     if cfg.devices is not None and cfg.devices > jax.device_count():
@@ -90,12 +90,12 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
         if cfg.steps_per_call is not None:
             raise ValueError(f"steps_per_call {cfg.steps_per_call}: the CPU sampler runs one "
                              "step per batch; use the device sampler (--sampler device)")
-        return parallel.make_mesh(1)
+        return parallel.device_mesh(1)
     if cfg.embedding_dim and jax.process_count() > 1:
         raise ValueError(f"embedding_dim {cfg.embedding_dim}: a learned embedding trains in one "
                          f"process, not {jax.process_count()}")
     # A learned embedding trains on one device (TrainConfig.validate).
-    mesh = parallel.make_mesh(1 if cfg.embedding_dim else cfg.devices)
+    mesh = parallel.device_mesh(1 if cfg.embedding_dim else cfg.devices)
     if cfg.batch_size % mesh.size:
         raise ValueError(f"batch_size {cfg.batch_size} must be a multiple of the number of "
                          f"devices ({mesh.size}): each device samples an equal share")
@@ -181,20 +181,22 @@ class Trainer:
 
     With `cfg.embedding_dim`, `self.learned` holds the learned embedding
     (learned.py) and the state is (model state, `learned.EmbeddingState`).
+    `mesh`: `make_mesh(cfg)` where the caller made it (None: made here).
 
     Raises:
       ValueError: a bad setting (see TrainConfig.validate), an empty
         training split, or a graph without features and no embedding_dim.
     """
 
-    def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None):
+    def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None,
+                 mesh: Mesh | None = None):
         cfg.validate()
         # Where the run's time goes (train_and_evaluate shares one across runs).
         self.timings = timings if timings is not None else Timings()
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
-        mesh = make_mesh(cfg)
+        mesh = make_mesh(cfg) if mesh is None else mesh  # the caller's `make_mesh(cfg)`
         features, given = model_input(graph, cfg)
         self.mesh = mesh
         self._given = given  # the given features' columns in the model's input
@@ -484,7 +486,8 @@ def _best_of(history: list[dict]) -> dict[str, Any]:
 def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
                        graph: Graph | None = None, baseline: bool = False,
                        metrics_path: str | Path | None = None,
-                       log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+                       log: Callable[[str], None] = print,
+                       mesh: Mesh | None = None) -> dict[str, dict[str, Any]]:
     """Loads the configuration's graph (unless `graph` is given), trains
     and evaluates `cfg.model`, then, with `baseline`, the features-only MLP
     on the same graph and settings, for comparison.
@@ -500,6 +503,8 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
       metrics_path: the metrics file (None without a workdir: none).
       log: progress lines; only process 0 of a multi-process run logs and
         writes files.
+      mesh: `make_mesh(cfg)` if the caller made it (the CLI, for its
+        checks), else made here; every run trains on it.
 
     Raises:
       ValueError: a bad setting, dataset or metrics path; CheckpointError
@@ -523,7 +528,7 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
         if cfg.checkpoint_dir is None:
             cfg = cfg.replace(checkpoint_dir=str(workdir / "checkpoints"))
         metrics_path = metrics_path or workdir / "metrics.json"
-    mesh = make_mesh(cfg)
+    mesh = make_mesh(cfg) if mesh is None else mesh
     metrics = MetricsFile(metrics_path, dict(config=as_dict(cfg))) \
         if metrics_path is not None and lead else None
     start = time.perf_counter()
@@ -558,7 +563,7 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
             trainer = None
             say(f"--- {name} ---")
             with timings.phase("place_s"):
-                trainer = Trainer(graph, run_cfg, timings=timings)
+                trainer = Trainer(graph, run_cfg, timings=timings, mesh=mesh)
             _train_run(name, trainer, results, metrics, timings, say, log)
     except (EvaluationFailed, KeyboardInterrupt) as e:
         stopped = f"{name}: {e}" if isinstance(e, EvaluationFailed) else f"interrupted in {name}"
