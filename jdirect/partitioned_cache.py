@@ -64,8 +64,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ._ops import FILL, DeviceCache, ReadRequest
 from ._table_base import RegisteredTable
 from .cached_table import TableCache, check_rows, check_table, hottest_rows
-from .placement import put
-from .table import replicated
+from .placement import put, replicated
 
 MIN_JAX = (0, 10)  # the oldest jax PartitionedCache runs on (the package's is 0.9)
 _JAX = tuple(int(p) for p in jax.__version__.split(".")[:2])

@@ -17,6 +17,7 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+import jdirect
 from conftest import run_tests_on_cpu_devices
 from jdirect.graph import DeviceSampler, synthetic
 from jdirect.graph.training import parallel, steps
@@ -80,7 +81,7 @@ def test_the_update_is_one_devices_update_on_the_global_batch(graph):
     x, batch = jax.device_put(jax.tree.map(lambda *a: jnp.concatenate(a), (xs[0], batches[0]),
                                            (xs[1], batches[1])), split)
     ctx = steps.StepContext(graphdef, SOURCES["device"], seed, mesh)
-    new_state, metrics = train_on_rows(ctx, parallel.replicate(mesh, state),
+    new_state, metrics = train_on_rows(ctx, jdirect.replicated(state, mesh),
                                        steps.zero_metrics(mesh=mesh), (x, batch), jnp.int32(step))
 
     @jax.jit

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ...placement import replicated
 from ..features import FeatureSource
 from ..sampling import DeviceSampler
 from . import parallel
@@ -107,8 +108,8 @@ class DeviceFeed:
         self.overlap = overlap and source.overlaps
         self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
                                learned)
-        self.arrays = parallel.replicate(self.mesh, sampler.arrays)
-        self.table = parallel.replicate(self.mesh, source.table)
+        self.arrays = replicated(sampler.arrays, self.mesh)
+        self.table = replicated(source.table, self.mesh)
         self.data = (self.arrays, self.table)
         self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
                               static_argnames="shuffle",
@@ -124,7 +125,7 @@ class DeviceFeed:
         """int32[steps, batch_size]: the seeds of a pass over `nodes`, a row
         per step (padded with -1), split over the mesh (`_sharded.SEEDS`);
         shuffled per `epoch` unless it is EVAL_EPOCH."""
-        nodes = parallel.replicate(self.mesh, np.asarray(nodes, np.int32))
+        nodes = replicated(np.asarray(nodes, np.int32), self.mesh)
         return self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH)
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[StepRange, int]]:

@@ -32,6 +32,7 @@ from ..batch import check_config, layer_caps
 from ..data import Graph, load_graph
 from ... import host_memory
 from ...host_table import HostTable
+from ...placement import replicated
 from .. import inference
 from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
 from ..features import SOURCES, FeatureSource, SourceOptions
@@ -225,7 +226,7 @@ class Trainer:
                                       wrt=nnx.Param)
             # Replicated like every step's output: one compilation per step kind.
             self.graphdef, self.state = nnx.split((model, optimizer))
-            self.state = parallel.replicate(mesh, self.state)
+            self.state = replicated(self.state, mesh)
         except BaseException:
             if self.learned is not None:  # nothing has written it yet
                 self.learned.close()
@@ -422,7 +423,7 @@ class Trainer:
     def _placed(self, emb: Any) -> Any:
         """A learned embedding's device tables placed as the model's state
         and every step's output are (one compilation per step kind)."""
-        return parallel.replicate(self.mesh, emb) if emb.on_device else emb
+        return replicated(emb, self.mesh) if emb.on_device else emb
 
     def _checkpointed(self, state: Any) -> Any:
         """`state` as a step checkpoint holds it: a learned embedding's
