@@ -117,7 +117,7 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
                           mesh=mesh, steps_per_call=steps_per_call, learned=learned)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
-                    workers=cfg.workers, learned=learned)
+                    workers=cfg.workers, learned=learned, mesh=mesh)
 
 
 def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
