@@ -224,8 +224,8 @@ def main() -> None:
                 if "jdirect-cached" in args.methods:
                     counts = np.bincount(make_indices(np.random.default_rng(1), dist, 2 * n, rows),
                                          minlength=rows)
-                    cached = jdirect.CachedTable.from_counts(
-                        table, counts, int(args.cache_fraction * rows * cached_row_bytes(row_bytes)))
+                    share = int(args.cache_fraction * rows * cached_row_bytes(row_bytes))
+                    cached = jdirect.CachedTable.from_counts(table, counts, share)
                     runs["jdirect-cached"] = lambda: gather(cached, idx)
                 if "jdirect-bf16" in extra:
                     runs["jdirect-bf16"] = lambda: gather_f32(extra["jdirect-bf16"], idx)
