@@ -41,7 +41,7 @@ from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
 from .models import MODELS
 from .training import parallel
 from .training.config import (AUTO, CONFIGS, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig,
-                              apply_flags, load_config, parse_fanouts)
+                              apply_flags, load_config, parse_cache_fraction, parse_fanouts)
 from .training.learned import MEMORY, OPTIMIZERS
 from .training.trainer import EvaluationFailed, TrainingDiverged, make_mesh, train_and_evaluate
 
@@ -73,7 +73,11 @@ def _number(kind: type, low: float, high: float | None = None, *, open_low: bool
 
 def _cache_fraction(text: str) -> float | str:
     """--cache-fraction: "auto" or a number in [0, 1], the setting's value."""
-    return AUTO if text == AUTO else _number(float, 0, 1)(text)
+    try:
+        value = parse_cache_fraction(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return value if value == AUTO else _number(float, 0, 1)(text)
 
 
 def _fanouts(text: str) -> tuple[int, ...]:
@@ -150,7 +154,7 @@ def parser() -> argparse.ArgumentParser:
     add("--cache-fraction", type=_cache_fraction,
         help="jdirect-cache: share of the (encoded) feature table kept on the device, or "
              "auto: as many rows as fit in half the free device memory, every row when the "
-             "table fits (default: auto)")
+             "table fits")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
              "auto: bfloat16 when a device cache takes only a share of the rows, else "

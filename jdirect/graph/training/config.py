@@ -31,6 +31,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MOVED = {"jdirect.graph.config": "jdirect.graph.training"}
 SAMPLERS = ("auto", "device", "cpu")
 AUTO = "auto"  # cache_fraction's value for "what fits" (`features.encoding.plan_rows`)
+CACHE_FRACTIONS = f"{AUTO!r} or a number in [0, 1]"  # what cache_fraction may be
 FEATURE_DTYPES = (None,) + TABLE_DTYPES
 
 # A fanout beyond this is a typo, not a sampling plan; shapes are sized by
@@ -179,8 +180,7 @@ class TrainConfig:
         # say which string.
         _check(self.cache_fraction == AUTO or (_is_number(self.cache_fraction)
                                                and 0.0 <= self.cache_fraction <= 1.0),
-               "cache_fraction", f"must be {AUTO!r} or a number in [0, 1], got "
-               f"{self.cache_fraction!r}")
+               "cache_fraction", f"must be {CACHE_FRACTIONS}, got {self.cache_fraction!r}")
         _check_types(self)
         _check(isinstance(self.fanouts, tuple) and len(self.fanouts) > 0,
                "fanouts", "must be a non-empty list of positive integers, e.g. 15,10,5")
@@ -397,8 +397,7 @@ def parse_cache_fraction(text: str) -> float | str:
     try:
         return float(text)
     except ValueError:
-        raise ValueError(f"cache_fraction must be {AUTO!r} or a number in [0, 1], got "
-                         f"{text!r}") from None
+        raise ValueError(f"cache_fraction must be {CACHE_FRACTIONS}, got {text!r}") from None
 
 
 def as_dict(cfg: TrainConfig) -> dict[str, Any]:
