@@ -130,7 +130,7 @@ def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
     block = placement.device_block_bytes()
     if block is not None:  # the cached rows are one buffer
         room = min(room, block)
-    budget = int(min(room, rows * cached_row_bytes(table.row_bytes)))
+    budget = max(0, int(min(room, rows * cached_row_bytes(table.row_bytes))))
     if rows_within(budget, rows, table.row_bytes) < MIN_CACHED_SHARE * rows:
         return table, None
     cached = CachedTable.from_counts(table, counts, budget)
