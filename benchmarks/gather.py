@@ -54,6 +54,7 @@ import ml_dtypes
 import numpy as np
 
 import jdirect
+from jdirect.cached_table import cached_row_bytes
 from _common import print_table, run_meta, timed, write_json
 from _profile import kernel_profile, print_profile
 
@@ -151,7 +152,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--cache-fraction", type=float, default=0.10,
-                        help="jdirect-cached: share of the table's bytes cached on the device")
+                        help="jdirect-cached: share of the table's rows cached on the device (each "
+                             "charged its bytes and its slot, jdirect.cached_table)")
     parser.add_argument("--profile", action="store_true",
                         help="also the device time of each jitted method's call by kernel "
                              "(jax.profiler): what of the call is the read")
@@ -222,8 +224,8 @@ def main() -> None:
                 if "jdirect-cached" in args.methods:
                     counts = np.bincount(make_indices(np.random.default_rng(1), dist, 2 * n, rows),
                                          minlength=rows)
-                    cached = jdirect.CachedTable.from_counts(
-                        table, counts, int(args.cache_fraction * rows * row_bytes))
+                    share = int(args.cache_fraction * rows * cached_row_bytes(row_bytes))
+                    cached = jdirect.CachedTable.from_counts(table, counts, share)
                     runs["jdirect-cached"] = lambda: gather(cached, idx)
                 if "jdirect-bf16" in extra:
                     runs["jdirect-bf16"] = lambda: gather_f32(extra["jdirect-bf16"], idx)

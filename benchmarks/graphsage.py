@@ -42,7 +42,7 @@ import numpy as np
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import FULL, SAMPLED, check
 from jdirect.graph.training import programs, steps
-from jdirect.graph.training.config import TrainConfig
+from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
 from _common import (add_graph_args, finish_figure, host_peak_gb, load_graph_of, memory_peaks,
@@ -163,7 +163,7 @@ def main() -> None:
     p.add_argument("--steps-per-call", type=int, nargs="+", default=[None],
                    help="device sampler: steps per dispatch, each value a run (default: the "
                         "trainer's default)")
-    p.add_argument("--cache-fraction", type=float, default=None,
+    p.add_argument("--cache-fraction", type=parse_cache_fraction, default="auto",
                    help="jdirect-cache: share of the table cached (default: the trainer's "
                         "auto, every row when the table fits)")
     p.add_argument("--fanouts", default="15,10,5")

@@ -78,7 +78,8 @@ def main() -> None:
                          NamedSharding(mesh, P("d")))
     table = jdirect.HostTable.copy_of(rng.standard_normal((rows, dim), dtype=np.float32))
     cached = jdirect.CachedTable.from_counts(table, counts, budget)
-    kinds = {"host": (table.replicated(mesh), P()), "cached": (cached.replicated(mesh), P())}
+    kinds = {"host": (jdirect.replicated(table, mesh), P()),
+             "cached": (jdirect.replicated(cached, mesh), P())}
     for name, cap in PARTITIONED.items():
         t = jdirect.PartitionedCache.from_counts(table, counts, budget, mesh, peer_capacity=cap)
         kinds[name] = (t, t.spec)

@@ -48,7 +48,8 @@ def epoch_run(graph, cfg: TrainConfig, epochs: int) -> dict:
         rec = dict(part="epoch", mode=cfg.features + ("+overlap" if overlapped else ""),
                    encoding=cfg.row_encoding if t.source.encodes_rows else "-",
                    cache="-" if cfg.features != "jdirect-cache" else
-                   ("auto" if cfg.cache_fraction is None else f"{cfg.cache_fraction:.0%}"),
+                   (cfg.cache_fraction if cfg.cache_fraction == "auto" else
+                    f"{cfg.cache_fraction:.0%}"),
                    # the setting; `rows` says what it resolved to
                    rows=t.source.describe() or "the graph's table",
                    epoch_s=statistics.median(m["epoch_s"] for m in timed),

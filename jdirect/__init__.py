@@ -18,7 +18,8 @@ from .host_memory import host_empty
 from .host_table import HostTable
 from .partitioned_cache import PartitionedCache
 from .quantized import Int8Table, decode_rows, quantize_rows
-from .table import Table, replicated
+from .placement import replicated
+from .table import Table
 from .checkpoint import TableCheckpointError, restore_tables, save_tables
 from .write import write_rows
 from . import embeddings  # after the table kinds and writes it builds on

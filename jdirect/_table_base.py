@@ -2,7 +2,8 @@
 
 `TableBase`: the lifetime and identity rules of a table that owns or
 borrows host memory (a context manager with `close()`/`closed`, no
-pickling or copying, `replicated(mesh)`, JAX pytree registration).
+pickling or copying, JAX pytree registration; `jdirect.replicated` places
+any of them on a mesh).
 `RegisteredTable`: a kind whose rows are stored in a registered host table
 (a HostTable, or rows encoded in one) and can therefore be cached: a
 `CachedTable` wraps any of them, the model being GraphBolt's
@@ -18,7 +19,6 @@ import jax
 import numpy as np
 
 from ._ops import DeviceCache, Pending, ReadRequest
-from .table import replicated
 
 
 class TableBase(abc.ABC):
@@ -59,10 +59,6 @@ class TableBase(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def replicated(self, mesh: jax.sharding.Mesh):
-        """This table on every device of `mesh`: see `jdirect.replicated`."""
-        return replicated(self, mesh)
 
     def __reduce_ex__(self, protocol: int):
         name = type(self).__name__

@@ -13,6 +13,46 @@ from ._arrays import all_distinct
 from ._ops import DeviceCache, Pending, ReadRequest, WholeCache
 from ._table_base import RegisteredTable, TableBase
 
+# The cache sizing rule, for every cache of rows (the trainer's feature
+# sources, layer-wise inference, `CachedTable.from_counts`, the benchmarks):
+# a cached row is charged its stored bytes and its int32 slot in the map
+# from table rows to cache rows (`cached_row_bytes`), and a cache sized by
+# the free device memory takes `AUTO_SHARE` of it, leaving what is placed
+# after it its reserve (`cache_budget`).
+SLOT_BYTES = 4
+AUTO_SHARE = 0.5
+
+
+def cached_row_bytes(row_bytes: int) -> int:
+    """Device bytes one cached row is charged: its stored `row_bytes` and
+    its slot (SLOT_BYTES)."""
+    return row_bytes + SLOT_BYTES
+
+
+def rows_within(budget_bytes: int, rows: int, row_bytes: int) -> int:
+    """How many rows of a `rows`-row table whose stored rows take
+    `row_bytes` a cache of `budget_bytes` holds:
+    min(rows, budget_bytes // cached_row_bytes(row_bytes)), 0 for a
+    negative budget."""
+    return max(0, min(rows, int(budget_bytes) // cached_row_bytes(row_bytes)))
+
+
+def cache_budget(free_bytes: int | None, reserve_bytes: int = 0) -> int:
+    """Device bytes a cache sized by the free device memory may take:
+    AUTO_SHARE of `free_bytes` (`placement.device_free_bytes`), and at most
+    `free_bytes - reserve_bytes`, so that what is placed after the cache
+    (the device sampler's CSR, `sampling.device_free_bytes_needed`) still
+    fits, unless the reserve exceeds the free memory (then what it is for
+    goes to host memory anyway). 0 for `free_bytes` None: no separate
+    device memory (the CPU backend), where a device copy would be a second
+    host copy."""
+    if free_bytes is None:
+        return 0
+    budget = int(AUTO_SHARE * max(free_bytes, 0))
+    if reserve_bytes <= free_bytes:
+        budget = min(budget, free_bytes - reserve_bytes)
+    return budget
+
 
 class TableCache(TableBase):
     """A cache of some rows of a registered table, `self.table`, which it
@@ -91,8 +131,9 @@ class CachedTable(TableCache):
     def from_counts(cls, table: RegisteredTable, counts: Any,
                     budget_bytes: int) -> "CachedTable":
         """Caches the rows with the highest `counts` (access frequencies,
-        degrees) that fit in `budget_bytes` of device memory (each row
-        takes `table.row_bytes`, packed for an Int8Table, plus 4 bytes).
+        degrees) that fit in `budget_bytes` of device memory
+        (`rows_within`: each row takes `table.row_bytes`, packed for an
+        Int8Table, plus its 4-byte slot).
 
         Raises:
           TypeError: `counts` are not real numbers, or `budget_bytes` is not
@@ -198,8 +239,8 @@ def check_rows(rows: Any, nrows: int) -> np.ndarray:
 def hottest_rows(table: RegisteredTable, counts: Any, budget_bytes: int, kind: str,
                  devices: int = 1) -> np.ndarray:
     """Sorted ids of the rows with the highest `counts` that fit in
-    `devices` budgets of `budget_bytes` (a row takes `table.row_bytes` plus
-    4 bytes); checks the arguments as `CachedTable.from_counts` says."""
+    `devices` budgets of `budget_bytes` (`rows_within` each); checks the
+    arguments as `CachedTable.from_counts` says."""
     check_table(table, kind)
     if not isinstance(budget_bytes, numbers.Integral) or isinstance(budget_bytes, bool):
         raise TypeError(f"budget_bytes must be an int, got {budget_bytes!r}")
@@ -211,8 +252,7 @@ def hottest_rows(table: RegisteredTable, counts: Any, budget_bytes: int, kind: s
     counts = counts.ravel()
     if counts.shape != (table.shape[0],):
         raise ValueError(f"counts needs {table.shape[0]} entries, got {counts.shape}")
-    per_row = table.row_bytes + 4  # the row and its share of the slot map
-    k = min(table.shape[0], devices * (budget_bytes // per_row))
+    k = min(table.shape[0], devices * rows_within(budget_bytes, table.shape[0], table.row_bytes))
     if counts.dtype.kind == "f" and np.isnan(counts).any():
         raise ValueError("counts must not be NaN")
     return _top_rows(counts, k)

@@ -9,15 +9,11 @@ from typing import Any
 import jax
 import numpy as np
 
-try:
-    from jax.extend.core import get_opaque_trace_state as trace_state
-except ImportError:  # jax < 0.10 has the same function, not yet exported
-    from jax._src.core import get_opaque_trace_state as trace_state
-
-from . import _dtypes, _ffi, host_memory, write
+from . import _dtypes, _ffi, host_memory
 from ._ops import DeviceCache, Pending, ReadRequest, read_registered, start_registered
 from ._table_base import RegisteredTable
 from .placement import put_rows
+from .write import WritableTable, trace_state
 
 
 def _check_array(array: Any) -> None:
@@ -86,7 +82,7 @@ def _token_leaf() -> jax.Array:
     return jax.numpy.asarray(np.int32(0))
 
 
-class HostTable(RegisteredTable):
+class HostTable(RegisteredTable, WritableTable):
     """A table in host memory that `jdirect.gather` reads without copying it.
 
     `HostTable(array)` wraps a C-contiguous NumPy array (an `np.memmap` too)
@@ -277,20 +273,6 @@ class HostTable(RegisteredTable):
             self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
         return rows
 
-    def check_unwritten(self, what: str) -> None:
-        """Raises ValueError if this version was already written in the
-        current trace. The write was in place, so reading this version now
-        would see it (jnp's value semantics: it must not), and writing it
-        again would fork one memory into two next versions: both are
-        refused while tracing, never computed otherwise."""
-        if self._written_in is None or self._written_in != trace_state():
-            return
-        raise ValueError(
-            f"{what}: this version of {self!r} was already written earlier in this traced "
-            "function, in place: reading or writing it again would see that write (jnp's "
-            "semantics say it must not). Use the version the write returned, or read before "
-            "writing")
-
     def restore_donated(self) -> None:
         """Makes this table usable again after a jitted call with
         `donate_argnums` took it: donation deletes the arrays of the
@@ -313,29 +295,6 @@ class HostTable(RegisteredTable):
                            else jax.device_put(np.int32(0), after.sharding))
             self._written = False
 
-    def after_writes(self, idx: jax.Array) -> jax.Array:
-        """Integer `idx` made to depend on this version's latest write, so
-        that a call taking it cannot run before that write.
-
-        The token is always 0 but the compiler cannot know: `idx ^ token`
-        is a new buffer computed from the write's result, which orders the
-        calls on runtimes that order them by the buffers they touch (XLA's
-        CPU thunk executor, CUDA graphs). An optimization_barrier would not:
-        it forwards the same buffers.
-        """
-        if not self._written:
-            return idx
-        return idx ^ self._after.astype(idx.dtype)
-
-    def reads_to_follow(self) -> tuple[jax.Array, ...]:
-        """Rows read from this version in the current trace: a write of it
-        takes them as operands, so that it cannot run before those reads
-        (jnp's semantics: a read of a version never sees later writes).
-        Reads in a nested trace (a scan body, an inner jit) that closes
-        over this version are not among them."""
-        trace = trace_state()
-        return tuple(r for t, r in self._reads if t == trace)
-
     def next_version(self, token: jax.Array) -> "HostTable":
         """The table after a write whose token is `token`: the same memory,
         whose reads and writes follow that write. Concrete (not traced), the
@@ -353,12 +312,6 @@ class HostTable(RegisteredTable):
         view._owner = self if self._finalizer is not None else self._owner
         view._array = view._finalizer = None
         return view
-
-    @property
-    def at(self) -> "write.RowUpdates":
-        """jnp-style sugar for `jdirect.write_rows`: `table.at[idx].set(rows)`
-        and `table.at[idx].add(rows)` return the table's next version."""
-        return write.RowUpdates(self)
 
     def close(self) -> None:
         """Stops new gathers, waits for the GPU gathers reading this table,

@@ -65,7 +65,7 @@ from ._ops import FILL, DeviceCache, ReadRequest
 from ._table_base import RegisteredTable
 from .cached_table import TableCache, check_rows, check_table, hottest_rows
 from ._partition_slices import check_mesh, place_slices
-from .table import replicated
+from .placement import replicated
 
 MIN_JAX = (0, 10)  # the oldest jax PartitionedCache runs on (the package's is 0.9)
 _JAX = tuple(int(p) for p in jax.__version__.split(".")[:2])

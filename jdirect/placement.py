@@ -1,6 +1,6 @@
 """Placing arrays on devices: host -> device copies of large arrays in
-bounded pieces, one array whole on every device of a mesh, and the free
-device memory that placements are sized by.
+bounded pieces, arrays and tables whole on every device of a mesh
+(`replicated`), and the free device memory that placements are sized by.
 
 `jax.device_put` of a NumPy array needs the whole source (and, below 1 GB
 on XLA's GPU client, a pinned staging copy of it) alive until the copy
@@ -15,7 +15,7 @@ piece beyond the source.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -125,16 +125,46 @@ def device_block_bytes() -> int | None:
     return int(max(block, stats["bytes_limit"] - stats["pool_bytes"]))
 
 
-def replicate_array(x: jax.Array | np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
-    """`x` whole on every device of `mesh` (sharded `PartitionSpec()`), in
-    its memory kind (a NumPy array: device memory).
+def replicated(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+    """`tree` on every device of `mesh`: the one way jdirect replicates.
 
-    Each process builds the copies of its own devices from its own `x`, one
-    transfer per device (device to device for a device array: no host
-    round trip of, say, a GB-sized cache); a device already holding `x`
-    keeps its buffer. So with several processes (`jax.distributed`) every
-    process passes its own, equal, value.
+    `tree` is a table (a HostTable, CachedTable or Int8Table), an array, or
+    any pytree of them (a model's state). Each array leaf, NumPy or JAX
+    (a table's handle, in `pinned_host` memory on a GPU; a cache's slots
+    and rows), is placed whole on each device of the mesh, sharded
+    `PartitionSpec()`, in its memory kind (a NumPy array: device memory),
+    one transfer per device (device to device for a device array: no host
+    round trip of, say, a GB-sized cache); a leaf already so placed is
+    kept. Other leaves (Python scalars) are returned as they are.
+
+    A table becomes a view usable as an argument of functions jitted over
+    the mesh, replicated (`P()`) under `shard_map`: every device reads the
+    same host memory (pinned memory is mapped for every GPU, managed
+    memory is accessed by every GPU). The view does not own the table:
+    keep `table` open while the view is used (a gather on a closed table
+    raises, it never reads freed memory).
+
+    With several processes (`jax.distributed`), each process passes its
+    own, equal, value (a table built the same way); only its own devices'
+    copies are made.
+
+    Raises:
+      TypeError: `mesh` is not a `jax.sharding.Mesh`.
+      ValueError: `tree` holds a traced value (a table's view inside a
+        traced function).
     """
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        raise ValueError("replicate the table outside traced functions")
+    return jax.tree_util.tree_unflatten(treedef, [
+        _replicate_array(x, mesh) if isinstance(x, (jax.Array, np.ndarray)) else x
+        for x in leaves])
+
+
+def _replicate_array(x: jax.Array | np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
+    """An array leaf of `replicated`."""
     kind = x.sharding.memory_kind if isinstance(x, jax.Array) else None
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)
     if isinstance(x, jax.Array) and x.sharding == sharding:

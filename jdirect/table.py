@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._ops import Pending, ReadRequest, read_array
-from .placement import replicate_array
 
 
 @runtime_checkable
@@ -79,31 +78,3 @@ class ArrayTable:
 
     def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
         return read_array(self.array, self.memory, idx, request)
-
-
-def replicated(table: Any, mesh: jax.sharding.Mesh) -> Any:
-    """A view of `table` (a HostTable, CachedTable or Int8Table) usable on
-    every device of `mesh`: as an argument of a function jitted over those
-    devices, replicated (`P()`) under `shard_map`, every device reads the
-    same host memory (pinned memory is mapped for every GPU, managed memory
-    is accessed by every GPU).
-
-    Each array the table holds on a device (its handle, in `pinned_host`
-    memory on a GPU; a cache's slots and rows) is placed whole on each
-    device of the mesh, in its memory kind (`replicate_array`). With several
-    processes (`jax.distributed`), each process passes its own table, built
-    the same way; only its own devices' copies are made.
-
-    The view does not own the table: keep `table` open while the view is
-    used (a gather on a closed table raises, it never reads freed memory).
-
-    Raises:
-      TypeError: `mesh` is not a `jax.sharding.Mesh`.
-      ValueError: `table` is a view inside a traced function.
-    """
-    if not isinstance(mesh, jax.sharding.Mesh):
-        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
-    leaves, treedef = jax.tree_util.tree_flatten(table)
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        raise ValueError("replicate the table outside traced functions")
-    return jax.tree_util.tree_unflatten(treedef, [replicate_array(x, mesh) for x in leaves])

@@ -3,20 +3,97 @@ a HostTable's host memory by the device that runs the program."""
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _dtypes, _ffi, _write_ops, host_table
+try:
+    from jax.extend.core import get_opaque_trace_state as trace_state
+except ImportError:  # jax < 0.10 has the same function, not yet exported
+    from jax._src.core import get_opaque_trace_state as trace_state
+
+from . import _dtypes, _ffi, _write_ops
 from .gather import _as_indices
 
 OPS = ("set", "add")
 
 
-def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
-               op: str = "set", unique_indices: bool = False) -> "host_table.HostTable":
+class WritableTable(abc.ABC):
+    """A table `write_rows` writes in place: `jdirect.HostTable`, which
+    derives from it (this module does not import it, so that the table and
+    its writes do not import each other). Its versions order reads after
+    writes: the state below is the table's, this class holds the checks of
+    it that writes and reads share and the `.at` sugar.
+
+    State (set by the table): `_handle`/`_handle_id` (its registration),
+    `_after` (the latest write's token), `_written` (a write may be in
+    flight), `_reads` ((trace, rows) read in traces), `_written_in` (the
+    trace that wrote this version), `writable`, `closed`, `shape`, `dtype`,
+    `memory`, `row_bytes`.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def restore_donated(self) -> None:
+        """Makes the table's leaves again after a donating call deleted them."""
+
+    @abc.abstractmethod
+    def next_version(self, token: jax.Array) -> "WritableTable":
+        """The table after a write whose token is `token`."""
+
+    def check_unwritten(self, what: str) -> None:
+        """Raises ValueError if this version was already written in the
+        current trace. The write was in place, so reading this version now
+        would see it (jnp's value semantics: it must not), and writing it
+        again would fork one memory into two next versions: both are
+        refused while tracing, never computed otherwise."""
+        if self._written_in is None or self._written_in != trace_state():
+            return
+        raise ValueError(
+            f"{what}: this version of {self!r} was already written earlier in this traced "
+            "function, in place: reading or writing it again would see that write (jnp's "
+            "semantics say it must not). Use the version the write returned, or read before "
+            "writing")
+
+    def after_writes(self, idx: jax.Array) -> jax.Array:
+        """Integer `idx` made to depend on this version's latest write, so
+        that a call taking it cannot run before that write.
+
+        The token is always 0 but the compiler cannot know: `idx ^ token`
+        is a new buffer computed from the write's result, which orders the
+        calls on runtimes that order them by the buffers they touch (XLA's
+        CPU thunk executor, CUDA graphs). An optimization_barrier would not:
+        it forwards the same buffers.
+        """
+        if not self._written:
+            return idx
+        return idx ^ self._after.astype(idx.dtype)
+
+    def reads_to_follow(self) -> tuple[jax.Array, ...]:
+        """Rows read from this version in the current trace: a write of it
+        takes them as operands, so that it cannot run before those reads
+        (jnp's semantics: a read of a version never sees later writes).
+        Reads in a nested trace (a scan body, an inner jit) that closes
+        over this version are not among them."""
+        trace = trace_state()
+        return tuple(r for t, r in self._reads if t == trace)
+
+    @property
+    def at(self) -> "RowUpdates":
+        """jnp-style sugar for `jdirect.write_rows`: `table.at[idx].set(rows)`
+        and `table.at[idx].add(rows)` return the table's next version."""
+        return RowUpdates(self)
+
+
+
+
+
+def write_rows(table: "WritableTable", idx: Any, rows: Any, *,
+               op: str = "set", unique_indices: bool = False) -> "WritableTable":
     """Writes `rows` into `table` at `idx`, in place, and returns the table's
     next version: `table.at[idx].set(rows, mode="drop")` (op="set") or
     `table.at[idx].add(rows, mode="drop")` (op="add") on the table's rows.
@@ -101,7 +178,7 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
       jax.errors.JaxRuntimeError (when the program runs): the table was
         closed after the program was traced.
     """
-    if not isinstance(table, host_table.HostTable):
+    if not isinstance(table, WritableTable):
         raise TypeError(f"write_rows writes a HostTable, got {type(table).__name__}")
     if op not in OPS:
         raise ValueError(f"op must be 'set' or 'add', got {op!r}")
@@ -130,7 +207,7 @@ def write_rows(table: "host_table.HostTable", idx: Any, rows: Any, *,
     return table.next_version(token)
 
 
-def check_writable(table: "host_table.HostTable", what: str) -> None:
+def check_writable(table: "WritableTable", what: str) -> None:
     """Raises ValueError if `table` is closed or read-only or this version
     was already written in the current trace, TypeError if its dtype needs
     jax_enable_x64 that is off: the refusals of every write, made before
@@ -145,7 +222,7 @@ def check_writable(table: "host_table.HostTable", what: str) -> None:
     table.restore_donated()
 
 
-def static_handle(table: "host_table.HostTable", traced: bool) -> int | None:
+def static_handle(table: "WritableTable", traced: bool) -> int | None:
     """The handle of a concrete table used inside a trace, which becomes a
     constant of the program, as for its reads (HostTable._read); None when
     the handle is an operand (a traced table, or a call outside jit)."""
@@ -155,7 +232,7 @@ def static_handle(table: "host_table.HostTable", traced: bool) -> int | None:
     return None
 
 
-def _as_rows(rows: Any, table: "host_table.HostTable", idx_shape: tuple[int, ...]) -> jax.Array:
+def _as_rows(rows: Any, table: "WritableTable", idx_shape: tuple[int, ...]) -> jax.Array:
     """`rows` as an array of the table's dtype and shape idx_shape + row shape."""
     target = tuple(idx_shape) + tuple(table.shape[1:])
     if type(rows) in (bool, int, float, complex):  # not NumPy scalars (np.float64 is a float)
@@ -180,7 +257,7 @@ class RowUpdates:
     `unique_indices`); `mode` may only be None or "drop" (ids out of range
     write nothing)."""
 
-    def __init__(self, table: "host_table.HostTable"):
+    def __init__(self, table: "WritableTable"):
         self._table = table
 
     def __getitem__(self, idx: Any) -> "_IndexedRows":
@@ -191,16 +268,16 @@ class RowUpdates:
 
 
 class _IndexedRows:
-    def __init__(self, table: "host_table.HostTable", idx: Any):
+    def __init__(self, table: "WritableTable", idx: Any):
         self._table, self._idx = table, idx
 
     def set(self, rows: Any, *, mode: str | None = None,
-            unique_indices: bool = False) -> "host_table.HostTable":
+            unique_indices: bool = False) -> "WritableTable":
         return write_rows(self._table, self._idx, rows, op=_checked("set", mode),
                           unique_indices=unique_indices)
 
     def add(self, rows: Any, *, mode: str | None = None,
-            unique_indices: bool = False) -> "host_table.HostTable":
+            unique_indices: bool = False) -> "WritableTable":
         return write_rows(self._table, self._idx, rows, op=_checked("add", mode),
                           unique_indices=unique_indices)
 

@@ -11,13 +11,23 @@ import pytest
 
 # The CLI: the `jdirect-train` command's module (examples/train_graphsage.py calls it).
 from jdirect.graph import train as train_graphsage
+from jdirect.graph.training import TrainConfig, config, parallel
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
 
-def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys):
+def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys, monkeypatch):
     metrics = tmp_path / "m.json"
+    checked, meshes = [], []
+    check_types, device_mesh = config._check_types, parallel.device_mesh
+    monkeypatch.setattr(config, "_check_types", lambda cfg: (checked.append(cfg.model),
+                                                             check_types(cfg)))
+    monkeypatch.setattr(parallel, "device_mesh", lambda n=None: (meshes.append(n),
+                                                                 device_mesh(n))[1])
     out = train_graphsage.main(["--dataset", "tiny", "--quiet", "--metrics", str(metrics)])
+    # The run's config is checked once (the baseline's, derived from it,
+    # once too) and the mesh made once, for both runs.
+    assert checked == ["sage", "mlp"] and len(meshes) == 1
     saved = json.loads(metrics.read_text())
     assert saved["sage"]["test_acc"] == out["sage"]["test_acc"]
     assert out["sage"]["test_acc"] > out["mlp"]["test_acc"] + 0.10
@@ -73,11 +83,27 @@ def test_cache_fraction_auto_overrides_a_configurations_share(tmp_path):
         return train_graphsage.resolve_config(args).cache_fraction
 
     assert resolved() == 0.3
-    assert resolved("--cache-fraction", "auto") is None
+    assert resolved("--cache-fraction", "auto") == "auto"
     assert resolved("--cache-fraction", "1") == 1.0
     # The default configuration caches what fits (every row of a table that fits).
     default = train_graphsage.parser().parse_args(["--dataset", "tiny"])
-    assert train_graphsage.resolve_config(default).cache_fraction is None
+    assert train_graphsage.resolve_config(default).cache_fraction == "auto"
+
+
+def test_cache_fraction_auto_and_the_default_are_the_same_config():
+    def resolved(*flags: str):
+        return train_graphsage.resolve_config(
+            train_graphsage.parser().parse_args(["--dataset", "tiny", *flags]))
+
+    assert resolved("--cache-fraction", "auto") == resolved()
+    assert TrainConfig(cache_fraction="auto") == TrainConfig()
+
+
+@pytest.mark.parametrize("value", [None, "half", True, float("nan")])
+def test_a_cache_fraction_neither_auto_nor_a_share_is_one_line(value):
+    with pytest.raises(ValueError) as e:
+        TrainConfig(cache_fraction=value).validate()
+    assert str(e.value) == f"cache_fraction must be 'auto' or a number in [0, 1], got {value!r}"
 
 
 def test_an_unwritable_metrics_path_fails_before_training(tmp_path, capsys):

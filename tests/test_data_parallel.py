@@ -17,6 +17,7 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+import jdirect
 from conftest import run_tests_on_cpu_devices
 from jdirect.graph import DeviceSampler, synthetic
 from jdirect.graph.training import parallel, steps
@@ -58,7 +59,7 @@ def test_the_update_is_one_devices_update_on_the_global_batch(graph):
     update equals one device's AdamW step on the mean loss over all seeds,
     with device d's dropout masks (key of step * 2 + d). A mean of the
     devices' mean losses would weight the padded device's seeds double."""
-    mesh = parallel.make_mesh(2)
+    mesh = parallel.device_mesh(2)
     per_device, seed, step = 32, 3, 5
     sampler = DeviceSampler(graph, (4, 3), per_device, seed=0)
     ids = np.random.default_rng(0).permutation(len(graph.train))[:per_device + per_device // 2]
@@ -80,7 +81,7 @@ def test_the_update_is_one_devices_update_on_the_global_batch(graph):
     x, batch = jax.device_put(jax.tree.map(lambda *a: jnp.concatenate(a), (xs[0], batches[0]),
                                            (xs[1], batches[1])), split)
     ctx = steps.StepContext(graphdef, SOURCES["device"], seed, mesh)
-    new_state, metrics = train_on_rows(ctx, parallel.replicate(mesh, state),
+    new_state, metrics = train_on_rows(ctx, jdirect.replicated(state, mesh),
                                        steps.zero_metrics(mesh=mesh), (x, batch), jnp.int32(step))
 
     @jax.jit

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from jdirect import CachedTable, HostTable
+from jdirect.cached_table import AUTO_SHARE, SLOT_BYTES
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
-from jdirect.graph.features.encoding import (AUTO_SHARE, SLOT_BYTES, STORED, RowPlan,
-                                             plan_rows, row_bytes)
+from jdirect.graph.features.encoding import STORED, RowPlan, plan_rows, row_bytes
 from jdirect.graph.training.trainer import Trainer
 from jdirect.quantized import decode_rows, quantize_rows
 from test_train import config, graph  # noqa: F401 (graph: a fixture)
@@ -45,7 +45,7 @@ def batch_ids(graph) -> np.ndarray:
 # -- rows --------------------------------------------------------------------
 
 @pytest.mark.parametrize("encoding", ["float32", "bfloat16", "int8"])
-@pytest.mark.parametrize("name,fraction", [("jdirect", None), ("jdirect-cache", 0.0),
+@pytest.mark.parametrize("name,fraction", [("jdirect", "auto"), ("jdirect-cache", 0.0),
                                            ("jdirect-cache", 0.3), ("jdirect-cache", 1.0)])
 def test_every_encoding_and_cache_reads_its_encoded_rows(graph, encoding, name, fraction):
     """jnp.take of the encoded table (zeros for padding), through read and
@@ -90,7 +90,7 @@ SHAPE = (1000, 100)  # float32: 400 B a row, 404 with its cache slot
 
 
 @pytest.mark.parametrize("cached", [False, True])
-@pytest.mark.parametrize("fraction", [None, 0.2])
+@pytest.mark.parametrize("fraction", ["auto", 0.2])
 def test_auto_without_device_memory_keeps_the_table_and_no_cache(cached, fraction):
     assert plan_rows(SHAPE, np.float32, "auto", fraction, cached=cached,
                      free_bytes=None) == RowPlan(STORED, 0)
@@ -99,7 +99,7 @@ def test_auto_without_device_memory_keeps_the_table_and_no_cache(cached, fractio
 def test_auto_caches_a_table_that_fits_whole_and_as_stored():
     whole = SHAPE[0] * (400 + SLOT_BYTES)
     free = int(whole / AUTO_SHARE) + 10
-    assert plan_rows(SHAPE, np.float32, "auto", None, cached=True,
+    assert plan_rows(SHAPE, np.float32, "auto", "auto", cached=True,
                      free_bytes=free) == RowPlan(STORED, whole)
 
 
@@ -117,10 +117,10 @@ def test_auto_with_a_cache_share_narrows_even_a_table_that_fits():
 
 def test_auto_narrows_a_table_that_does_not_fit_and_caches_what_does():
     free = 200_000  # budget 100 kB: 247 of 1000 bf16 rows (204 B with the slot)
-    plan = plan_rows(SHAPE, np.float32, "auto", None, cached=True, free_bytes=free)
+    plan = plan_rows(SHAPE, np.float32, "auto", "auto", cached=True, free_bytes=free)
     assert plan == RowPlan("bfloat16", int(AUTO_SHARE * free))
     # A 2-byte table is not narrowed further by auto.
-    assert plan_rows(SHAPE, ml_dtypes.bfloat16, "auto", None, cached=True,
+    assert plan_rows(SHAPE, ml_dtypes.bfloat16, "auto", "auto", cached=True,
                      free_bytes=free).encoding == STORED
 
 
@@ -128,19 +128,19 @@ def test_auto_leaves_room_for_what_is_placed_after_the_source():
     whole = SHAPE[0] * (400 + SLOT_BYTES)
     free = 4 * whole
     # The reserve is kept free: a share of the rows, narrowed, in what is left.
-    plan = plan_rows(SHAPE, np.float32, "auto", None, cached=True, free_bytes=free,
+    plan = plan_rows(SHAPE, np.float32, "auto", "auto", cached=True, free_bytes=free,
                      reserve_bytes=free - whole // 2)
     assert plan == RowPlan("bfloat16", whole // 2)
     # Half the free memory is still the most the cache takes.
-    assert plan_rows(SHAPE, np.float32, "auto", None, cached=True, free_bytes=free,
+    assert plan_rows(SHAPE, np.float32, "auto", "auto", cached=True, free_bytes=free,
                      reserve_bytes=whole) == RowPlan(STORED, whole)
     # A reserve that could not be kept free anyway is ignored.
-    assert plan_rows(SHAPE, np.float32, "auto", None, cached=True, free_bytes=free,
+    assert plan_rows(SHAPE, np.float32, "auto", "auto", cached=True, free_bytes=free,
                      reserve_bytes=free + 1) == RowPlan(STORED, whole)
 
 
 def test_auto_keeps_an_uncached_source_exact():
-    assert plan_rows(SHAPE, np.float32, "auto", None, cached=False,
+    assert plan_rows(SHAPE, np.float32, "auto", "auto", cached=False,
                      free_bytes=10**12) == RowPlan(STORED, 0)
 
 
@@ -244,7 +244,7 @@ def test_a_cache_of_every_row_reads_inline_and_trains_as_the_device_table(graph,
     (dict(row_encoding="int4"), "row_encoding must be one of"),
     (dict(row_encoding="int8", features="device"), "row_encoding 'int8' needs a source"),
     (dict(row_encoding="bfloat16", features="host"), "row_encoding 'bfloat16' needs a source"),
-    (dict(cache_fraction=1.5), "cache_fraction must be None or lie in"),
+    (dict(cache_fraction=1.5), "cache_fraction must be 'auto' or a number in \\[0, 1\\]"),
 ])
 def test_bad_settings_are_refused_in_one_line(kw, match):
     with pytest.raises(ValueError, match=match) as e:

@@ -18,7 +18,7 @@ import numpy as np
 from .. import host_memory, placement
 from ..gather import gather
 from .._table_base import RegisteredTable, TableBase
-from ..cached_table import CachedTable, TableCache
+from ..cached_table import CachedTable, TableCache, cached_row_bytes, rows_within
 from ..host_table import HostTable
 from ..table import Table
 
@@ -121,18 +121,19 @@ def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
     """(`table` read through a device cache of its rows of highest `counts`
     in `room` bytes, bool[rows] marking them) for a table kind a cache can
     wrap (a HostTable or an Int8Table that did not fit whole), else
-    (`table`, None). Counts the cached rows' copy in `report`."""
+    (`table`, None). The rows that fit follow the core's sizing rule
+    (`jdirect.cached_table.rows_within`), as the trainer's cache does.
+    Counts the cached rows' copy in `report`."""
     if not isinstance(table, RegisteredTable):
         return table, None
     rows = table.shape[0]
-    stored = rows * table.row_bytes
     block = placement.device_block_bytes()
     if block is not None:  # the cached rows are one buffer
         room = min(room, block)
-    room = int(min(room, stored)) - 4 * rows  # less the cache's slot of each row
-    if room < MIN_CACHED_SHARE * stored:
+    budget = max(0, int(min(room, rows * cached_row_bytes(table.row_bytes))))
+    if rows_within(budget, rows, table.row_bytes) < MIN_CACHED_SHARE * rows:
         return table, None
-    cached = CachedTable.from_counts(table, counts, room)
+    cached = CachedTable.from_counts(table, counts, budget)
     hot = np.zeros(rows, bool)
     hot[cached.cached_rows] = True
     report.bytes_read += cached.cached_rows.size * table.row_bytes

@@ -70,7 +70,7 @@ class Loader:
       devices: data-parallel devices (the device sampler; None: all).
       seed: fixes the shuffles and the draws, with the epoch.
       cache_fraction, row_encoding: the `jdirect` sources' settings, as
-        `TrainConfig`'s (None: `auto`).
+        `TrainConfig`'s ("auto": what fits).
       prefetch, workers: the CPU sampler's batches in flight and threads.
 
     Attributes:
@@ -92,7 +92,7 @@ class Loader:
 
     def __init__(self, graph: Graph, fanouts: Sequence[int], batch_size: int, *,
                  features: str = "jdirect-cache", sampler: str = "auto", devices: int | None = 1,
-                 seed: int = 0, cache_fraction: float | None = None, row_encoding: str = "auto",
+                 seed: int = 0, cache_fraction: float | str = "auto", row_encoding: str = "auto",
                  prefetch: int = 4, workers: int = 4):
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a jdirect.graph.Graph, got {type(graph).__name__}")

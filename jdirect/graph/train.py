@@ -40,8 +40,8 @@ from .features import ENCODINGS, SOURCES
 from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
 from .models import MODELS
 from .training import parallel
-from .training.config import (CONFIGS, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig,
-                              apply_flags, load_config, parse_fanouts)
+from .training.config import (AUTO, CONFIGS, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig,
+                              apply_flags, load_config, parse_cache_fraction, parse_fanouts)
 from .training.learned import MEMORY, OPTIMIZERS
 from .training.trainer import EvaluationFailed, TrainingDiverged, make_mesh, train_and_evaluate
 
@@ -72,8 +72,12 @@ def _number(kind: type, low: float, high: float | None = None, *, open_low: bool
 
 
 def _cache_fraction(text: str) -> float | str:
-    """--cache-fraction: "auto" (the setting's None) or a number in [0, 1]."""
-    return text if text == "auto" else _number(float, 0, 1)(text)
+    """--cache-fraction: "auto" or a number in [0, 1], the setting's value."""
+    try:
+        value = parse_cache_fraction(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return value if value == AUTO else _number(float, 0, 1)(text)
 
 
 def _fanouts(text: str) -> tuple[int, ...]:
@@ -150,7 +154,7 @@ def parser() -> argparse.ArgumentParser:
     add("--cache-fraction", type=_cache_fraction,
         help="jdirect-cache: share of the (encoded) feature table kept on the device, or "
              "auto: as many rows as fit in half the free device memory, every row when the "
-             "table fits (default: auto)")
+             "table fits")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
              "auto: bfloat16 when a device cache takes only a share of the rows, else "
@@ -219,17 +223,14 @@ class _Defaults(argparse.HelpFormatter):
 
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
-    """The configuration `args` name, with every flag given applied.
+    """The configuration `args` name, with every flag given applied;
+    validated (the run's one validation: later checks of it return at once).
 
     Raises:
       ValueError: as `apply_flags` (a bad setting), or an unknown configuration.
     """
-    flags = dict(vars(args), progress=False if args.quiet else None,
-                 cache_fraction=None if args.cache_fraction == "auto" else args.cache_fraction)
-    cfg = apply_flags(load_config(args.config, dataset=args.dataset), flags)
-    if args.cache_fraction == "auto":  # a flag's None means "not given"
-        cfg = cfg.replace(cache_fraction=None).validate()
-    return cfg
+    flags = dict(vars(args), progress=False if args.quiet else None)
+    return apply_flags(load_config(args.config, dataset=args.dataset), flags)
 
 
 def check_data_dir(cfg: TrainConfig) -> None:
@@ -274,7 +275,7 @@ def _run(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     try:  # every check that needs no data, before loading any
         cfg = resolve_config(args)
-        make_mesh(cfg)
+        mesh = make_mesh(cfg)  # the run's one mesh, passed down
         check_data_dir(cfg)
         check_metrics_path(args.metrics)
         if cfg.checkpoint_dir:
@@ -284,7 +285,7 @@ def _run(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
         p.error(str(e))
     try:
         results = train_and_evaluate(cfg, baseline=not args.no_baseline,
-                                     metrics_path=args.metrics)
+                                     metrics_path=args.metrics, mesh=mesh)
     except CheckpointError as e:
         hint = " (flag: --checkpoint-read-only)" if "read_only" in str(e) else ""
         p.exit(1, f"{p.prog}: error: {e}{hint}\n")

@@ -1,8 +1,11 @@
 """Feature sources: where the feature table lives and how a step reads its rows.
 
 Every source implements `FeatureSource` (base.py); `SOURCES` is the only
-place their names live (the CLI's --features). A new source is one file in
-this package plus one line here.
+place their names live (the CLI's --features), and each source's file is
+named after its choice (`jdirect-cache`: jdirect_cache.py). A new source is
+one file in this package plus one line here. Sources compose rather than
+inherit: `jdirect-cache` is a cache in front of a `jdirect` source,
+`cached(encoded(host(x)))`.
 
   device         the whole table in device memory; steps use jnp.take.
   host           the conventional path: the CPU sampler's workers gather
@@ -24,12 +27,12 @@ metrics on the device; the trainer reports them per epoch (`traffic`).
 from __future__ import annotations
 
 from .base import FeatureSource, SourceOptions
-from .cached import CachedSource
 from .device import DeviceSource
 from .encoding import ENCODINGS
-from .empty import EmptySource
-from .host_table import HostTableSource
-from .staged import StagedSource
+from .host import StagedSource
+from .jdirect import HostTableSource
+from .jdirect_cache import CachedSource
+from .none import EmptySource
 
 # Name (the CLI's --features) -> class; a source is opened as
 # `SOURCES[name](graph, SourceOptions(...))` and closed with `close()`.

@@ -34,7 +34,7 @@ class SourceOptions:
       rows_per_batch: padded rows one batch reads (`layer_caps(...)[-1]`).
       staging_buffers: host staging buffers in flight (the CPU sampler's workers).
       cache_fraction: share of the (encoded) table's bytes a cache keeps on
-        the device; None: sized by `encoding.plan_rows`'s `auto` rule.
+        the device, or "auto": sized by `encoding.plan_rows`'s `auto` rule.
       row_encoding: how a host-resident source stores its rows, one of
         `encoding.ENCODINGS` ("auto": `encoding.plan_rows`).
       device_reserve: free device bytes that what is placed after the
@@ -44,7 +44,7 @@ class SourceOptions:
 
     rows_per_batch: int = 0
     staging_buffers: int = 8
-    cache_fraction: float | None = None
+    cache_fraction: float | str = "auto"
     row_encoding: str = "auto"
     device_reserve: int = 0
 

@@ -21,18 +21,18 @@ them all, narrower rows when only a share of them is cached.
   * No separate device memory (the CPU backend): the table as stored, no
     cache: a "device" copy would be a second host copy.
   * The cache budget is half the device memory free when the source opens
-    (`AUTO_SHARE`; the rest is for the sampler's graph, which is placed
+    (`jdirect.cached_table.cache_budget`, the core's sizing rule; the rest is for the sampler's graph, which is placed
     after the source, the model and the steps' buffers), and at most what
     leaves the device sampler room to place its CSR on the device
     (`reserve_bytes`): on an H100 (papers100m, 2026-11-27) a cache of 74 %
     of the rows pushed the CSR to host memory and the epoch took 3.12 s,
     against 2.70 s with 20 % cached and the CSR on the device.
   * A source with a cache: the stored rows if the cache takes every one of
-    them (`cache_fraction` None or 1, and the whole table fits in the
+    them (`cache_fraction` "auto" or 1, and the whole table fits in the
     budget: no read crosses PCIe, nothing is lost); else bfloat16 rows (a
     float32 table's; narrower tables stay as stored), of which the cache
     takes `cache_fraction` (the hottest), or as many as fit in the budget
-    for None. A source without a cache keeps the rows as stored: it is the
+    for "auto". A source without a cache keeps the rows as stored: it is the
     exact, all-over-PCIe baseline (name an encoding to compress it).
   * A named encoding keeps `cache_fraction` as given, also on the CPU
     backend.
@@ -49,9 +49,8 @@ unchanged (0.9988 against float32's 0.9987). On a papers100M-sized table
 against 10.7 s for float32. At 8 steps a call (2026-11-26), products: the
 table on the device 0.182 s, every row cached 0.193 s (read inline through
 XLA's gather), bfloat16 rows with 20 % cached 0.369 s; so the trainer's
-`cache_fraction` default became None (2026-11-27: what fits, every row
-when the table fits). int8 rows move half
-of bfloat16's bytes, but an `Int8Table` read cannot be started ahead
+`cache_fraction` default became "auto" (2026-11-27: what fits, every row
+when the table fits). int8 rows move half of bfloat16's bytes, but an `Int8Table` read cannot be started ahead
 (`jdirect.gather_start` falls back to the ordinary gather for it), so it
 does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
 of every encoding x cache combination, their PCIe counters and accuracy
@@ -66,12 +65,10 @@ import dataclasses
 import numpy as np
 
 from ... import HostTable, Int8Table
+from ...cached_table import cache_budget, cached_row_bytes, rows_within
 
 STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
 ENCODINGS = ("auto", "float32", "bfloat16", "int8")
-# Share of the device memory free at the source's opening that `auto` gives the cache.
-AUTO_SHARE = 0.5
-SLOT_BYTES = 4  # a CachedTable's int32 slot per table row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,23 +96,24 @@ def row_bytes(encoding: str, dim: int, dtype: np.dtype) -> int:
 
 
 def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
-              cache_fraction: float | None, *, cached: bool,
+              cache_fraction: float | str, *, cached: bool,
               free_bytes: int | None, reserve_bytes: int = 0) -> RowPlan:
     """The encoding and cache size for a [rows, dim] table of `dtype`, by
-    the module's rule; a pure function of its arguments.
+    the module's rule; a pure function of its arguments. The cache's bytes
+    follow the core's sizing rule (`jdirect.cached_table`: a cached row
+    costs its stored bytes and its 4-byte slot; the budget is
+    `cache_budget(free_bytes, reserve_bytes)`).
 
     Args:
       encoding: one of ENCODINGS (from `TrainConfig.row_encoding`).
-      cache_fraction: share of the encoded table's bytes to cache, or None
-        for `auto` (what fits in the budget).
+      cache_fraction: share of the encoded table's bytes to cache, or
+        "auto" (what fits in the budget).
       cached: whether the source has a cache (without one, cache_bytes is 0).
       free_bytes: device memory free (`placement.device_free_bytes`), None
         without separate device memory (the CPU backend).
       reserve_bytes: of `free_bytes`, what must stay free for what is
         placed after the source (the device sampler's CSR,
-        `sampling.device_free_bytes_needed`): the budget is at most
-        `free_bytes - reserve_bytes`, unless the reserve exceeds the free
-        memory (then what it is for goes to host memory anyway).
+        `sampling.device_free_bytes_needed`; see `cache_budget`).
 
     Raises:
       ValueError: an encoding not in ENCODINGS, or float32 for a 2-byte
@@ -129,20 +127,19 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
                          "table (feature_dtype) to twice its bytes; use auto or bfloat16")
     if encoding != "auto" and encoding == np.dtype(dtype).name:
         encoding = STORED
-    budget = 0 if free_bytes is None else int(AUTO_SHARE * max(free_bytes, 0))
-    if free_bytes is not None and reserve_bytes <= free_bytes:
-        budget = min(budget, free_bytes - reserve_bytes)
+    budget = cache_budget(free_bytes, reserve_bytes)
+    auto = cache_fraction == "auto"
     if encoding == "auto":
         if not cached or free_bytes is None:
             return RowPlan(STORED, 0)
-        whole = rows * (row_bytes(STORED, dim, dtype) + SLOT_BYTES)
-        every_row = whole <= budget and (cache_fraction is None or cache_fraction >= 1)
+        whole = rows * cached_row_bytes(row_bytes(STORED, dim, dtype))
+        every_row = whole <= budget and (auto or cache_fraction >= 1)
         narrower = "bfloat16" if np.dtype(dtype).itemsize > 2 else STORED
         encoding = STORED if every_row else narrower
-    table_bytes = rows * (row_bytes(encoding, dim, dtype) + SLOT_BYTES)
+    table_bytes = rows * cached_row_bytes(row_bytes(encoding, dim, dtype))
     if not cached:
         cache = 0
-    elif cache_fraction is None:
+    elif auto:
         cache = min(table_bytes, budget)
     else:
         cache = int(cache_fraction * table_bytes)
@@ -178,6 +175,6 @@ def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype) -> str:
     per_row = row_bytes(plan.encoding, dim, dtype)
     if plan.cache_bytes == 0:  # no cache (or none possible: the CPU backend)
         return f"{name} rows ({per_row} B)"
-    cached = min(rows, plan.cache_bytes // (per_row + SLOT_BYTES))
+    cached = rows_within(plan.cache_bytes, rows, per_row)
     return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached "
             f"({plan.cache_bytes / 1e9:.3g} GB)")

@@ -30,6 +30,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # Modules that configuration files of older versions import: where they went.
 MOVED = {"jdirect.graph.config": "jdirect.graph.training"}
 SAMPLERS = ("auto", "device", "cpu")
+AUTO = "auto"  # cache_fraction's value for "what fits" (`features.encoding.plan_rows`)
+CACHE_FRACTIONS = f"{AUTO!r} or a number in [0, 1]"  # what cache_fraction may be
 FEATURE_DTYPES = (None,) + TABLE_DTYPES
 
 # A fanout beyond this is a typo, not a sampling plan; shapes are sized by
@@ -69,10 +71,12 @@ class TrainConfig:
         queued steps, fit in half the free device memory, else host; host
         on the CPU backend).
       cache_fraction: jdirect-cache: share of the (encoded) table's bytes
-        on the device, or None (the default): as many rows as fit in half
+        on the device, a number in [0, 1], or "auto" (the default, the
+        CLI's `--cache-fraction auto`): as many rows as fit in half
         the device memory free when the source opens, leaving the device
         sampler room for its CSR, every row when the whole table fits
-        (none on the CPU backend; `features.encoding`). Measured
+        (none on the CPU backend; `features.encoding`, sized by the core's
+        rule in `jdirect.cached_table`). Measured
         (benchmarks/RESULTS.md, 2026-11-26/27): products on an H200, 0.198
         s an epoch with every row cached, 0.391 s with 0.2, 0.183 s with the
         table on the device; papers100m from the CLI on an H100, 1.94 s
@@ -81,7 +85,7 @@ class TrainConfig:
         stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
         scale) or "auto" (`features.encoding`: as stored when there is no
         cache, on the CPU backend, or when the cache takes every row
-        (cache_fraction None or 1, and they fit); else bfloat16).
+        (cache_fraction "auto" or 1, and they fit); else bfloat16).
         `feature_dtype` converts the graph's table itself (every source,
         and evaluation); `row_encoding` is the source's copy of it.
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
@@ -131,7 +135,7 @@ class TrainConfig:
     embedding_optimizer: str = "adam"
     embedding_lr: float = 1e-2
     embedding_memory: str = "auto"
-    cache_fraction: float | None = None
+    cache_fraction: float | str = AUTO
     row_encoding: str = "auto"
     sampler: str = "auto"
     overlap: bool = True
@@ -164,8 +168,19 @@ class TrainConfig:
 
         Types are strict (a configuration file's overlap="false" or
         lr="0.01" is refused, never read as True or compared as text);
-        integers are accepted where a number is expected.
+        integers are accepted where a number is expected. A config is
+        checked once: the entry points (`apply_flags`, `Trainer`,
+        `train_and_evaluate`, `Loader`) all call this, and a config that
+        passed (frozen, so still valid) returns at once; `replace` makes a
+        new config, checked again.
         """
+        if self.__dict__.get("_valid"):
+            return self
+        # Before the type check, whose "a number or a string" would not
+        # say which string.
+        _check(self.cache_fraction == AUTO or (_is_number(self.cache_fraction)
+                                               and 0.0 <= self.cache_fraction <= 1.0),
+               "cache_fraction", f"must be {CACHE_FRACTIONS}, got {self.cache_fraction!r}")
         _check_types(self)
         _check(isinstance(self.fanouts, tuple) and len(self.fanouts) > 0,
                "fanouts", "must be a non-empty list of positive integers, e.g. 15,10,5")
@@ -194,8 +209,6 @@ class TrainConfig:
         # and 2**32 + 5 would draw the same numbers.
         _check(0 <= self.seed <= MAX_SEED, "seed",
                f"must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
-        _check(self.cache_fraction is None or 0.0 <= self.cache_fraction <= 1.0,
-               "cache_fraction", f"must be None or lie in [0, 1], got {self.cache_fraction!r}")
         _check(self.model in MODELS, "model",
                f"must be one of {', '.join(MODELS)}, got {self.model!r}")
         _check(self.dataset in DATASETS, "dataset",
@@ -224,6 +237,7 @@ class TrainConfig:
         _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
                f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
         _check_embedding(self)
+        object.__setattr__(self, "_valid", True)  # frozen: the fields cannot change
         return self
 
 
@@ -251,6 +265,10 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _is_number(x: Any) -> bool:
+    return _is_int(x) or isinstance(x, float)
+
+
 def unknown_settings(names: Sequence[str]) -> str:
     known = ", ".join(f.name for f in dataclasses.fields(TrainConfig))
     return f"unknown setting{'s' if len(names) > 1 else ''} {', '.join(names)} (known: {known})"
@@ -267,7 +285,7 @@ def _fits(value: Any, hint: Any) -> bool:
     if hint is int:
         return _is_int(value)
     if hint is float:
-        return _is_int(value) or isinstance(value, float)
+        return _is_number(value)
     if typing.get_origin(hint) is tuple:
         return isinstance(value, tuple) and all(_is_int(v) for v in value)
     return isinstance(value, hint)
@@ -369,6 +387,17 @@ def parse_fanouts(text: str) -> tuple[int, ...]:
     except ValueError:
         raise ValueError(f"fanouts must be comma-separated integers, e.g. 15,10,5; got {text!r}")
     return fanouts
+
+
+def parse_cache_fraction(text: str) -> float | str:
+    """'auto' -> "auto", '0.2' -> 0.2 (any number: `TrainConfig.validate`
+    checks the range); raises ValueError with the offending text."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"cache_fraction must be {CACHE_FRACTIONS}, got {text!r}") from None
 
 
 def as_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ...placement import replicated
 from ..features import FeatureSource
 from ..sampling import DeviceSampler
 from . import parallel
@@ -128,15 +129,15 @@ class DeviceFeed:
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
                  steps_per_call: int = 1, learned: Any = None):
-        self.mesh = mesh if mesh is not None else parallel.make_mesh(1)
+        self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.overlaps
         self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
                                learned)
-        self.arrays = parallel.replicate(self.mesh, sampler.arrays)
-        self.table = parallel.replicate(self.mesh, source.table)
+        self.arrays = replicated(sampler.arrays, self.mesh)
+        self.table = replicated(source.table, self.mesh)
         self.data = (self.arrays, self.table)
         self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
                               static_argnames="shuffle",
@@ -152,7 +153,7 @@ class DeviceFeed:
         """int32[steps, batch_size]: the seeds of a pass over `nodes`, a row
         per step (padded with -1), split over the mesh (`_sharded.SEEDS`);
         shuffled per `epoch` unless it is EVAL_EPOCH."""
-        nodes = parallel.replicate(self.mesh, np.asarray(nodes, np.int32))
+        nodes = replicated(np.asarray(nodes, np.int32), self.mesh)
         return self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH)
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[StepRange, int]]:

@@ -36,7 +36,7 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
     Raises:
       ValueError: the CPU sampler with several devices or processes, or
         with steps_per_call; a device count the processes cannot provide
-        (parallel.make_mesh); a batch size that the devices cannot share
+        (parallel.device_mesh); a batch size that the devices cannot share
         evenly.
     """
     if cfg.devices is not None and cfg.devices > jax.device_count():
@@ -52,12 +52,12 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
         if cfg.steps_per_call is not None:
             raise ValueError(f"steps_per_call {cfg.steps_per_call}: the CPU sampler runs one "
                              "step per batch; use the device sampler (--sampler device)")
-        return parallel.make_mesh(1)
+        return parallel.device_mesh(1)
     if cfg.embedding_dim and jax.process_count() > 1:
         raise ValueError(f"embedding_dim {cfg.embedding_dim}: a learned embedding trains in one "
                          f"process, not {jax.process_count()}")
     # A learned embedding trains on one device (TrainConfig.validate).
-    mesh = parallel.make_mesh(1 if cfg.embedding_dim else cfg.devices)
+    mesh = parallel.device_mesh(1 if cfg.embedding_dim else cfg.devices)
     if cfg.batch_size % mesh.size:
         raise ValueError(f"batch_size {cfg.batch_size} must be a multiple of the number of "
                          f"devices ({mesh.size}): each device samples an equal share")
@@ -78,7 +78,7 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
                           mesh=mesh, steps_per_call=steps_per_call, learned=learned)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
-                    workers=cfg.workers, learned=learned)
+                    workers=cfg.workers, learned=learned, mesh=mesh)
 
 
 def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,

@@ -10,7 +10,7 @@ device: the same code, the same compiled step.
 Several processes (one per host, or one per GPU) run the same program on
 one mesh through JAX's distributed runtime (`initialize`); every global
 array is built from each process's own copy of the data, for its own
-devices only (`replicate`), so no process touches another's memory.
+devices only (`jdirect.replicated`), so no process touches another's memory.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
-from ...placement import replicate_array
-from ...table import Table
 
 AXIS = "data"
 # host:port, the host a name, an IPv4 address or a bracketed IPv6 address.
@@ -79,8 +77,10 @@ def initialize(coordinator: str | None, num_processes: int, process_id: int,
     multihost_utils.sync_global_devices("jdirect: processes joined")
 
 
-def make_mesh(devices: int | None = None) -> Mesh:
-    """A 1-D mesh (axis AXIS) of `devices` devices in all.
+def device_mesh(devices: int | None = None) -> Mesh:
+    """A 1-D mesh (axis AXIS) of `devices` devices in all: the devices a
+    mesh is made of. A training run's mesh is `trainer.make_mesh(cfg)`,
+    which checks the run's settings and calls this, once a run.
 
     Each of the P processes contributes its first devices / P local devices
     (by id); processes appear in order, so the mesh position of a device,
@@ -109,28 +109,6 @@ def make_mesh(devices: int | None = None) -> Mesh:
               for d in sorted((d for d in jax.devices() if d.process_index == p),
                               key=lambda d: d.id)[:per_process]]
     return Mesh(np.array(chosen), (AXIS,))
-
-
-def replicate(mesh: Mesh, tree: Any) -> Any:
-    """`tree` with every array leaf placed on every device of `mesh`.
-
-    NumPy and JAX arrays become global arrays sharded PartitionSpec()
-    (their memory kind kept); each process builds the copies of its own
-    devices from its own value, which must be the same in every process.
-    Tables (HostTable, CachedTable, Int8Table) become `table.replicated(mesh)`
-    views: the original keeps owning the registration. Other leaves
-    (Python scalars) are returned as they are.
-    """
-    return jax.tree.map(lambda x: _replicate_leaf(mesh, x), tree,
-                        is_leaf=lambda x: isinstance(x, Table))
-
-
-def _replicate_leaf(mesh: Mesh, x: Any) -> Any:
-    if isinstance(x, Table):
-        return x.replicated(mesh)
-    if not isinstance(x, (jax.Array, np.ndarray)):
-        return x
-    return replicate_array(x, mesh)
 
 
 def host_value(x: jax.Array) -> np.ndarray:

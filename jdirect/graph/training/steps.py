@@ -32,7 +32,7 @@ from jax.sharding import Mesh
 from ..batch import Batch
 from ..features import FeatureSource
 from ..models import dropout_masks
-from .parallel import replicate
+from ...placement import replicated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +118,7 @@ def zero_metrics(size: int = METRICS_SIZE, mesh: Mesh | None = None) -> jax.Arra
     zeros = np.zeros((size,), np.float32)
     if mesh is None:
         return jax.device_put(zeros, jax.local_devices()[0])
-    return replicate(mesh, zeros)
+    return replicated(zeros, mesh)
 
 
 def dropout_key(seed: int, step: jax.Array) -> jax.Array:

@@ -24,6 +24,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
+from ...placement import replicated
 from .. import models
 from ..data import Graph, load_graph
 from ..io import Checkpoints, MetricsFile
@@ -54,20 +55,22 @@ class Trainer:
 
     With `cfg.embedding_dim`, `self.learned` holds the learned embedding
     (learned.py) and the state is (model state, `learned.EmbeddingState`).
+    `mesh`: `make_mesh(cfg)` where the caller made it (None: made here).
 
     Raises:
       ValueError: a bad setting (see TrainConfig.validate), an empty
         training split, or a graph without features and no embedding_dim.
     """
 
-    def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None):
+    def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None,
+                 mesh: Mesh | None = None):
         cfg.validate()
         # Where the run's time goes (train_and_evaluate shares one across runs).
         self.timings = timings if timings is not None else Timings()
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
-        mesh = make_mesh(cfg)
+        mesh = make_mesh(cfg) if mesh is None else mesh  # the caller's `make_mesh(cfg)`
         features, given = model_input(graph, cfg)
         self.mesh = mesh
         self._given = given  # the given features' columns in the model's input
@@ -86,7 +89,7 @@ class Trainer:
                                       wrt=nnx.Param)
             # Replicated like every step's output: one compilation per step kind.
             self.graphdef, self.state = nnx.split((model, optimizer))
-            self.state = parallel.replicate(mesh, self.state)
+            self.state = replicated(self.state, mesh)
         except BaseException:
             if self.learned is not None:  # nothing has written it yet
                 self.learned.close()
@@ -243,7 +246,7 @@ class Trainer:
     def _placed(self, emb: Any) -> Any:
         """A learned embedding's device tables placed as the model's state
         and every step's output are (one compilation per step kind)."""
-        return parallel.replicate(self.mesh, emb) if emb.on_device else emb
+        return replicated(emb, self.mesh) if emb.on_device else emb
 
     def _checkpointed(self, state: Any) -> Any:
         """`state` as a step checkpoint holds it: a learned embedding's
@@ -280,7 +283,8 @@ class Trainer:
 def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
                        graph: Graph | None = None, baseline: bool = False,
                        metrics_path: str | Path | None = None,
-                       log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+                       log: Callable[[str], None] = print,
+                       mesh: Mesh | None = None) -> dict[str, dict[str, Any]]:
     """Loads the configuration's graph (unless `graph` is given), trains
     and evaluates `cfg.model`, then, with `baseline`, the features-only MLP
     on the same graph and settings, for comparison.
@@ -296,6 +300,8 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
       metrics_path: the metrics file (None without a workdir: none).
       log: progress lines; only process 0 of a multi-process run logs and
         writes files.
+      mesh: `make_mesh(cfg)` if the caller made it (the CLI, for its
+        checks), else made here; every run trains on it.
 
     Raises:
       ValueError: a bad setting, dataset or metrics path; CheckpointError
@@ -319,7 +325,7 @@ def train_and_evaluate(cfg: TrainConfig, workdir: str | Path | None = None, *,
         if cfg.checkpoint_dir is None:
             cfg = cfg.replace(checkpoint_dir=str(workdir / "checkpoints"))
         metrics_path = metrics_path or workdir / "metrics.json"
-    mesh = make_mesh(cfg)
+    mesh = make_mesh(cfg) if mesh is None else mesh
     metrics = MetricsFile(metrics_path, dict(config=as_dict(cfg))) \
         if metrics_path is not None and lead else None
     start = time.perf_counter()
@@ -354,7 +360,7 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
             trainer = None
             say(f"--- {name} ---")
             with timings.phase("place_s"):
-                trainer = Trainer(graph, run_cfg, timings=timings)
+                trainer = Trainer(graph, run_cfg, timings=timings, mesh=mesh)
             _train_run(name, trainer, results, metrics, timings, say, log)
     except (EvaluationFailed, KeyboardInterrupt) as e:
         stopped = f"{name}: {e}" if isinstance(e, EvaluationFailed) else f"interrupted in {name}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,14 +14,34 @@ from . import encoding
 from .base import FeatureSource, SourceOptions
 
 
+def read_rows(table: Any, input_nodes: jax.Array, staged: Any) -> jax.Array:
+    """Traced: `table`'s rows (any jdirect table) by `jdirect.gather`."""
+    return gather(table, input_nodes, fill_value=0)
+
+
+def start_rows(table: Any, input_nodes: jax.Array) -> Any:
+    """Traced: `jdirect.gather_start` of `table`'s rows."""
+    return gather_start(table, input_nodes, fill_value=0)
+
+
+def finish_rows(pending: Any) -> jax.Array:
+    """Traced: the rows of `start_rows`."""
+    return gather_done(pending)
+
+
 class HostTableSource(FeatureSource):
     """The rows in host memory, in `options.row_encoding` (encoding.py: the
     graph's table wrapped in place, or a bfloat16 or int8 copy): GPU threads
-    read each batch's rows over PCIe, zero-copy.
+    read each batch's rows over PCIe, zero-copy. It is `encoded(host(x))`;
+    `jdirect-cache` puts a cache in front of it (jdirect_cache.py).
 
     Its reads can overlap an update: `start`/`finish` are
     `jdirect.gather_start`/`gather_done` (a side stream on a GPU; an int8
     table's read is not started ahead, see `jdirect.gather_start`).
+
+    Args:
+      cached: plan the rows for a device cache in front of them
+        (`encoding.plan_rows`; the `jdirect-cache` source's).
 
     Attributes:
       host: the host table it opened (a HostTable or an Int8Table).
@@ -30,31 +50,20 @@ class HostTableSource(FeatureSource):
 
     overlaps = True
     encodes_rows = True
-    # Whether the source keeps rows in a device cache (`encoding.plan_rows`).
-    caches: ClassVar[bool] = False
+    read = staticmethod(read_rows)
+    start = staticmethod(start_rows)
+    finish = staticmethod(finish_rows)
 
-    def __init__(self, graph: Graph, options: SourceOptions):
+    def __init__(self, graph: Graph, options: SourceOptions, *, cached: bool = False):
         features = graph.features
         self.plan = encoding.plan_rows(features.shape, features.dtype, options.row_encoding,
-                                       options.cache_fraction, cached=self.caches,
+                                       options.cache_fraction, cached=cached,
                                        free_bytes=device_free_bytes(),
                                        reserve_bytes=options.device_reserve)
         self._about = encoding.describe(self.plan, features.shape, features.dtype)
         self.table = self.host = encoding.open_rows(features, self.plan.encoding)
         self.link_row_bytes = self.host.row_bytes
         self.exact_rows = self.plan.encoding in (encoding.STORED, features.dtype.name)
-
-    @staticmethod
-    def read(table: Any, input_nodes: jax.Array, staged: Any) -> jax.Array:
-        return gather(table, input_nodes, fill_value=0)
-
-    @staticmethod
-    def start(table: Any, input_nodes: jax.Array) -> Any:
-        return gather_start(table, input_nodes, fill_value=0)
-
-    @staticmethod
-    def finish(pending: Any) -> jax.Array:
-        return gather_done(pending)
 
     @staticmethod
     def count(table: Any, input_nodes: jax.Array) -> jax.Array:
