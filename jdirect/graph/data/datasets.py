@@ -26,10 +26,11 @@ from .synthetic import generate
 # split (they have labels, but nothing trains or evaluates on them).
 PAPERS100M_NODES = 111_059_956
 PRESETS: dict[str, dict[str, Any]] = {
+    # homophily: 0.8 of edges drawn within the class, plus the 1/C of the rest.
     "tiny": dict(num_nodes=2_000, num_edges=10_000, feature_dim=16, num_classes=5,
-                 split=(0.3, 0.1), noise=2.0),
+                 split=(0.3, 0.1), noise=2.0, homophily=0.84),
     "small": dict(num_nodes=20_000, num_edges=120_000, feature_dim=32, num_classes=8,
-                  split=(0.2, 0.1), noise=3.0),
+                  split=(0.2, 0.1), noise=3.0, homophily=0.825),
     "products": dict(num_nodes=2_449_029, num_edges=61_900_000, feature_dim=100,
                      num_classes=47, split=(196_615 / 2_449_029, 39_323 / 2_449_029),
                      noise=7.0),
