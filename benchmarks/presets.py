@@ -134,7 +134,8 @@ def main() -> None:
         for seed in args.seeds:
             rec, seconds = run(graph, cfg.replace(model=model, seed=seed))
             records.append(check(rec, labels=LABELS))
-            print(f"{model} seed {seed}: test {rec['test_acc']:.4f} (val {rec['val_acc'] or 0:.4f}, "
+            val = "-" if rec["val_acc"] is None else f"{rec['val_acc']:.4f}"
+            print(f"{model} seed {seed}: test {rec['test_acc']:.4f} (val {val}, "
                   f"best epoch {rec['best_epoch']} of {rec['epochs']}) [{seconds:.0f}s]",
                   flush=True)
     rows = summary(records, PUBLISHED[args.preset])

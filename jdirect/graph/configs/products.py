@@ -13,7 +13,7 @@ def get_config() -> TrainConfig:
     # 3 epochs, as the GPU benchmark. GraphSAGE used to sit on the uniform-
     # prediction plateau (loss ln 47) for 2 to 4 epochs here (full-split
     # test 0.21 to 0.78 after 3, H200, 2026-11-25): Flax's initialisation
-    # and the preset's features of standard deviation 7 then (noise 7;
-    # 3.5 now) started it at loss ~16, which killed its second layer's
-    # ReLUs (models/base.py, `linear`).
+    # and the preset's features of standard deviation 7 then (noise 7; now
+    # unit variance) started it at loss ~16, which killed its second
+    # layer's ReLUs (models/base.py, `linear`).
     return TrainConfig(dataset="products", batch_size=1024, epochs=3, eval_max=20_000)
