@@ -121,7 +121,7 @@ def generate(
 
     Raises:
       ValueError: non-positive sizes (feature_dim negative), fractions outside [0, 1],
-        homophily outside [1 / num_classes, 1], exponent <= 2, an unsupported
+        homophily outside [1 / num_classes, 1] (several classes), exponent <= 2, an unsupported
         feature_dtype or passes < 1.
       MemoryError: before any work, when the host arrays or one pass's
         device buffers do not fit; the message names bytes needed and
@@ -133,9 +133,10 @@ def generate(
     if num_nodes >= 2**31 or num_edges * _DRAW_SLACK > _MAX_DRAW:
         raise ValueError(f"num_nodes must be < 2**31 and num_edges < {_MAX_DRAW / _DRAW_SLACK:,.0f} "
                          f"(int32 ids), got {num_nodes} and {num_edges}")
-    if not 1.0 / num_classes <= homophily <= 1.0:
-        raise ValueError(f"homophily must lie in [1 / num_classes, 1] = [{1 / num_classes:.4g}, 1], "
-                         f"got {homophily}")
+    # One class: every edge joins one class, whatever the knob says.
+    if num_classes > 1 and not 1.0 / num_classes <= homophily <= 1.0:
+        raise ValueError(f"homophily must lie in [1 / num_classes, 1] = "
+                         f"[{1 / num_classes:.4g}, 1], got {homophily}")
     if not 0.0 <= label_noise <= 1.0:
         raise ValueError(f"label_noise must lie in [0, 1], got {label_noise}")
     if exponent <= 2.0:
@@ -174,8 +175,8 @@ def generate(
         clock.lap("edges")
         scale = 1.0 / math.sqrt(1.0 + noise**2) if unit_variance else 1.0
         # feature_dim 0: a featureless graph (the same nodes, edges and splits).
-        features = _nodes.features(classes, k_centroids, k_noise, feature_dim, num_classes, noise,
-                             scale, dtype, copies, name, progress) if feature_dim \
+        features = _nodes.features(classes, k_centroids, k_noise, feature_dim, num_classes,
+                                   noise, scale, dtype, copies, name, progress) if feature_dim \
             else np.empty((num_nodes, 0), dtype)
         clock.lap("features")
     return Graph(indptr=indptr, indices=indices, features=features,
