@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from pathlib import Path
@@ -101,6 +102,9 @@ def summary(records: list[dict], published: dict) -> list[dict]:
 
 
 def main() -> None:
+    # As the CLI (jdirect/graph/train.py): half the GPU for JAX, so that the
+    # papers100m table can be managed memory; set before the backend starts.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PUBLISHED), default="products")
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
