@@ -126,6 +126,8 @@ def main() -> None:
     cfg = load_config(args.preset).replace(progress=False)
     overrides = scaled(args.preset, args.scale)
     overrides.update({k: getattr(args, k) for k in _KNOBS if getattr(args, k) is not None})
+    if cfg.feature_dtype:  # papers100m: bfloat16, as the CLI generates it (load_graph)
+        overrides["feature_dtype"] = cfg.feature_dtype
     steps = args.steps
     if steps is None and args.scale < 1:
         train = split_sizes(PRESETS[args.preset]["num_nodes"], PRESETS[args.preset]["split"])[0]
