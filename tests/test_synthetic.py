@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jdirect.graph import PRESETS, synthetic
-from jdirect.graph.data import _chung_lu, _host_copies
+from jdirect.graph.data import _chung_lu, _host_copies, _nodes
 
 # The module, not the `synthetic` function that jdirect.graph exports.
 gen = importlib.import_module("jdirect.graph.data.synthetic")
@@ -52,7 +52,7 @@ def test_independent_of_passes_chunks_and_buffer_sizes(monkeypatch):
     # Several passes (the calibration range split across them too), tiny
     # copy and feature chunks, and pass buffers too small at first (retried).
     monkeypatch.setattr(_host_copies, "COPY_CHUNK", 1000)
-    monkeypatch.setattr(gen, "_FEATURE_CHUNK_BYTES", 4 * SMALL["feature_dim"] * 100)
+    monkeypatch.setattr(_nodes, "FEATURE_CHUNK_BYTES", 4 * SMALL["feature_dim"] * 100)
     monkeypatch.setattr(gen, "_CAPACITY_SLACK", 0.01)
     capacities = set()
     fill = _chung_lu.fill
@@ -72,8 +72,7 @@ def test_small_preset_statistics(seed):
     g = synthetic("small", seed=seed, progress=False)
     p = PRESETS["small"]
     assert abs(g.num_edges / (2 * p["num_edges"]) - 1) < 0.01
-    # Same-class share: homophily + (1 - homophily) / classes = 0.825, less
-    # what dropping repeats removes.
+    # Same-class share: homophily 0.825, less what dropping repeats removes.
     src = np.repeat(np.arange(g.num_nodes), g.degrees())
     assert 0.77 < (g.labels[src] == g.labels[g.indices]).mean() < 0.85
     # Power law: P(deg >= k) ~ k ** -(exponent - 1) = k ** -1.2 in the tail
@@ -87,6 +86,53 @@ def test_small_preset_statistics(seed):
     assert np.bincount(g.labels).min() > 0.9 * g.num_nodes / g.num_classes
     centroid = np.stack([g.features[g.labels == c].mean(0) for c in range(g.num_classes)])
     assert (g.features - centroid[g.labels]).std() == pytest.approx(p["noise"], rel=0.05)
+
+
+def same_class_share(g) -> float:
+    src = np.repeat(np.arange(g.num_nodes), g.degrees())
+    return float((g.labels[src] == g.labels[g.indices]).mean())
+
+
+@pytest.mark.parametrize("homophily", [0.25, 0.5, 0.9])
+def test_homophily_is_the_same_class_share_of_edges(homophily):
+    # Classes of 5,000 nodes and mean degree 6: few repeats to drop, so the
+    # share is the knob's (1/4 = edges blind to classes).
+    g = gen.generate(20_000, 60_000, 4, 4, homophily=homophily, seed=5, progress=False)
+    assert same_class_share(g) == pytest.approx(homophily, abs=0.015)
+
+
+def test_label_noise_relabels_that_share_and_nothing_else():
+    clean = gen.generate(**SMALL, seed=6)
+    noisy = gen.generate(**SMALL, seed=6, label_noise=0.3)
+    for field in ("indptr", "indices", "features", "train", "val", "test"):
+        np.testing.assert_array_equal(getattr(noisy, field), getattr(clean, field), err_msg=field)
+    moved = noisy.labels != clean.labels
+    # 3,000 nodes: the share's standard deviation is 0.008.
+    assert moved.mean() == pytest.approx(0.3, abs=0.03)
+    # To the other classes uniformly: each offset 1..3 about a third.
+    offsets = np.bincount((noisy.labels - clean.labels)[moved] % SMALL["num_classes"], minlength=4)
+    assert offsets[0] == 0 and offsets[1:].min() > 0.8 * moved.sum() / 3
+    assert not np.any(gen.generate(**SMALL, seed=6, label_noise=1.0).labels == clean.labels)
+
+
+@pytest.mark.parametrize("preset, low, high", [("products", 0.68, 0.78),
+                                               ("papers100m", 0.78, 0.88)])
+def test_calibrated_features_alone_place_most_nodes_in_their_class(preset, low, high):
+    # The feature-signal knob as the presets set it: the nearest class
+    # centroid (the Bayes classifier of these features) on the latent
+    # classes (label_noise 0); Monte Carlo: products 0.73, papers100m 0.83.
+    # The MLP's calibrated accuracy rests on it; a changed noise or centroid
+    # scale moves it out of the band.
+    p = PRESETS[preset]
+    sizes = dict(num_nodes=3_000, num_edges=3_000, feature_dim=p["feature_dim"],
+                 num_classes=p["num_classes"], seed=0, progress=False)
+    g = gen.generate(**sizes, noise=p["noise"])
+    # noise 0: each row is its class's centroid.
+    centroids = gen.generate(**sizes, noise=0.0)
+    centroid = np.zeros((g.num_classes, g.features.shape[1]))
+    centroid[centroids.labels] = centroids.features
+    nearest = ((g.features[:, None, :] - centroid[None]) ** 2).sum(-1).argmin(1)
+    assert low < (nearest == g.labels).mean() < high
 
 
 def test_unit_variance_scales_the_same_features():
@@ -138,7 +184,7 @@ def no_work(monkeypatch):
     """Fails the test if generation starts."""
     def fail(*args, **kwargs):
         raise AssertionError("work started before the memory check")
-    monkeypatch.setattr(gen, "_nodes", fail)
+    monkeypatch.setattr(_nodes, "nodes", fail)
 
 
 def test_refuses_what_does_not_fit_before_any_work(no_work):
@@ -152,7 +198,9 @@ def test_refuses_what_does_not_fit_before_any_work(no_work):
 
 def test_bad_arguments():
     for bad, match in [(dict(num_nodes=0), "positive"), (dict(num_nodes=2**31), "2\\*\\*31"),
-                       (dict(homophily=1.5), "homophily"), (dict(exponent=2.0), "exponent"),
+                       (dict(homophily=1.5), "homophily"),
+                       (dict(homophily=0.2), r"homophily must lie in \[1 / num_classes"),
+                       (dict(label_noise=-0.1), "label_noise"), (dict(exponent=2.0), "exponent"),
                        (dict(feature_dtype=np.int8), "feature_dtype"),
                        (dict(feature_dtype=np.float64), "feature_dtype"),
                        (dict(passes=0), "passes")]:

@@ -40,9 +40,9 @@ class EdgeModel:
       num_nodes, num_classes: graph sizes.
       num_cells: multiple of num_classes with ceil(num_nodes / num_cells) <=
         2**22.
-      homophily: probability that an edge's second end is drawn within the
+      within: probability that an edge's second end is drawn within the
         first end's class (else anywhere, so the same-class share is
-        homophily + (1 - homophily) / num_classes).
+        within + (1 - within) / num_classes).
       beta, cap: target degree w(x) = min(x ** -beta, cap) at rank position
         x in (0, 1]; beta = 1 / (exponent - 1).
     """
@@ -50,15 +50,15 @@ class EdgeModel:
     num_nodes: int
     num_classes: int
     num_cells: int
-    homophily: float
+    within: float
     beta: float
     cap: float
 
     @staticmethod
-    def create(num_nodes: int, num_classes: int, homophily: float,
+    def create(num_nodes: int, num_classes: int, within: float,
                exponent: float) -> EdgeModel:
         sub = max(1, math.ceil(num_nodes / (num_classes * _MAX_RANKS)))
-        return EdgeModel(num_nodes, num_classes, num_classes * sub, float(homophily),
+        return EdgeModel(num_nodes, num_classes, num_classes * sub, float(within),
                          1.0 / (exponent - 1.0), 4.0 * math.sqrt(num_nodes))
 
 
@@ -98,7 +98,7 @@ def edges(model: EdgeModel, key: jax.Array, perm: jax.Array,
 
     c, m = model.num_classes, model.num_cells
     src_cell = _pick(word(2), m)
-    same = random.unit(word(4)) < np.float32(model.homophily)
+    same = random.unit(word(4)) < np.float32(model.within)
     dst_cell = jnp.where(same, src_cell % c + c * _pick(word(3), m // c), _pick(word(3), m))
     # Both ends in one array: one copy of the inverse CDF in the program.
     cell = jnp.stack([src_cell, dst_cell])

@@ -24,17 +24,39 @@ from .synthetic import generate
 # 28.4 GB in bfloat16), 172 classes and OGB's split sizes (1,207,179 train /
 # 125,265 val / 214,338 test); as in OGB, the other ~109.5M nodes are in no
 # split (they have labels, but nothing trains or evaluates on them).
+#
+# Their knobs (issue 36) make them as hard as the real datasets, with each
+# configuration's defaults (configs/products.py, papers100m.py): label_noise
+# caps every model at 1 - label_noise, noise sets what the features alone
+# give (the MLP), homophily what neighbourhoods add (the GNNs). Targets, OGB's
+# published test accuracy: ogbn-products MLP 0.611, GraphSAGE 0.787, GCN
+# 0.756; ogbn-papers100M MLP 0.472, SGC 0.633. The synthetic features are
+# independent given the class, so a neighbourhood's mean removes their noise
+# far better than on the real graphs: the homophily that matches the
+# accuracies is well below the real graphs' (~0.8). Dropping repeated edges
+# lowers the same-class share on smaller graphs (products' homophily 0.26
+# kept 0.245 at full size; 0.28 kept 0.236 at 61K nodes), so a graph of
+# --scale S reaches lower GNN accuracies than the full preset. Unit variance: on
+# products' raw features (standard deviation 3.5) GAT stayed near chance
+# (validation 0.03 against 0.12 on standardised ones after 4 epochs of a
+# 6,000-node graph; GraphSAGE 0.35 against 0.39, CPU, 2026-11-27).
+# Measured by benchmarks/presets.py.
+CALIBRATED = {
+    "products": dict(noise=3.4, homophily=0.24, label_noise=0.1, unit_variance=True),
+    "papers100m": dict(noise=3.0, homophily=0.3, label_noise=0.25, unit_variance=True),
+}
 PAPERS100M_NODES = 111_059_956
 PRESETS: dict[str, dict[str, Any]] = {
+    # homophily: 0.8 of edges drawn within the class, plus the 1/C of the rest.
     "tiny": dict(num_nodes=2_000, num_edges=10_000, feature_dim=16, num_classes=5,
-                 split=(0.3, 0.1), noise=2.0),
+                 split=(0.3, 0.1), noise=2.0, homophily=0.84),
     "small": dict(num_nodes=20_000, num_edges=120_000, feature_dim=32, num_classes=8,
-                  split=(0.2, 0.1), noise=3.0),
+                  split=(0.2, 0.1), noise=3.0, homophily=0.825),
     "products": dict(num_nodes=2_449_029, num_edges=61_900_000, feature_dim=100,
                      num_classes=47, split=(196_615 / 2_449_029, 39_323 / 2_449_029),
-                     noise=7.0),
+                     **CALIBRATED["products"]),
     "papers100m": dict(num_nodes=PAPERS100M_NODES, num_edges=1_615_685_872, feature_dim=128,
-                       num_classes=172, noise=6.0, unit_variance=True,
+                       num_classes=172, **CALIBRATED["papers100m"],
                        split=tuple(n / PAPERS100M_NODES for n in (1_207_179, 125_265, 214_338))),
 }
 # The graphs, labels and splits without features: for learned embeddings.
