@@ -1,4 +1,4 @@
-"""Learned node inputs (training/learned.py): a host-resident embedding
+"""Learned node inputs (features/learned.py): a host-resident embedding
 trained inside the step, alone or after the given features.
 
 The embedding's step is compared with optax on a dense jnp table restricted
@@ -361,8 +361,8 @@ def test_device_tables_resume_and_move_between_placements(featureless, tmp_path,
 
 def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_values(
         monkeypatch):
-    from jdirect.graph.training import learned
-    from jdirect.graph.training.learned import embedding_memory
+    from jdirect.graph.features import learned
+    from jdirect.graph.features.learned import embedding_memory
 
     # The CPU backend (no device memory apart from host memory).
     monkeypatch.setattr(learned, "device_free_bytes", lambda: None)
