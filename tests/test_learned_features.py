@@ -361,7 +361,7 @@ def test_device_tables_resume_and_move_between_placements(featureless, tmp_path,
 
 def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_values(
         monkeypatch):
-    from jdirect.graph.features import learned
+    from jdirect.graph.features import _learned_tables as learned
     from jdirect.graph.features.learned import embedding_memory
 
     # The CPU backend (no device memory apart from host memory).
