@@ -55,6 +55,14 @@ OPTIMIZERS: dict[str, Callable[[float], embeddings.SparseOptimizer]] = {
 _COPY_ROWS = 1 << 18  # rows per piece of the inference input's copy
 
 
+@functools.cache
+def sparse_optimizer(name: str, lr: float) -> embeddings.SparseOptimizer:
+    """`OPTIMIZERS[name](lr)`, one object per (name, lr): the optimizer is
+    part of the step programs' static context (`learned.learned_source`),
+    and a new pair of functions per run would compile them again."""
+    return OPTIMIZERS[name](lr)
+
+
 def _token(table: HostTable) -> jax.Array:
     """The token of a table version's latest write (its second pytree leaf;
     later reads and writes take it as an input)."""
@@ -176,7 +184,7 @@ class LearnedFeatures:
 
     Attributes:
       memory: "host" or "device", as resolved.
-      optimizer: the row-wise sparse optimizer (`OPTIMIZERS[optimizer](lr)`).
+      optimizer: the row-wise sparse optimizer (`sparse_optimizer(optimizer, lr)`).
 
     Raises:
       ValueError: an unknown optimizer or memory; and as
@@ -188,7 +196,7 @@ class LearnedFeatures:
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"embedding_optimizer must be one of {tuple(OPTIMIZERS)}, got "
                              f"{optimizer!r}")
-        self.optimizer = OPTIMIZERS[optimizer](lr)
+        self.optimizer = sparse_optimizer(optimizer, lr)
         self.dim, self._num_nodes = dim, num_nodes
         self.memory = embedding_memory(memory, num_nodes * dim * 4 * (1 + len(SLOTS[optimizer])))
         self.table = embeddings.create_table(num_nodes, dim, seed=seed)
@@ -271,13 +279,11 @@ class LearnedFeatures:
                            out=target[start:stop], casting="unsafe")
         return out
 
-    def close(self, state: EmbeddingState | None = None) -> None:
-        """Closes the host tables, after the writes of `state` (the last
-        state a step returned) have landed. Device tables are `state`'s
-        leaves: they go when it does (`EmbeddingState.light`)."""
+    def close(self) -> None:
+        """Closes the host tables, after the writes `settle` waited for (its
+        caller's last state's: `LearnedSource.settled`). Device tables are
+        the state's leaves: they go when it does (`EmbeddingState.light`)."""
         if self.memory == "device":
             self._initial = None  # the arrays go with the last state
             return
-        if state is not None:
-            self.settle(state)
         embeddings.close((self.table, self.sparse))
