@@ -108,7 +108,9 @@ class LearnedSource(FeatureSource):
 
     The traced half lives on a subclass per (given source's class, sparse
     optimizer), made once by `learned_source`, so equal runs share the step
-    programs' compilations as the other sources do.
+    programs' compilations as the other sources do. Not a --features choice
+    (`SOURCES`): `training.inputs.open_input` wraps the given source in it
+    when the run learns an embedding.
 
     Args:
       inner: the given feature source (closed by `close`).
@@ -120,7 +122,7 @@ class LearnedSource(FeatureSource):
     OPTIMIZER: ClassVar[embeddings.SparseOptimizer]
     trainable: ClassVar[bool] = True
 
-    def __init__(self, inner: FeatureSource, embedding: LearnedFeatures):  # noqa: D107
+    def __init__(self, inner: FeatureSource, embedding: LearnedFeatures):
         self.inner, self.embedding = inner, embedding
         self.table, self.overlaps = inner.table, inner.overlaps
         self.link_row_bytes, self.exact_rows = inner.link_row_bytes, inner.exact_rows

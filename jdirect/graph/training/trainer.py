@@ -259,10 +259,12 @@ class Trainer:
 
     def close(self) -> None:
         self.feed.close()
-        # The source's tables follow the last state's writes before they
-        # close; device tables are the state's leaves: dropped with it.
-        self.state = self._trained.settled(self.state)
-        self.source.close()
+        try:
+            # The source's tables follow the last state's writes before they
+            # close; device tables are the state's leaves: dropped with it.
+            self.state = self._trained.settled(self.state)
+        finally:
+            self.source.close()
 
     def __enter__(self) -> "Trainer":
         return self
