@@ -1,4 +1,4 @@
-"""Learned node inputs (training/learned.py): a host-resident embedding
+"""Learned node inputs (features/learned.py): a host-resident embedding
 trained inside the step, alone or after the given features.
 
 The embedding's step is compared with optax on a dense jnp table restricted
@@ -361,8 +361,8 @@ def test_device_tables_resume_and_move_between_placements(featureless, tmp_path,
 
 def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_values(
         monkeypatch):
-    from jdirect.graph.training import learned
-    from jdirect.graph.training.learned import embedding_memory
+    from jdirect.graph.features import _learned_tables as learned
+    from jdirect.graph.features.learned import embedding_memory
 
     # The CPU backend (no device memory apart from host memory).
     monkeypatch.setattr(learned, "device_free_bytes", lambda: None)
@@ -403,3 +403,23 @@ def test_device_tables_default_to_several_steps_a_call(graph, memory):
     with Trainer(graph, config(sampler="device", embedding_memory=memory,
                                steps_per_call=2)) as t:
         assert t.feed.steps_per_call == 2
+
+
+def test_the_learned_input_is_a_source_over_the_given_one_whose_class_equal_runs_share(graph):
+    """The trainer sees the learned input as its feature source: the given
+    source's reads (and CPU-sampler need) under one class per (given source,
+    optimizer), so equal runs share the step programs' compilations; a
+    source without trainable rows keeps the model's state as the step state."""
+    from jdirect.graph.features import SOURCES
+    from jdirect.graph.features.learned import LearnedSource, ReadOnly, trained
+
+    cfg = config(epochs=1, features="jdirect")
+    with Trainer(graph, cfg) as a, Trainer(graph, cfg) as b:
+        assert isinstance(a.source, LearnedSource) and trained(a.source) is a.source
+        assert type(a.source) is type(b.source)
+        assert type(a.source).INNER is SOURCES["jdirect"] and a.source.table is a.source.inner.table
+        assert a.feed.ctx.source is type(a.source)
+    with Trainer(graph, cfg.replace(embedding_optimizer="sgd")) as sgd:
+        assert type(sgd.source) is not type(a.source)
+    with Trainer(graph, config(epochs=1, embedding_dim=0)) as plain:
+        assert trained(plain.source) is ReadOnly and not isinstance(plain.state, tuple)

@@ -123,19 +123,17 @@ class DeviceFeed:
       overlap: pipeline the reads of a source that overlaps.
       mesh: a 1-D mesh over `parallel.AXIS` (None: the default device).
       steps_per_call: steps per dispatch (validated by `TrainConfig`).
-      learned: the learned input (`StepContext.learned`), or None.
     """
 
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
-                 steps_per_call: int = 1, learned: Any = None):
+                 steps_per_call: int = 1):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.overlaps
-        self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
-                               learned)
+        self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call)
         self.arrays = replicated(sampler.arrays, self.mesh)
         self.table = replicated(source.table, self.mesh)
         self.data = (self.arrays, self.table)

@@ -17,9 +17,9 @@ from ...host_table import HostTable
 from .. import inference
 from ..data import Graph
 from ..features import FeatureSource
+from ..features.learned import trained
 from . import parallel, steps
 from .feeds import EVAL_EPOCH, Feed
-from .learned import LearnedFeatures
 
 # Where a refused full-split evaluation's message points.
 _HINT = "--no-full-eval evaluates sampled only"
@@ -42,7 +42,7 @@ def check_full_eval(model: nnx.Module, graph: Graph, given: int, learned_dim: in
     not run after training: its working memory (`inference.plan`) and, with
     a learned embedding of `learned_dim` columns after `given` given ones,
     the host room for its [features, embedding] input rows
-    (`LearnedFeatures.input_table`).
+    (`features.learned.LearnedFeatures.input_table`).
 
     Raises:
       MemoryError: either does not fit.
@@ -56,20 +56,17 @@ def check_full_eval(model: nnx.Module, graph: Graph, given: int, learned_dim: in
                    table_dtype=graph.features.dtype, hint=_HINT)
 
 
-def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource,
-                  learned: LearnedFeatures | None, given: int,
+def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource, given: int,
                   progress: bool) -> dict[str, float | None]:
-    """{"val", "test"}: accuracy of the model of (`graphdef`, `state`, the
-    trainer's) over every node of the split with full neighbourhoods; None
-    for an empty split. The input rows are `source`'s table, or the graph's
-    features where the source keeps none or encodes them, or with
-    `learned` the `given` feature columns followed by the embedding as of
-    `state` (then (model state, EmbeddingState))."""
-    table, own = source.table, None
-    if learned is not None:  # the input rows hold the learned ones
-        state, table = state[0], learned.input_table(graph.features[:, :given], state[1])
-        own = table
-    elif table is None or not source.exact_rows:
+    """{"val", "test"}: accuracy of the model of (`graphdef`, step state
+    `state`, the trainer's) over every node of the split with full
+    neighbourhoods; None for an empty split. The input rows are `source`'s
+    table, or the graph's features where the source keeps none or encodes
+    them, or for a source with trainable rows the `given` feature columns
+    followed by those rows as of `state` (`LearnedSource.full_input`)."""
+    state, own = trained(source).full_input(graph.features[:, :given], state)
+    table = own if own is not None else source.table
+    if own is None and (table is None or not source.exact_rows):
         # A source that stages rows on the CPU keeps no table, and one of
         # narrower rows (bfloat16, int8) is not what is evaluated.
         table = own = HostTable(graph.features)

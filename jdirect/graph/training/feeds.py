@@ -77,16 +77,15 @@ class HostFeed:
       graphdef: the model and optimizer's graphdef.
       seed: fixes the dropout masks (with the step).
       prefetch, workers: batches in flight and threads.
-      learned: the learned input (`steps.StepContext.learned`), or None.
       mesh: the run's one-device mesh (`trainer.make_mesh`; None: made here).
     """
 
     def __init__(self, sampler: NeighborSampler, source: FeatureSource, graphdef: Any, *,
-                 seed: int, prefetch: int, workers: int, learned: Any = None,
+                 seed: int, prefetch: int, workers: int,
                  mesh: Mesh | None = None):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler, self.source = sampler, source
-        self.ctx = steps.StepContext(graphdef, type(source), seed, learned=learned)
+        self.ctx = steps.StepContext(graphdef, type(source), seed)
         self.batch_size = sampler.batch_size
         self.prefetch, self.workers = prefetch, workers
         self._stats: dict[str, float] = {}

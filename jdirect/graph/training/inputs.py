@@ -12,6 +12,7 @@ from jax.sharding import Mesh
 from ..batch import check_config, layer_caps
 from ..data import Graph
 from ..features import SOURCES, FeatureSource, SourceOptions
+from ..features.learned import LearnedFeatures, learned_source
 from ..sampling import DeviceSampler, NeighborSampler, device_free_bytes_needed
 from . import parallel
 from .config import TrainConfig, fanouts_for
@@ -65,28 +66,29 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
 
 
 def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
-              batch_size: int, mesh: Mesh, learned: Any = None,
-              device_tables: bool = False) -> Feed:
+              batch_size: int, mesh: Mesh, device_tables: bool = False) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
-    `batch_size` seeds per step over all devices; `learned` as
-    `steps.StepContext.learned`, its tables in device memory if
-    `device_tables` (`default_steps_per_call`)."""
+    `batch_size` seeds per step over all devices; `device_tables`: the step
+    state carries learned tables in device memory (`default_steps_per_call`)."""
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
         steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size, device_tables)
         return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
-                          mesh=mesh, steps_per_call=steps_per_call, learned=learned)
+                          mesh=mesh, steps_per_call=steps_per_call)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
-                    workers=cfg.workers, learned=learned, mesh=mesh)
+                    workers=cfg.workers, mesh=mesh)
 
 
 def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
-               learned: Any = None, device_tables: bool = False) -> tuple[FeatureSource, Feed]:
+               learned: LearnedFeatures | None = None) -> tuple[FeatureSource, Feed]:
     """The input of a run of `cfg` on `graph` over `mesh` (`make_mesh`): the
     feature source `features` (a key of `SOURCES`) and the feed that samples
     its batches (`make_feed`; `graphdef` None for a feed without a model,
     whose `batches` alone serve). The caller closes both, the feed first.
+
+    With `learned` (owned from the call on, closed on failure), the source
+    is a `LearnedSource`: `features`' rows followed by the embedding's.
 
     Shapes are sized for the graph: fanouts beyond the largest degree are
     clamped to it and the batch size to the node count (`check_config`),
@@ -101,12 +103,20 @@ def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphd
     # of the rows cached and the CSR in host memory, 2.70 s with 20 %
     # cached and the CSR on the device).
     reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
-    source = SOURCES[features](graph, SourceOptions(
-        rows_per_batch=caps[-1], staging_buffers=cfg.workers, cache_fraction=cfg.cache_fraction,
-        row_encoding=cfg.row_encoding, device_reserve=reserve))
+    try:
+        source = SOURCES[features](graph, SourceOptions(
+            rows_per_batch=caps[-1], staging_buffers=cfg.workers,
+            cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding,
+            device_reserve=reserve))
+    except BaseException:
+        if learned is not None:
+            learned.close()
+        raise
+    if learned is not None:
+        source = learned_source(type(source), learned.optimizer)(source, learned)
     try:
         return source, make_feed(graph, cfg, source, graphdef, fanouts, batch_size, mesh,
-                                 learned, device_tables)
+                                 learned is not None and learned.memory == "device")
     except BaseException:
         source.close()
         raise

@@ -31,6 +31,7 @@ from jax.sharding import Mesh
 
 from ..batch import Batch
 from ..features import FeatureSource
+from ..features.learned import trained
 from ..models import dropout_masks
 from ...placement import replicated
 
@@ -48,10 +49,10 @@ class StepContext:
       mesh: device-sampled programs: the 1-D mesh over `parallel.AXIS`.
       sampler: device-sampled programs: the `DeviceSampler`.
       n: device-sampled programs: optimizer steps per call.
-      learned: a learned input (`learned.LearnedInput`): the model's input
-        is the source's rows followed by rows of a host-resident embedding
-        table trained in the same step, and the state is (the model's
-        state, `learned.EmbeddingState`). None: the source's rows alone.
+
+    The step state is what the source's trainable half says
+    (`features.learned.trained`): the model's state, or for a source with
+    trainable rows (`LearnedSource`) (the model's state, the source's).
     """
 
     graphdef: Any
@@ -60,7 +61,6 @@ class StepContext:
     mesh: Mesh | None = None
     sampler: Any = None
     n: int = 1
-    learned: Any = None
 
     def with_steps(self, n: int) -> "StepContext":
         """This context for calls of `n` steps."""
@@ -68,17 +68,26 @@ class StepContext:
 
     def update(self, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
                axis: str | None = None):
-        """`update` on the source's rows `x` (and the learned rows)."""
-        if self.learned is None:
-            return update(self.graphdef, state, metrics, x, batch, key, axis)
-        return self.learned.update(self.graphdef, state, metrics, x, batch, key, axis)
+        """`update` on the model's input (the source's rows `x`, joined by
+        the source's trainable rows), then the source's update of those rows
+        from their gradient; (state, metrics)."""
+        own = trained(self.source)
+        model_state, source_state = own.split(state)
+        x, read = own.input(source_state, x, batch.input_nodes)
+        out = update(self.graphdef, model_state, metrics, x, batch, key, axis,
+                     x_grad=own.trainable)
+        model_state, metrics, x_grad = out if own.trainable else (*out, None)
+        source_state = own.apply(source_state, batch.input_nodes, read, x_grad)
+        return own.merge(model_state, source_state), metrics
 
     def count_correct(self, state, correct: jax.Array, x: jax.Array, batch: Batch,
                       axis: str | None = None) -> jax.Array:
-        """`count_correct` on the source's rows `x` (and the learned rows)."""
-        if self.learned is None:
-            return count_correct(self.graphdef, state, correct, x, batch, axis)
-        return self.learned.count_correct(self.graphdef, state, correct, x, batch, axis)
+        """`count_correct` on the model's input (the source's rows `x`, joined
+        by the source's trainable rows)."""
+        own = trained(self.source)
+        model_state, source_state = own.split(state)
+        x, _ = own.input(source_state, x, batch.input_nodes)
+        return count_correct(self.graphdef, model_state, correct, x, batch, axis)
 
 
 class InFlight:

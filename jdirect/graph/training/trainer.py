@@ -27,6 +27,7 @@ from jax.sharding import Mesh
 from ...placement import replicated
 from .. import models
 from ..data import Graph, load_graph
+from ..features.learned import LearnedFeatures, trained
 from ..io import Checkpoints, MetricsFile
 from ..io.checkpoint import resume_settings
 from . import parallel
@@ -34,7 +35,7 @@ from .config import TrainConfig, as_dict, first_line
 from .epochs import TrainingDiverged, train_pass, warn_if_short
 from .evaluation import check_full_eval, full_accuracy, sampled_accuracy
 from .inputs import make_mesh, open_input, sampler_kind
-from .learned import LearnedFeatures, model_input
+from .learned import model_input
 from .reporting import accuracy_line, best_of, fit_result, format_epoch, kept
 from .timing import Timings
 
@@ -53,8 +54,9 @@ class Trainer:
     Shapes are sized for the graph by the samplers: fanouts beyond the
     largest degree are clamped to it and the batch size to the node count.
 
-    With `cfg.embedding_dim`, `self.learned` holds the learned embedding
-    (learned.py) and the state is (model state, `learned.EmbeddingState`).
+    With `cfg.embedding_dim`, the source is a `LearnedSource`
+    (features/learned.py) that owns the learned embedding (`self.learned`),
+    and the state is (model state, the source's `EmbeddingState`).
     `mesh`: `make_mesh(cfg)` where the caller made it (None: made here).
 
     Raises:
@@ -76,7 +78,7 @@ class Trainer:
         self._given = given  # the given features' columns in the model's input
         # The embedding first: its host-memory check is the one-line refusal
         # of a table too large, before the model's (dim, hidden) weights.
-        self.learned = LearnedFeatures(
+        learned = LearnedFeatures(
             graph.num_nodes, cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr,
             seed=cfg.seed, memory=cfg.embedding_memory) if cfg.embedding_dim else None
         try:
@@ -91,17 +93,17 @@ class Trainer:
             self.graphdef, self.state = nnx.split((model, optimizer))
             self.state = replicated(self.state, mesh)
         except BaseException:
-            if self.learned is not None:  # nothing has written it yet
-                self.learned.close()
+            if learned is not None:  # nothing has written it yet
+                learned.close()
             raise
-        if self.learned is not None:
-            self.state = (self.state, self._placed(self.learned.initial_state()))
+        # The source owns the embedding from here on (and closes it on failure).
+        self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned)
+        self._trained = trained(self.source)
         try:
-            self.source, self.feed = open_input(
-                graph, cfg, mesh, features, self.graphdef, self.learned and self.learned.input,
-                self.learned is not None and self.learned.memory == "device")
+            self.state = self._trained.initial(self.state, self._place)
         except BaseException:
-            self._close_learned()
+            self.feed.close()
+            self.source.close()
             raise
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
@@ -176,33 +178,30 @@ class Trainer:
                 multihost_utils.sync_global_devices("jdirect checkpoint directory")
             if not lead:
                 ckpt = Checkpoints(cfg.checkpoint_dir, run_config, read_only=True)
-        # A learned run evaluates its current state (its tables change in
-        # place): `best` keeps no state of it, which would hold a version of
-        # device tables alive.
-        keep = (lambda: None) if self.learned is not None else (lambda: self.state)
+        # A source with trainable rows (a learned embedding) changes in
+        # place: the run evaluates its current state, and `best` keeps no
+        # state of it, which would hold a version of device tables alive.
+        own = self._trained
+        keep = (lambda: None) if own.trainable else (lambda: self.state)
         best = dict(state=keep(), epoch=-1, val_acc=-1.0)
 
         def evaluated() -> Any:  # the state whose model is saved as best and tested
-            return self.state if self.learned is not None else best["state"]
+            return self.state if own.trainable else best["state"]
 
         first = 0
         try:
             if ckpt is not None:
-                tables = None if self.learned is None else self.learned.checkpoint_tables(None)
-                light = self._checkpointed(self.state)
+                tables = own.checkpoint_tables(None)
+                light = own.light(self.state)
                 restored = ckpt.restore_latest(dict(state=light, best=light, tables=tables))
                 if restored is not None:
                     saved, meta = restored
                     self.history = list(meta["history"])
                     first = meta["epoch"] + 1
-                    if self.learned is None:
-                        self.state = saved["state"]
-                        best = dict(state=saved["best"], **best_of(self.history))
-                    else:  # the last epoch is the best (see below)
-                        model_state, emb = saved["state"]
-                        emb = self.learned.resumed(emb, saved["tables"])
-                        self.state = (model_state, self._placed(emb))
-                        best = dict(state=None, **best_of(self.history[-1:]))
+                    self.state = own.resumed(saved["state"], saved["tables"], self._place)
+                    # Trainable rows: the last epoch is the best (see below).
+                    best = dict(state=None, **best_of(self.history[-1:])) if own.trainable \
+                        else dict(state=saved["best"], **best_of(self.history))
                     self.checkpointed = meta["epoch"]
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
@@ -215,18 +214,16 @@ class Trainer:
                     m = self.train_epoch(epoch)
                 with self.timings.phase("evaluate_s"):
                     m["val_acc"] = self.evaluate(self.graph.val)
-                # A learned embedding changes in place: only the last epoch's
-                # model has its table, so it is the one evaluated.
-                if m["val_acc"] is None or m["val_acc"] > best["val_acc"] \
-                        or self.learned is not None:
+                # Trainable rows change in place: only the last epoch's
+                # model has them, so it is the one evaluated.
+                if m["val_acc"] is None or m["val_acc"] > best["val_acc"] or own.trainable:
                     best = dict(state=keep(), epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu"))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
-                    tables = None if self.learned is None else \
-                        self.learned.checkpoint_tables(self.state[1])
-                    ckpt.save(epoch, dict(state=self._checkpointed(self.state),
-                                          best=self._checkpointed(evaluated()), tables=tables),
+                    tables = own.checkpoint_tables(self.state)
+                    ckpt.save(epoch, dict(state=own.light(self.state),
+                                          best=own.light(evaluated()), tables=tables),
                               self.history)
                     self.checkpointed = epoch
                 if on_epoch is not None:
@@ -243,35 +240,31 @@ class Trainer:
                                    f"({first_line(e)})") from e
         return fit_result(self, best["epoch"], sampled, full)
 
-    def _placed(self, emb: Any) -> Any:
-        """A learned embedding's device tables placed as the model's state
-        and every step's output are (one compilation per step kind)."""
-        return replicated(emb, self.mesh) if emb.on_device else emb
+    def _place(self, tree: Any) -> Any:
+        """`tree` placed as the model's state and every step's output are
+        (one compilation per step kind)."""
+        return replicated(tree, self.mesh)
 
-    def _checkpointed(self, state: Any) -> Any:
-        """`state` as a step checkpoint holds it: a learned embedding's
-        device tables are saved beside it (`LearnedFeatures.checkpoint_tables`)."""
-        return state if self.learned is None else (state[0], state[1].light())
+    @property
+    def learned(self) -> LearnedFeatures | None:
+        """The learned embedding that the source trains (None: no trainable rows)."""
+        return self.source.embedding if self._trained.trainable else None
 
     def full_accuracy(self, state: Any) -> dict[str, float | None]:
         """{"val", "test"}: accuracy of `state`'s model over every node of the
         split with full neighbourhoods, by layer-wise inference (OGB's
         protocol; `jdirect.graph.inference`); None for an empty split."""
-        return full_accuracy(self.graphdef, state, self.graph, self.source, self.learned,
-                             self._given, self._progress)
+        return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
+                             self._progress)
 
     def close(self) -> None:
-        if hasattr(self, "feed"):  # absent when making it failed
-            self.feed.close()
-        self.source.close()
-        self._close_learned()
-
-    def _close_learned(self) -> None:
-        if self.learned is not None:
-            self.learned.close(self.state[1])
-            # Device tables are the state's leaves: drop them with it.
-            self.state = (self.state[0], self.state[1].light())
-            self.learned = None
+        self.feed.close()
+        try:
+            # The source's tables follow the last state's writes before they
+            # close; device tables are the state's leaves: dropped with it.
+            self.state = self._trained.settled(self.state)
+        finally:
+            self.source.close()
 
     def __enter__(self) -> "Trainer":
         return self
