@@ -21,8 +21,9 @@ them all, narrower rows when only a share of them is cached.
   * No separate device memory (the CPU backend): the table as stored, no
     cache: a "device" copy would be a second host copy.
   * The cache budget is half the device memory free when the source opens
-    (`jdirect.cached_table.cache_budget`, the core's sizing rule; the rest is for the sampler's graph, which is placed
-    after the source, the model and the steps' buffers), and at most what
+    (`jdirect.cached_table.cache_budget`, the core's sizing rule; the rest
+    is for the sampler's graph, which is placed after the source, the
+    model and the steps' buffers), and at most what
     leaves the device sampler room to place its CSR on the device
     (`reserve_bytes`): on an H100 (papers100m, 2026-11-27) a cache of 74 %
     of the rows pushed the CSR to host memory and the epoch took 3.12 s,
@@ -50,7 +51,8 @@ against 10.7 s for float32. At 8 steps a call (2026-11-26), products: the
 table on the device 0.182 s, every row cached 0.193 s (read inline through
 XLA's gather), bfloat16 rows with 20 % cached 0.369 s; so the trainer's
 `cache_fraction` default became "auto" (2026-11-27: what fits, every row
-when the table fits). int8 rows move half of bfloat16's bytes, but an `Int8Table` read cannot be started ahead
+when the table fits). int8 rows move half of bfloat16's bytes, but an
+`Int8Table` read cannot be started ahead
 (`jdirect.gather_start` falls back to the ordinary gather for it), so it
 does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
 of every encoding x cache combination, their PCIe counters and accuracy
