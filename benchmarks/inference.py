@@ -42,6 +42,7 @@ from jdirect.graph.inference import layerwise
 from jdirect.graph.models import build
 from _common import (finish_figure, graph_bytes, host_memory_line, host_peak_gb, memory_peaks,
                      print_table, run_meta, write_json)
+from _profile import kernel_profile, print_profile
 from gather import memcpy_gbps
 
 
@@ -72,6 +73,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="runs per setting, the first included")
     p.add_argument("--link-gbps", type=float, default=None,
                    help="link rate for the floor (default: measured pinned memcpy on a GPU)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timed runs, one more run of each setting under jax.profiler: "
+                        "its kernels by device time (_profile.py)")
     p.add_argument("--json", type=Path, default=Path("results/inference.json"))
     args = p.parse_args()
     if args.smoke:
@@ -99,13 +103,23 @@ def run(model, graph, features, args, budget: int | None, link: float | None) ->
         times.append(time.perf_counter() - start)
     report = result.report
     result.close()
+    profile = None
+    if args.profile:
+        def once():
+            out = layerwise(model, graph, features, nodes=nodes, chunk_nodes=args.chunk_nodes,
+                            chunk_edges=args.chunk_edges, device_budget=budget,
+                            table_dtype=table_dtype, logits_dtype=jnp.dtype(args.logits_dtype))
+            jax.block_until_ready(out.logits)
+            out.close()
+        profile = kernel_profile(once, reps=1, top=16)
+        print_profile(f"{model.__class__.__name__}, budget {budget}", profile)
     moved = report.bytes_read + report.bytes_written
     s = statistics.median(times[1:]) if len(times) > 1 else times[0]
     floor = moved / (link * 1e9) if link else None
     return dict(first_s=times[0], s=s, read_gb=report.bytes_read / 1e9,
                 written_gb=report.bytes_written / 1e9, floor_s=floor,
                 vs_floor=s / floor if floor else None,
-                nodes_per_s=graph.num_nodes / s, tables=report.tables)
+                nodes_per_s=graph.num_nodes / s, tables=report.tables, profile=profile)
 
 
 def main() -> None:
