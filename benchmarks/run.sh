@@ -286,6 +286,8 @@ for stage in "$@"; do
       (cd .baseline && OUT="$OUT/baseline" && mkdir -p "$OUT" && source benchmarks/gpu_build.sh \
         > "$OUT/build.txt" 2>&1 && python3 benchmarks/graphsage.py ${GRAPHSAGE_ARGS---samplers device} \
         --json "$OUT/graphsage.json" 2>&1 | tee "$OUT/graphsage.log" | tail -22)
+      # The baseline's editable install now shadows this tree: install this one again.
+      rm -f build/gpu-stamp && built=0 && build
     fi
     ;;
   encodings)
