@@ -47,11 +47,13 @@ from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
 from _common import (add_graph_args, finish_figure, host_peak_gb, load_graph_of, memory_peaks,
                      print_table, run_meta, write_json)
+from _profile import kernel_profile, print_profile
 from gather import memcpy_gbps
 
 
 _ROW_SETS = 4
-LABELS = ("sampler", "mode")  # a record's settings; its figures are metrics.METRICS names
+LABELS = ("sampler", "mode", "profile")  # a record's settings and profile; its figures are
+# metrics.METRICS names
 
 
 def epoch_time(fn, batches, reps: int) -> float:
@@ -139,6 +141,10 @@ def run_mode(graph, cfg: TrainConfig, args, memcpy: float | None, row_bytes: int
             full = t.full_accuracy(best[1])
             rec.update(val_acc=full["val"], test_acc=full["test"])
             rec["protocol"].update(val_acc=FULL, test_acc=FULL)
+        if args.profile:
+            rec["profile"] = kernel_profile(lambda: t.train_epoch(args.epochs + 1), reps=1,
+                                            top=16)
+            print_profile(f"{cfg.sampler}/{rec['mode']}: one epoch", rec["profile"])
         if "cpu_sample_s" in epochs[-1]:
             rec.update(cpu_sample_s=epochs[-1]["cpu_sample_s"], wait_s=epochs[-1]["wait_s"])
         if isinstance(t.feed, DeviceFeed) and not overlapped:
@@ -175,6 +181,9 @@ def main() -> None:
     p.add_argument("--eval-max", type=int, default=20_000)
     p.add_argument("--full-eval", action=argparse.BooleanOptionalAction, default=True,
                    help="also full-split accuracies by layer-wise inference")
+    p.add_argument("--profile", action="store_true",
+                   help="one more epoch of each setting under jax.profiler: kernels by device "
+                        "time and the streams' timeline (_profile.py)")
     p.add_argument("--json", type=Path, default=Path("benchmarks/out/graphsage.json"))
     args = p.parse_args()
 
@@ -205,7 +214,8 @@ def main() -> None:
                                args, memcpy, row_bytes)
                 records.append(rec)
                 print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in rec.items() if k != "protocol"), flush=True)
+                               for k, v in rec.items() if k not in ("protocol", "profile")),
+                      flush=True)
 
     floor = next((r["pcie_floor_s"] for r in records if r.get("pcie_floor_s")), None)
     dev = {r["sampler"]: r["epoch_s"] for r in records if r["mode"] == "device"}
