@@ -39,7 +39,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jdirect.graph.features import SOURCES
+from jdirect.graph.features import ENCODINGS, SOURCES
 from jdirect.graph.metrics import FULL, SAMPLED, check
 from jdirect.graph.training import programs, steps
 from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
@@ -172,6 +172,8 @@ def main() -> None:
     p.add_argument("--cache-fraction", type=parse_cache_fraction, default="auto",
                    help="jdirect-cache: share of the table cached (default: the trainer's "
                         "auto, every row when the table fits)")
+    p.add_argument("--row-encoding", choices=ENCODINGS, default="auto",
+                   help="how the host-resident sources store their rows (TrainConfig.row_encoding)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
@@ -195,7 +197,8 @@ def main() -> None:
     base = TrainConfig(dataset=args.dataset, fanouts=tuple(int(f) for f in args.fanouts.split(",")),
                        batch_size=args.batch_size, hidden=args.hidden, workers=args.workers,
                        prefetch=args.workers, eval_max=args.eval_max, progress=False,
-                       log_every=10**9, cache_fraction=args.cache_fraction)
+                       log_every=10**9, cache_fraction=args.cache_fraction,
+                       row_encoding=args.row_encoding)
     memcpy = memcpy_gbps(jax.devices()[0], 5) if on_gpu else None
     row_bytes = graph.features.shape[1] * graph.features.dtype.itemsize
     records = []
