@@ -117,9 +117,9 @@ class FeatureSource(abc.ABC):
     @staticmethod
     def count(table: Any, input_nodes: jax.Array) -> jax.Array:
         """Traced inside a training step: float32[len(COUNTERS)], the
-        `COUNTERS` of the read of `table[input_nodes]`, by default (rows
+        `COUNTERS` of the read of `table[input_nodes]` (by default: rows
         served from a device cache, rows read over PCIe). Ids out of range
-        (padding) count nowhere. Zeros by default (the `device` source; the
+        (padding) count nowhere. Zeros here (the `device` source; the
         `host` source's rows cross PCIe in its staging copies, outside the
         step, and are not counted)."""
         return jnp.zeros(2, jnp.float32)
