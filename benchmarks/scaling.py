@@ -11,8 +11,11 @@ Per run, with the names of `jdirect.graph.metrics`:
   epoch_s    median end-to-end training epoch after one warm-up epoch
   feature_gb bytes of the feature rows the epoch's steps gathered: each
              device's batches' unique input rows x row bytes, summed over
-             the devices (for jdirect-cache, rows found in the device cache
-             included; use --features jdirect for host reads only)
+             the devices (for the cached sources, rows found in a device
+             cache included; use --features jdirect for host reads only)
+  pcie_gb,   the last timed epoch's rows over PCIe and, for
+  peer_gb    jdirect-partitioned, from peer devices (NVLink), in GB, as
+             the trainer counts them
   read_gbps  feature_gb / epoch_s: the aggregate feature-read rate the epoch
              sustained (a lower bound of what the links carry)
   speedup    the 1-device epoch of the same `--batch` way / this run's
@@ -26,6 +29,8 @@ Prints a table, writes JSON and a PNG under --out. Examples:
   python benchmarks/scaling.py --out $OUT                         # products
   python benchmarks/scaling.py --config papers100m --out $OUT
   python benchmarks/scaling.py --devices 1 2 4 --processes 0 --batch per-device global
+  python benchmarks/scaling.py --devices 1 2 4 --processes 0 \
+      --features jdirect-partitioned --cache-fraction 0.1 --out $OUT/partitioned
   python benchmarks/scaling.py --config tiny --out /tmp/s   # CPU
 """
 
@@ -47,7 +52,8 @@ from jdirect.graph import load_graph
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import check
 from jdirect.graph.training import parallel, steps
-from jdirect.graph.training.config import CONFIGS, TrainConfig, load_config
+from jdirect.graph.training.config import (CONFIGS, TrainConfig, load_config,
+                                           parse_cache_fraction)
 from jdirect.graph.training.programs import read_first
 from jdirect.graph.training.trainer import Trainer
 
@@ -61,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=str(CONFIGS / "products.py"),
                    help="a configuration name (jdirect/graph/configs/) or a .py path")
     p.add_argument("--features", choices=list(SOURCES), help="override the feature source")
+    p.add_argument("--cache-fraction", type=parse_cache_fraction,
+                   help="override cache_fraction: 'auto' or a share of the table per device")
     p.add_argument("--epochs", type=int, default=3, help="timed epochs (median), after one")
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2],
                    help="mesh sizes to time in one process")
@@ -81,6 +89,8 @@ def parser() -> argparse.ArgumentParser:
 def run_config(args: argparse.Namespace) -> TrainConfig:
     cfg = load_config(args.config).replace(sampler="device", progress=False, log_every=10**9,
                                            checkpoint_dir=None)
+    if args.cache_fraction is not None:
+        cfg = cfg.replace(cache_fraction=args.cache_fraction)
     return cfg.replace(features=args.features) if args.features else cfg
 
 
@@ -95,7 +105,8 @@ def epoch_feature_rows(trainer: Trainer, epoch: int) -> int:
     rows = 0
     first, _ = next(feed.epoch(trainer.graph.train, epoch))
     for i in range(first.at.order.shape[0]):
-        (_, batch), _ = read_first(feed.ctx, steps.zero_metrics(mesh=feed.mesh), feed.data,
+        metrics = steps.zero_metrics(steps.metrics_size(trainer.source), mesh=feed.mesh)
+        (_, batch), _ = read_first(feed.ctx, metrics, feed.data,
                                    first.at._replace(i=jnp.int32(i)))
         rows += int(parallel.host_value(total(batch.counts)))
     return rows
@@ -118,6 +129,7 @@ def time_run(graph, cfg: TrainConfig, epochs: int) -> dict:
         return check(dict(devices=t.mesh.size, processes=jax.process_count(), epoch_s=epoch_s,
                           epochs_s=[m["epoch_s"] for m in timed], feature_gb=feature_gb,
                           read_gbps=feature_gb / epoch_s, loss=timed[-1]["loss"],
+                          **{k: timed[-1][k] for k in ("pcie_gb", "peer_gb") if k in timed[-1]},
                           val_acc=t.evaluate(graph.val), batches=t.batches_per_epoch,
                           per_device_batch=cfg.batch_size // t.mesh.size,
                           steps_per_call=t.feed.steps_per_call), labels=LABELS)
@@ -145,6 +157,8 @@ def spawn_processes(args: argparse.Namespace) -> dict:
             "--record", str(record), "--out", str(args.out)]
     if args.features:
         base += ["--features", args.features]
+    if args.cache_fraction is not None:
+        base += ["--cache-fraction", str(args.cache_fraction)]
     # The environment is inherited whole (NCCL settings included).
     procs = [subprocess.Popen(base + ["--worker", str(i)]) for i in range(args.processes)]
     try:
@@ -176,7 +190,8 @@ def main() -> None:
     cfg = run_config(args)
     graph = load_graph(cfg)
     generation_peak = host_peak_gb()  # before any trainer allocates
-    print(f"{graph}, {cfg.features}, batch {cfg.batch_size}", flush=True)
+    print(f"{graph}, {cfg.features}, cache_fraction {cfg.cache_fraction}, batch {cfg.batch_size}",
+          flush=True)
     for way in args.batch:
         for devices in args.devices:
             if way == "per-device" and devices == 1 and "global" in args.batch:
@@ -190,7 +205,8 @@ def main() -> None:
         base = next((b["epoch_s"] for b in records if b["devices"] == 1
                      and b["processes"] == 1 and b["batch_way"] == r["batch_way"]), None)
         r["speedup"] = base / r["epoch_s"] if base else None
-    keys = ("epoch_s", "speedup", "batches", "feature_gb", "read_gbps", "val_acc")
+    keys = ("epoch_s", "speedup", "batches", "feature_gb", "read_gbps", "pcie_gb", "peer_gb",
+            "val_acc")
     print_table([dict(k=k, col=r["run"], v=r[k]) for r in records for k in keys
                  if r.get(k) is not None], ("k",), [r["run"] for r in records], "col", "v",
                 fmt="{:.3f}")

@@ -50,7 +50,13 @@ METRICS: dict[str, str] = {
     "wait_s": "CPU sampler: seconds the training loop waited for its next batch",
     "cache_hits": "rows of the feature source the epoch's training batches read from the "
                   "device cache (summed over devices; padding not counted; a learned "
-                  "embedding's reads and writes are not counted)",
+                  "embedding's reads and writes are not counted; a partitioned cache's: "
+                  "rows of the reading device's own slice)",
+    "peer_rows": "rows of a partitioned cache (jdirect-partitioned) that the epoch's training "
+                 "batches received from the device holding them (summed over devices; padding "
+                 "not counted)",
+    "peer_gb": "peer_rows x the decoded row's bytes, 1e9: the rows' payload between devices "
+               "(NVLink between GPUs), not the exchange's fixed-size buffers",
     "pcie_rows": "rows of the feature source the epoch's training batches read over PCIe "
                  "(cache misses; summed over devices; the host source's staged rows and a "
                  "learned embedding's rows are not counted). This and cache_hits are summed "

@@ -137,7 +137,9 @@ def parser() -> argparse.ArgumentParser:
     add("--model", choices=list(MODELS), help="the GNN (mlp: the seeds' own features only)")
     add("--features", choices=list(SOURCES),
         help="where the feature table lives (jdirect-cache: host memory with as many of the "
-             "highest-degree rows in GPU memory as fit; none: ignore the graph's features)")
+             "highest-degree rows in GPU memory as fit; jdirect-partitioned: the same, the "
+             "cached rows split across the GPUs, which exchange them; none: ignore the "
+             "graph's features)")
     add("--embedding-dim", type=_number(int, 0),
         help="learn a host-resident embedding of this width per node, the model's input "
              "after the given features (0: off; a graph without features needs it)")
@@ -152,9 +154,9 @@ def parser() -> argparse.ArgumentParser:
         help="device sampler, jdirect modes: read each batch's rows in its own step instead "
              "of on a side stream during the previous step")
     add("--cache-fraction", type=_cache_fraction,
-        help="jdirect-cache: share of the (encoded) feature table kept on the device, or "
-             "auto: as many rows as fit in half the free device memory, every row when the "
-             "table fits")
+        help="jdirect-cache, jdirect-partitioned: share of the (encoded) feature table kept "
+             "on each device, or auto: as many rows as fit in half the free device memory, "
+             "every row when the table fits")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
              "auto: bfloat16 when a device cache takes only a share of the rows, else "

@@ -14,10 +14,13 @@ inherit: `jdirect-cache` is a cache in front of a `jdirect` source,
                  their rows with jdirect.gather, zero-copy.
   jdirect-cache  as jdirect, with the highest-degree nodes' rows also in
                  device memory (a CachedTable, `cache_fraction` of it).
+  jdirect-partitioned  as jdirect-cache, the cached rows split across the
+                 mesh's devices (a PartitionedCache, `cache_fraction` per
+                 device; peers exchange rows): D devices cache D times the rows.
   none           no given features (rows of width 0): the model's input is the
                  learned embedding alone (`TrainConfig.embedding_dim`).
 
-The two jdirect sources store their rows in `row_encoding` (float32,
+The jdirect sources store their rows in `row_encoding` (float32,
 bfloat16, int8 or auto: encoding.py, where the `auto` rule and the
 measurements behind it are written down). Every training step adds the
 source's `count` of its read (cache hits, rows over PCIe) to the running
@@ -32,6 +35,7 @@ from .encoding import ENCODINGS
 from .host import StagedSource
 from .jdirect import HostTableSource
 from .jdirect_cache import CachedSource
+from .jdirect_partitioned import PartitionedSource
 from .none import EmptySource
 
 # Name (the CLI's --features) -> class; a source is opened as
@@ -41,6 +45,7 @@ SOURCES: dict[str, type[FeatureSource]] = {
     "host": StagedSource,
     "jdirect": HostTableSource,
     "jdirect-cache": CachedSource,
+    "jdirect-partitioned": PartitionedSource,
     "none": EmptySource,
 }
 

@@ -21,7 +21,9 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec
 
+from ...placement import replicated
 from ..batch import Batch
 from ..data.csr import Graph
 
@@ -40,6 +42,8 @@ class SourceOptions:
       device_reserve: free device bytes that what is placed after the
         source needs (the device sampler's CSR); a cache sized by the free
         device memory leaves them (`encoding.plan_rows`).
+      mesh: the 1-D mesh the steps run on (`training.parallel`), for a
+        source that splits its table over it; None: one device.
     """
 
     rows_per_batch: int = 0
@@ -47,6 +51,7 @@ class SourceOptions:
     cache_fraction: float | str = "auto"
     row_encoding: str = "auto"
     device_reserve: int = 0
+    mesh: Mesh | None = None
 
 
 class FeatureSource(abc.ABC):
@@ -86,7 +91,7 @@ class FeatureSource(abc.ABC):
     link_row_bytes: int = 0
     exact_rows: bool = True
     # The figures of `count`, in its order (names of jdirect.graph.metrics).
-    COUNTERS: ClassVar[tuple[str, str]] = ("cache_hits", "pcie_rows")
+    COUNTERS: ClassVar[tuple[str, ...]] = ("cache_hits", "pcie_rows")
 
     @abc.abstractmethod
     def __init__(self, graph: Graph, options: SourceOptions):
@@ -111,12 +116,25 @@ class FeatureSource(abc.ABC):
 
     @staticmethod
     def count(table: Any, input_nodes: jax.Array) -> jax.Array:
-        """Traced inside a training step: float32[2], `COUNTERS` of the read
-        of `table[input_nodes]`: (rows served from a device cache, rows read
-        over PCIe). Ids out of range (padding) are neither. Zeros by default
-        (the `device` source; the `host` source's rows cross PCIe in its
-        staging copies, outside the step, and are not counted)."""
+        """Traced inside a training step: float32[len(COUNTERS)], the
+        `COUNTERS` of the read of `table[input_nodes]` (by default: rows
+        served from a device cache, rows read over PCIe). Ids out of range
+        (padding) count nowhere. Zeros here (the `device` source; the
+        `host` source's rows cross PCIe in its staging copies, outside the
+        step, and are not counted)."""
         return jnp.zeros(2, jnp.float32)
+
+    @staticmethod
+    def spec(table: Any) -> Any:
+        """Traced: `table`'s `in_specs` in the sharded steps' `shard_map`
+        (a prefix of its pytree): replicated, `PartitionSpec()`, by default;
+        a table split over the mesh says how."""
+        return PartitionSpec()
+
+    def placed(self, mesh: Mesh) -> Any:
+        """`table` placed on `mesh` as `spec` says, for the sharded steps:
+        on every device (`jdirect.replicated`) by default."""
+        return replicated(self.table, mesh)
 
     def traffic(self, counts: Any) -> dict[str, float]:
         """An epoch's figures from its summed `count`s: cache_hits and

@@ -99,7 +99,7 @@ def row_bytes(encoding: str, dim: int, dtype: np.dtype) -> int:
 
 def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
               cache_fraction: float | str, *, cached: bool,
-              free_bytes: int | None, reserve_bytes: int = 0) -> RowPlan:
+              free_bytes: int | None, reserve_bytes: int = 0, devices: int = 1) -> RowPlan:
     """The encoding and cache size for a [rows, dim] table of `dtype`, by
     the module's rule; a pure function of its arguments. The cache's bytes
     follow the core's sizing rule (`jdirect.cached_table`: a cached row
@@ -116,6 +116,11 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
       reserve_bytes: of `free_bytes`, what must stay free for what is
         placed after the source (the device sampler's CSR,
         `sampling.device_free_bytes_needed`; see `cache_budget`).
+      devices: devices the cache is split over (the `jdirect-partitioned`
+        source's mesh), each with its own budget and `cache_fraction`:
+        together they cache `devices` times the rows, and "every row" means
+        that the devices' caches together take them. `cache_bytes` is per
+        device.
 
     Raises:
       ValueError: an encoding not in ENCODINGS, or float32 for a 2-byte
@@ -135,14 +140,14 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
         if not cached or free_bytes is None:
             return RowPlan(STORED, 0)
         whole = rows * cached_row_bytes(row_bytes(STORED, dim, dtype))
-        every_row = whole <= budget and (auto or cache_fraction >= 1)
+        every_row = whole <= devices * budget and (auto or devices * cache_fraction >= 1)
         narrower = "bfloat16" if np.dtype(dtype).itemsize > 2 else STORED
         encoding = STORED if every_row else narrower
     table_bytes = rows * cached_row_bytes(row_bytes(encoding, dim, dtype))
     if not cached:
         cache = 0
     elif auto:
-        cache = min(table_bytes, budget)
+        cache = min(-(-table_bytes // devices), budget)
     else:
         cache = int(cache_fraction * table_bytes)
     return RowPlan(encoding, cache)
@@ -170,13 +175,16 @@ def open_rows(features: np.ndarray, encoding: str) -> HostTable | Int8Table:
     return table
 
 
-def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype) -> str:
-    """One line for the log: the encoding, its row bytes and the cache."""
+def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype, devices: int = 1) -> str:
+    """One line for the log: the encoding, its row bytes and the cache
+    (split over `devices`, as `plan_rows`'s)."""
     rows, dim = shape
     name = np.dtype(dtype).name if plan.encoding == STORED else plan.encoding
     per_row = row_bytes(plan.encoding, dim, dtype)
     if plan.cache_bytes == 0:  # no cache (or none possible: the CPU backend)
         return f"{name} rows ({per_row} B)"
-    cached = rows_within(plan.cache_bytes, rows, per_row)
-    return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached "
-            f"({plan.cache_bytes / 1e9:.3g} GB)")
+    cached = min(rows, devices * rows_within(plan.cache_bytes, rows, per_row))
+    where = f", split over {devices} devices" if devices > 1 else ""
+    each = " each" if devices > 1 else ""
+    return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached{where} "
+            f"({plan.cache_bytes / 1e9:.3g} GB{each})")

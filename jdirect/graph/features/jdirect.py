@@ -42,6 +42,8 @@ class HostTableSource(FeatureSource):
     Args:
       cached: plan the rows for a device cache in front of them
         (`encoding.plan_rows`; the `jdirect-cache` source's).
+      devices: the cache is split over this many devices
+        (`encoding.plan_rows`; the `jdirect-partitioned` source's).
 
     Attributes:
       host: the host table it opened (a HostTable or an Int8Table).
@@ -54,13 +56,14 @@ class HostTableSource(FeatureSource):
     start = staticmethod(start_rows)
     finish = staticmethod(finish_rows)
 
-    def __init__(self, graph: Graph, options: SourceOptions, *, cached: bool = False):
+    def __init__(self, graph: Graph, options: SourceOptions, *, cached: bool = False,
+                 devices: int = 1):
         features = graph.features
         self.plan = encoding.plan_rows(features.shape, features.dtype, options.row_encoding,
                                        options.cache_fraction, cached=cached,
                                        free_bytes=device_free_bytes(),
-                                       reserve_bytes=options.device_reserve)
-        self._about = encoding.describe(self.plan, features.shape, features.dtype)
+                                       reserve_bytes=options.device_reserve, devices=devices)
+        self._about = encoding.describe(self.plan, features.shape, features.dtype, devices)
         self.table = self.host = encoding.open_rows(features, self.plan.encoding)
         self.link_row_bytes = self.host.row_bytes
         self.exact_rows = self.plan.encoding in (encoding.STORED, features.dtype.name)

@@ -71,8 +71,9 @@ class TrainConfig:
         "auto" (device memory when six versions of them, those of the
         queued steps, fit in half the free device memory, else host; host
         on the CPU backend).
-      cache_fraction: jdirect-cache: share of the (encoded) table's bytes
-        on the device, a number in [0, 1], or "auto" (the default, the
+      cache_fraction: jdirect-cache, jdirect-partitioned: share of the
+        (encoded) table's bytes on each device (jdirect-partitioned's
+        devices cache different rows), a number in [0, 1], or "auto" (the default, the
         CLI's `--cache-fraction auto`): as many rows as fit in half
         the device memory free when the source opens, leaving the device
         sampler room for its CSR, every row when the whole table fits
@@ -82,7 +83,7 @@ class TrainConfig:
         s an epoch with every row cached, 0.391 s with 0.2, 0.183 s with the
         table on the device; papers100m from the CLI on an H100, 1.94 s
         with 53 % of the rows cached, 2.70 s with 0.2.
-      row_encoding: jdirect, jdirect-cache: how the host-resident rows are
+      row_encoding: the jdirect sources: how the host-resident rows are
         stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
         scale) or "auto" (`features.encoding`: as stored when there is no
         cache, on the CPU backend, or when the cache takes every row

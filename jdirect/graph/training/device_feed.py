@@ -99,7 +99,8 @@ class DeviceFeed:
     seed matrix) is split evenly over the mesh: every device samples
     `sampler.batch_size` of them with its own keys, reads their rows from
     its replica of the feature table and computes its part of one update.
-    The graph's arrays and the table are replicated on every device.
+    The graph's arrays are replicated on every device, the table placed as
+    the source says (`FeatureSource.placed`: replicated, or split).
 
     A pass runs `steps_per_call` steps per dispatch (a loop inside one
     program; on a GPU its batches are sampled together first), its
@@ -135,7 +136,7 @@ class DeviceFeed:
         self.overlap = overlap and source.overlaps
         self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call)
         self.arrays = replicated(sampler.arrays, self.mesh)
-        self.table = replicated(source.table, self.mesh)
+        self.table = source.placed(self.mesh)
         self.data = (self.arrays, self.table)
         self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
                               static_argnames="shuffle",

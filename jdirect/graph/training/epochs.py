@@ -55,7 +55,7 @@ def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
       TrainingDiverged: the loss sum read is NaN or infinite.
     """
     count = feed.num_batches(len(nodes))
-    metrics = steps.zero_metrics(mesh=feed.mesh)
+    metrics = steps.zero_metrics(steps.metrics_size(source), mesh=feed.mesh)
     # disable=None: tqdm draws only on a terminal, so a log file gets plain lines.
     bar = tqdm(total=count, desc=f"epoch {epoch}", disable=None if progress else True,
                leave=False)

@@ -107,7 +107,7 @@ def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphd
         source = SOURCES[features](graph, SourceOptions(
             rows_per_batch=caps[-1], staging_buffers=cfg.workers,
             cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding,
-            device_reserve=reserve))
+            device_reserve=reserve, mesh=mesh))
     except BaseException:
         if learned is not None:
             learned.close()

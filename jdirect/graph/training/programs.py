@@ -109,20 +109,27 @@ def read_rows(source: type[FeatureSource], table: Any, input_nodes: jax.Array,
 
 
 # -- looped: n device-sampled batches a call, data parallel -----------------
+def data_spec(ctx: StepContext, data: Any) -> tuple[Any, Any]:
+    """The `in_specs` of a feed's `data` = (graph arrays, table): the arrays
+    replicated, the table as its source says (`FeatureSource.spec`)."""
+    return ALL, ctx.source.spec(data[1])
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
                        step: jax.Array):
     """Steps i .. i + n - 1 after `at` on the devices of `ctx.mesh`: each
     samples its batch, reads its features and updates the model, all in one
     program; returns (state, metrics). `step` is step i's global number
-    (dropout's key); `data` = (graph arrays, table), replicated."""
+    (dropout's key); `data` = (graph arrays, table), placed by the feed."""
 
     def body(state, metrics, data, at, step):
         arrays, table = data
         return over_batches(ctx, lambda j, batch, carry: train_on(
             ctx, *carry, table, batch, None, share(step + j), AXIS), (state, metrics), arrays, at)
 
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, ALL, POSITION, ALL),
+    return shard_map(body, mesh=ctx.mesh,
+                     in_specs=(ALL, ALL, data_spec(ctx, data), POSITION, ALL),
                      out_specs=(ALL, ALL))(state, metrics, data, at, step)
 
 
@@ -137,7 +144,7 @@ def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
         return over_batches(ctx, lambda j, batch, correct: judge(
             ctx, state, correct, table, batch, None, AXIS), correct, arrays, at)
 
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, ALL, POSITION),
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, data_spec(ctx, data), POSITION),
                      out_specs=ALL)(state, correct, data, at)
 
 
@@ -152,7 +159,7 @@ def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahea
         batch = sample(ctx.sampler, arrays, at, j)
         return ctx.source.read(table, batch.input_nodes, None), batch
 
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, POSITION, ALL),
+    return shard_map(body, mesh=ctx.mesh, in_specs=(data_spec(ctx, data), POSITION, ALL),
                      out_specs=SPLIT)(data, at, j)
 
 
@@ -163,7 +170,7 @@ def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
     """Batch `at` sampled on the devices of `ctx.mesh` and its rows read:
     ((rows, batch), each device's concatenated along axis 0 (`SPLIT`),
     metrics with the read counted). `data` is the feed's (graph arrays,
-    table), replicated."""
+    table), placed by the feed (`data_spec`)."""
 
     def body(metrics, data, at):
         arrays, table = data
@@ -171,7 +178,7 @@ def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
         pending, metrics = start_read(ctx, metrics, table, batch, AXIS)
         return (ctx.source.finish(pending), batch), metrics
 
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, POSITION),
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, data_spec(ctx, data), POSITION),
                      out_specs=(SPLIT, ALL))(metrics, data, at)
 
 
@@ -206,7 +213,8 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
         # epoch, none cached 0.603 -> 0.584 s; benchmarks/RESULTS.md).
         return over_batches(ctx, one, (state, metrics, ahead), arrays, at, first=1, unroll=2)
 
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, SPLIT, ALL, POSITION, ALL),
+    return shard_map(body, mesh=ctx.mesh,
+                     in_specs=(ALL, ALL, SPLIT, data_spec(ctx, data), POSITION, ALL),
                      out_specs=(ALL, ALL, SPLIT))(state, metrics, ahead, data, at, step)
 
 

@@ -89,8 +89,10 @@ def format_epoch(m: dict[str, Any], over_link: bool = True) -> str:
     val = m.get("val_acc")
     line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
             f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
-    if over_link and (m.get("pcie_rows") or m.get("cache_hits")):
-        line += (f" | rows: {m['cache_hits']:,} cached, {m['pcie_rows']:,} over PCIe "
+    if over_link and (m.get("pcie_rows") or m.get("cache_hits") or m.get("peer_rows")):
+        peers = (f"{m['peer_rows']:,} from peer devices ({m['peer_gb']:.3g} GB), "
+                 if "peer_rows" in m else "")
+        line += (f" | rows: {m['cache_hits']:,} cached, {peers}{m['pcie_rows']:,} over PCIe "
                  f"({m['pcie_gb']:.3g} GB)")
     elif m.get("pcie_rows"):
         line += f" | rows: {m['pcie_rows']:,} read ({m['pcie_gb']:.3g} GB)"

@@ -2,9 +2,10 @@
 
 Every step is a jitted function of the model's state that returns the new
 state; nothing waits for the device. Running metrics are a device array
-`float32[5]` = (sum of seed losses, correct seeds, seeds, then the feature
-source's `COUNTERS`: cache hits, rows read over PCIe) that each step adds
-to, so a loop reads them only when it chooses to.
+`float32[metrics_size(source)]` = (sum of seed losses, correct seeds,
+seeds, then the feature source's `COUNTERS`, e.g. cache hits and rows read
+over PCIe) that each step adds to, so a loop reads them only when it
+chooses to.
 
 A step program's one static argument is its `StepContext`: the model's
 graphdef, the feature source's class (whose `read`/`start`/`finish` the
@@ -116,8 +117,14 @@ class InFlight:
         self._queue.clear()
 
 
-# Entries of the running training metrics (see the module's docstring).
-METRICS_SIZE = 5
+def metrics_size(source: FeatureSource | type[FeatureSource]) -> int:
+    """Entries of the running training metrics of `source` (an instance
+    or its class): three, then its `COUNTERS`."""
+    return 3 + len(source.COUNTERS)
+
+
+# Entries of the running training metrics of a source with the default COUNTERS.
+METRICS_SIZE = metrics_size(FeatureSource)
 
 
 def zero_metrics(size: int = METRICS_SIZE, mesh: Mesh | None = None) -> jax.Array:

@@ -1,0 +1,102 @@
+"""`jdirect-partitioned`: as `jdirect-cache`, the cached rows split across the mesh's devices."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from ... import PartitionedCache
+from ..data.csr import Graph
+from .base import FeatureSource, SourceOptions
+from .jdirect import HostTableSource, read_rows
+from .jdirect_cache import CachedSource
+
+
+class PartitionedSource(FeatureSource):
+    """`partitioned(encoded(host(x)))`: a `PartitionedCache` over the steps'
+    mesh in front of a `jdirect` source's host table. Each device holds
+    `plan.cache_bytes` of rows (encoding.py, `cache_fraction` per device,
+    with `devices` in the plan: the rows are stored as they are when the
+    devices' caches together take every one), dealt from the highest-degree
+    nodes down, so D devices cache D times the rows of `jdirect-cache`. A
+    step serves a row from its own device's slice, from the device that
+    holds it (an `all_to_all` exchange: NVLink between GPUs), or over PCIe.
+
+    On a mesh of one device it IS `jdirect-cache`: opening it returns a
+    `CachedSource`, so the same compiled steps run (a cache split over one
+    device would only add the exchange's index work).
+
+    Its reads do not overlap an update (`overlaps` False): the exchange is
+    a collective, and `jdirect.gather_start` on a PartitionedCache reads at
+    the start; pipelined, the rows would only be carried to the next step.
+
+    `count` is float32[3], `COUNTERS`: rows served by the reading device's
+    own slice (cache_hits), by a peer (peer_rows) and over PCIe
+    (pcie_rows); `traffic` adds their bytes (peer_gb in the decoded rows a
+    peer sends, pcie_gb in the stored rows).
+
+    Attributes:
+      rows: the `jdirect` source it wraps; host, plan: its host table and
+        `encoding.RowPlan`; peer_row_bytes: bytes of one row a peer sends.
+    """
+
+    encodes_rows = True
+    read = staticmethod(read_rows)
+    COUNTERS = ("cache_hits", "peer_rows", "pcie_rows")
+
+    def __new__(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
+        if options.mesh is None or options.mesh.size == 1:
+            return CachedSource(graph, options)
+        return super().__new__(cls)
+
+    def __init__(self, graph: Graph, options: SourceOptions):
+        mesh: Mesh = options.mesh
+        self.rows = HostTableSource(graph, options, cached=True, devices=mesh.size)
+        self.host, self.plan = self.rows.host, self.rows.plan
+        self.link_row_bytes = self.rows.link_row_bytes
+        # Full-split evaluation runs on one device, where the exchange
+        # cannot: it reads the graph's own table (evaluation.full_accuracy).
+        self.exact_rows = False
+        self.peer_row_bytes = self.host.dtype.itemsize * math.prod(self.host.shape[1:])
+        try:
+            self.table = PartitionedCache.from_counts(self.host, graph.degrees(),
+                                                      self.plan.cache_bytes, mesh)
+        except BaseException:
+            self.rows.close()
+            raise
+
+    @staticmethod
+    def count(table: PartitionedCache, input_nodes: jax.Array) -> jax.Array:
+        return table.source_counts(input_nodes, mode="fill").astype(jnp.float32)
+
+    @staticmethod
+    def spec(table: PartitionedCache) -> Any:
+        return table.spec
+
+    def placed(self, mesh: Mesh) -> PartitionedCache:
+        """The table, already placed on its mesh (`mesh`, the steps')."""
+        if mesh != self.table.mesh:
+            raise ValueError("the steps' mesh is not the one the partitioned cache was split "
+                             "over (SourceOptions.mesh)")
+        return self.table
+
+    def traffic(self, counts: Any) -> dict[str, float]:
+        """`FeatureSource.traffic`, with the rows served by peers: peer_rows
+        and peer_gb (peer_rows x peer_row_bytes, 1e9 bytes)."""
+        hits, peer, misses = counts
+        peer = int(round(float(peer)))
+        return dict(super().traffic((hits, misses)), peer_rows=peer,
+                    peer_gb=peer * self.peer_row_bytes / 1e9)
+
+    def describe(self) -> str:
+        return self.rows.describe()
+
+    def close(self) -> None:
+        try:
+            self.table.close()
+        finally:
+            self.rows.close()
