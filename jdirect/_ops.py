@@ -111,41 +111,20 @@ def read_array(table: jax.Array, memory: str, idx: jax.Array,
     return _cached_call(_ffi.GATHER, **prep.static)(table, idx)
 
 
-@jax.tree_util.register_pytree_node_class
-class Pending:
+class Pending(NamedTuple):
     """A read started by jdirect.gather_start; pass it to jdirect.gather_done.
 
     A pytree of arrays. Its fields are opaque: until gather_done, `rows` may
     still be written on a side stream.
     """
 
-    def __init__(self, rows: jax.Array, keep_alive: tuple[jax.Array, ...] = (),
-                 then: Callable[[jax.Array], jax.Array] | None = None):
-        self.rows = rows
-        # What the side stream reads or writes until the done: the indices,
-        # the cache slots and rows, the sort workspace. They are operands of
-        # the done so that XLA keeps their memory until then (it frees or
-        # reuses a buffer after its last use on its own stream, which the
-        # side stream does not order). Empty for a read that is already
-        # complete.
-        self.keep_alive = tuple(keep_alive)
-        # What the done applies to the rows read (an Int8Table's decode of
-        # its packed rows); static, hashable, compared by value: it is the
-        # pytree's auxiliary data, so equal reads share a compilation.
-        self.then = then
-
-    def tree_flatten(self):
-        return (self.rows, self.keep_alive), self.then
-
-    @classmethod
-    def tree_unflatten(cls, then, children) -> "Pending":
-        pending = object.__new__(cls)
-        pending.rows, pending.keep_alive = children
-        pending.then = then
-        return pending
-
-    def __repr__(self) -> str:
-        return f"Pending(rows {getattr(self.rows, 'shape', '?')}, then={self.then!r})"
+    rows: jax.Array
+    # What the side stream reads or writes until the done: the indices, the
+    # cache slots and rows, the sort workspace. They are operands of the
+    # done so that XLA keeps their memory until then (it frees or reuses a
+    # buffer after its last use on its own stream, which the side stream
+    # does not order). Empty for a read that is already complete.
+    keep_alive: tuple[jax.Array, ...] = ()
 
 
 class DeviceCache(NamedTuple):
@@ -262,8 +241,9 @@ def _with_cache(operands: tuple[jax.Array, ...], empty_cache: bool,
 
 def finish_read(pending: Pending) -> jax.Array:
     """The rows of a started read, once the read is done (gather_done)."""
-    rows = _done(pending.rows, *pending.keep_alive) if pending.keep_alive else pending.rows
-    return rows if pending.then is None else pending.then(rows)
+    if not pending.keep_alive:
+        return pending.rows
+    return _done(pending.rows, *pending.keep_alive)
 
 
 # Donates the rows: between two programs (eagerly) their buffer must reach

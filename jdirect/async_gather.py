@@ -34,10 +34,9 @@ def gather_start(
     stream: it waits for what XLA enqueued before the start, and kernels
     enqueued between the start and the done run alongside it; the done makes
     XLA's stream wait for the read. The read's grid is small (`max_blocks`),
-    so that the concurrent compute keeps most SMs. An `Int8Table` (or a
-    `CachedTable` of one) starts the read of its packed rows alike; the
-    done decodes them. On the CPU, and for other tables (device arrays,
-    ...), the start is the ordinary gather and the done returns its result. (A kind says it can start a
+    so that the concurrent compute keeps most SMs. On the CPU, and for other
+    tables (device arrays, `Int8Table`, ...), the start is the ordinary
+    gather and the done returns its result. (A kind says it can start a
     read by defining `start_rows`: see `jdirect.table.Table`.)
 
     XLA orders independent operations as it likes and may move the done
