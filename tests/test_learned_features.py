@@ -411,15 +411,15 @@ def test_the_learned_input_is_a_source_over_the_given_one_whose_class_equal_runs
     optimizer), so equal runs share the step programs' compilations; a
     source without trainable rows keeps the model's state as the step state."""
     from jdirect.graph.features import SOURCES
-    from jdirect.graph.features.learned import LearnedSource, ReadOnly, trained
+    from jdirect.graph.features.learned import LearnedSource
 
     cfg = config(epochs=1, features="jdirect")
     with Trainer(graph, cfg) as a, Trainer(graph, cfg) as b:
-        assert isinstance(a.source, LearnedSource) and trained(a.source) is a.source
+        assert isinstance(a.source, LearnedSource) and a.source.trainable
         assert type(a.source) is type(b.source)
         assert type(a.source).INNER is SOURCES["jdirect"] and a.source.table is a.source.inner.table
         assert a.feed.ctx.source is type(a.source)
     with Trainer(graph, cfg.replace(embedding_optimizer="sgd")) as sgd:
         assert type(sgd.source) is not type(a.source)
     with Trainer(graph, config(epochs=1, embedding_dim=0)) as plain:
-        assert trained(plain.source) is ReadOnly and not isinstance(plain.state, tuple)
+        assert not plain.source.trainable and not isinstance(plain.state, tuple)

@@ -12,11 +12,12 @@ the touched rows and their moments with a row-wise sparse optimizer (SGD,
 Adagrad or lazy Adam), in the same compiled program. No table-sized
 gradient exists: `embeddings.dedup` sums the row gradients per node.
 
-The step programs see every source through `trained(source)`: a source
-without trainable state (every other one) is `ReadOnly`, whose state is
-the model's state alone; a `LearnedSource`'s step state is (the model's
-state, `EmbeddingState`). The step programs themselves have no branch for
-either (`training.steps.StepContext.update`).
+The step programs call every source's trainable half (`split`, `input`,
+`apply`, ...): `FeatureSource`'s defaults for a source without trainable
+state (every other one), whose step state is the model's state alone; a
+`LearnedSource`'s step state is (the model's state, `EmbeddingState`). The
+step programs themselves have no branch for either
+(`training.steps.StepContext.update`).
 
 What is refused (`TrainConfig.validate`): several devices, whose writes of
 one host table would not be ordered with each other (a row seen by two
@@ -42,58 +43,8 @@ from ...host_table import HostTable
 from ._learned_tables import MEMORY, OPTIMIZERS, EmbeddingState, LearnedFeatures, embedding_memory
 from .base import FeatureSource
 
-__all__ = ["MEMORY", "OPTIMIZERS", "LearnedFeatures", "LearnedSource", "ReadOnly",
-           "embedding_memory", "learned_source", "trained"]
-
-
-class ReadOnly:
-    """The trainable half of a source without trainable state (every source
-    but `LearnedSource`): its step state is the model's state, its rows are
-    the model's input as they are, and nothing of it is updated.
-
-    Each method is `LearnedSource`'s (see there), as a no-op."""
-
-    trainable: ClassVar[bool] = False
-
-    @staticmethod
-    def split(state: Any) -> tuple[Any, None]:
-        return state, None
-
-    @staticmethod
-    def merge(model_state: Any, own: None) -> Any:
-        return model_state
-
-    @staticmethod
-    def input(own: None, x: jax.Array, input_nodes: jax.Array) -> tuple[jax.Array, None]:
-        return x, None
-
-    @staticmethod
-    def apply(own: None, input_nodes: jax.Array, read: None, x_grad: None) -> None:
-        return None
-
-    @staticmethod
-    def initial(model_state: Any, place: Callable[[Any], Any]) -> Any:
-        return model_state
-
-    @staticmethod
-    def checkpoint_tables(state: Any) -> None:
-        return None
-
-    @staticmethod
-    def light(state: Any) -> Any:
-        return state
-
-    @staticmethod
-    def resumed(state: Any, tables: None, place: Callable[[Any], Any]) -> Any:
-        return state
-
-    @staticmethod
-    def full_input(features: np.ndarray, state: Any) -> tuple[Any, None]:
-        return state, None
-
-    @staticmethod
-    def settled(state: Any) -> Any:
-        return state
+__all__ = ["MEMORY", "OPTIMIZERS", "LearnedFeatures", "LearnedSource", "embedding_memory",
+           "learned_source"]
 
 
 class LearnedSource(FeatureSource):
@@ -236,10 +187,3 @@ def learned_source(inner: type[FeatureSource],
     return type(f"Learned{inner.__name__}", (LearnedSource,), dict(
         INNER=inner, OPTIMIZER=optimizer, needs_cpu_sampler=inner.needs_cpu_sampler,
         encodes_rows=inner.encodes_rows, COUNTERS=inner.COUNTERS))
-
-
-def trained(source: FeatureSource | type[FeatureSource]) -> Any:
-    """The trainable half of `source` (an instance or its class): itself
-    for a `LearnedSource`, else `ReadOnly`."""
-    kind = source if isinstance(source, type) else type(source)
-    return source if issubclass(kind, LearnedSource) else ReadOnly

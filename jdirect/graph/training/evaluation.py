@@ -17,7 +17,6 @@ from ...host_table import HostTable
 from .. import inference
 from ..data import Graph
 from ..features import FeatureSource
-from ..features.learned import trained
 from . import parallel, steps
 from .feeds import EVAL_EPOCH, Feed
 
@@ -64,7 +63,7 @@ def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource
     table, or the graph's features where the source keeps none or encodes
     them, or for a source with trainable rows the `given` feature columns
     followed by those rows as of `state` (`LearnedSource.full_input`)."""
-    state, own = trained(source).full_input(graph.features[:, :given], state)
+    state, own = source.full_input(graph.features[:, :given], state)
     table = own if own is not None else source.table
     if own is None and (table is None or not source.exact_rows):
         # A source that stages rows on the CPU keeps no table, and one of

@@ -32,7 +32,6 @@ from jax.sharding import Mesh
 
 from ..batch import Batch
 from ..features import FeatureSource
-from ..features.learned import trained
 from ..models import dropout_masks
 from ...placement import replicated
 
@@ -52,7 +51,7 @@ class StepContext:
       n: device-sampled programs: optimizer steps per call.
 
     The step state is what the source's trainable half says
-    (`features.learned.trained`): the model's state, or for a source with
+    (`FeatureSource.split`): the model's state, or for a source with
     trainable rows (`LearnedSource`) (the model's state, the source's).
     """
 
@@ -72,7 +71,7 @@ class StepContext:
         """`update` on the model's input (the source's rows `x`, joined by
         the source's trainable rows), then the source's update of those rows
         from their gradient; (state, metrics)."""
-        own = trained(self.source)
+        own = self.source
         model_state, source_state = own.split(state)
         x, read = own.input(source_state, x, batch.input_nodes)
         out = update(self.graphdef, model_state, metrics, x, batch, key, axis,
@@ -85,7 +84,7 @@ class StepContext:
                       axis: str | None = None) -> jax.Array:
         """`count_correct` on the model's input (the source's rows `x`, joined
         by the source's trainable rows)."""
-        own = trained(self.source)
+        own = self.source
         model_state, source_state = own.split(state)
         x, _ = own.input(source_state, x, batch.input_nodes)
         return count_correct(self.graphdef, model_state, correct, x, batch, axis)

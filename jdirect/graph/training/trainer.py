@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 from ...placement import replicated
 from .. import models
 from ..data import Graph, load_graph
-from ..features.learned import LearnedFeatures, trained
+from ..features.learned import LearnedFeatures
 from ..io import Checkpoints, MetricsFile
 from ..io.checkpoint import resume_settings
 from . import parallel
@@ -98,9 +98,8 @@ class Trainer:
             raise
         # The source owns the embedding from here on (and closes it on failure).
         self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned)
-        self._trained = trained(self.source)
         try:
-            self.state = self._trained.initial(self.state, self._place)
+            self.state = self.source.initial(self.state, self._place)
         except BaseException:
             self.feed.close()
             self.source.close()
@@ -181,7 +180,7 @@ class Trainer:
         # A source with trainable rows (a learned embedding) changes in
         # place: the run evaluates its current state, and `best` keeps no
         # state of it, which would hold a version of device tables alive.
-        own = self._trained
+        own = self.source
         keep = (lambda: None) if own.trainable else (lambda: self.state)
         best = dict(state=keep(), epoch=-1, val_acc=-1.0)
 
@@ -248,7 +247,7 @@ class Trainer:
     @property
     def learned(self) -> LearnedFeatures | None:
         """The learned embedding that the source trains (None: no trainable rows)."""
-        return self.source.embedding if self._trained.trainable else None
+        return self.source.embedding if self.source.trainable else None
 
     def full_accuracy(self, state: Any) -> dict[str, float | None]:
         """{"val", "test"}: accuracy of `state`'s model over every node of the
@@ -262,7 +261,7 @@ class Trainer:
         try:
             # The source's tables follow the last state's writes before they
             # close; device tables are the state's leaves: dropped with it.
-            self.state = self._trained.settled(self.state)
+            self.state = self.source.settled(self.state)
         finally:
             self.source.close()
 
