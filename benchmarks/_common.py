@@ -33,6 +33,17 @@ def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0, calls: int
     return statistics.median(samples)
 
 
+def epoch_floor(device_s: float | None, pcie_gb: float | None,
+                memcpy_gbps: float | None) -> float | None:
+    """The least an epoch can take: max(the all-in-GPU epoch, its PCIe bytes
+    at the memcpy rate); None where neither term was measured (no device
+    run, or no GPU)."""
+    terms = [device_s] if device_s else []
+    if pcie_gb is not None and memcpy_gbps:
+        terms.append(pcie_gb / memcpy_gbps)
+    return max(terms) if terms else None
+
+
 def run_meta(**extra) -> dict:
     device = jax.devices()[0]
     return dict(

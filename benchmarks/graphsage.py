@@ -45,8 +45,8 @@ from jdirect.graph.training import programs, steps
 from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import (add_graph_args, finish_figure, host_peak_gb, load_graph_of, memory_peaks,
-                     print_table, run_meta, write_json)
+from _common import (add_graph_args, epoch_floor, finish_figure, host_peak_gb, load_graph_of,
+                     memory_peaks, print_table, run_meta, write_json)
 from _profile import kernel_profile, print_profile
 from gather import memcpy_gbps
 
@@ -241,17 +241,6 @@ def main() -> None:
                     **memory_peaks(graph, generation_peak))
     write_json(args.json, meta, records)
     plot(records, floor, args.json.with_suffix(".png"))
-
-
-def epoch_floor(device_s: float | None, pcie_gb: float | None,
-                memcpy_gbps: float | None) -> float | None:
-    """The least an epoch can take: max(the all-in-GPU epoch, its PCIe bytes
-    at the memcpy rate); None where neither term was measured (no device
-    run, or no GPU)."""
-    terms = [device_s] if device_s else []
-    if pcie_gb is not None and memcpy_gbps:
-        terms.append(pcie_gb / memcpy_gbps)
-    return max(terms) if terms else None
 
 
 def _protocol_tag(record: dict, key: str) -> str:

@@ -10,6 +10,9 @@ where the source can). Per run, with `jdirect.graph.metrics` names:
   pcie_gb                   device by the step programs
   val_acc                   sampled validation accuracy after the timed epochs
   vs_device                 epoch_s over the device source's
+  floor_s, vs_floor         the epoch's floor (on a GPU): the larger of the
+                            device source's epoch and pcie_gb at the pinned
+                            memcpy rate of the same run; epoch_s over it
 and, per encoding, over --seeds training seeds (same graph, --acc-epochs
 epochs each): val_acc (mean), val_acc_seeds, val_acc_std, acc_delta_pts
 (mean minus float32's, points). Prints tables, writes JSON and a PNG.
@@ -32,8 +35,9 @@ from jdirect.graph.metrics import check
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import (add_graph_args, finish_figure, host_peak_gb, load_graph_of, memory_peaks,
-                     print_table, run_meta, write_json)
+from _common import (add_graph_args, epoch_floor, finish_figure, host_peak_gb, load_graph_of,
+                     memory_peaks, print_table, run_meta, write_json)
+from gather import memcpy_gbps
 
 LABELS = ("mode", "encoding", "cache", "rows", "part")  # a record's settings
 COUNTERS = ("cache_hits", "pcie_rows", "pcie_gb")
@@ -126,8 +130,12 @@ def main() -> None:
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in rec.items()), flush=True)
     device = next((r["epoch_s"] for r in records if r["mode"].startswith("device")), None)
+    memcpy = memcpy_gbps(jax.devices()[0], 5) if on_gpu else None
+    meta["memcpy_gbps"] = memcpy
     for r in records:
         r["vs_device"] = r["epoch_s"] / device if device else None
+        r["floor_s"] = epoch_floor(device, r.get("pcie_gb"), memcpy)
+        r["vs_floor"] = r["epoch_s"] / r["floor_s"] if r["floor_s"] else None
     if args.seeds:
         write_json(args.json, meta, records)  # the epochs kept if the seeds run out of time
         records += accuracy_runs(graph, base.replace(features="jdirect-cache"), args.seeds,
@@ -137,7 +145,8 @@ def main() -> None:
     for r in epochs:
         r["run"] = f"{r['mode']} {r['cache']}"
     print(f"\n{graph.name}: {epochs[0]['batches'] if epochs else '-'} batches an epoch")
-    for key in ("epoch_s", "vs_device", "pcie_gb", "cache_hits", "val_acc"):
+    for key in ("epoch_s", "vs_device", "floor_s", "vs_floor", "pcie_gb", "cache_hits",
+                "val_acc"):
         print(f"-- {key}")
         print_table([r for r in epochs if r.get(key) is not None], ("run",),
                     list(dict.fromkeys(r["encoding"] for r in epochs)), "encoding", key,

@@ -19,6 +19,9 @@ Per run, with the names of `jdirect.graph.metrics`:
   read_gbps  feature_gb / epoch_s: the aggregate feature-read rate the epoch
              sustained (a lower bound of what the links carry)
   speedup    the 1-device epoch of the same `--batch` way / this run's
+  floor_s,   on a GPU, the link floor: pcie_gb over the devices' links
+  vs_floor   (pinned memcpy rate of the same run on device 0, times the
+             devices); epoch_s over it
 and the validation accuracy after the timed epochs (the same number of
 epochs for every run: per-device runs take fewer, larger steps). The two-process run is
 this script spawned twice (`--worker`), before the parent process loads
@@ -139,6 +142,7 @@ def worker(args: argparse.Namespace) -> None:
     """One of the spawned processes: one device each, all processes' devices."""
     parallel.initialize(args.coordinator, args.processes, args.worker, [args.worker])
     cfg = run_config(args)
+    memcpy = memcpy_gbps(jax.devices()[0], 5) if jax.default_backend() == "gpu" else None
     graph = load_graph(cfg)
     rec = time_run(graph, cfg.replace(devices=None), args.epochs) | {"batch_way": "global"}
     if parallel.is_lead():
@@ -185,9 +189,12 @@ def main() -> None:
         print(records[-1], flush=True)
     # On a CPU backend, virtual devices for the one-process runs.
     jax.config.update("jax_num_cpu_devices", max(args.devices))
-    from _common import host_peak_gb, memory_peaks, print_table, run_meta, write_json
+    from _common import (epoch_floor, host_peak_gb, memory_peaks, print_table, run_meta,
+                         write_json)
+    from gather import memcpy_gbps
 
     cfg = run_config(args)
+    memcpy = memcpy_gbps(jax.devices()[0], 5) if jax.default_backend() == "gpu" else None
     graph = load_graph(cfg)
     generation_peak = host_peak_gb()  # before any trainer allocates
     print(f"{graph}, {cfg.features}, cache_fraction {cfg.cache_fraction}, batch {cfg.batch_size}",
@@ -205,8 +212,12 @@ def main() -> None:
         base = next((b["epoch_s"] for b in records if b["devices"] == 1
                      and b["processes"] == 1 and b["batch_way"] == r["batch_way"]), None)
         r["speedup"] = base / r["epoch_s"] if base else None
-    keys = ("epoch_s", "speedup", "batches", "feature_gb", "read_gbps", "pcie_gb", "peer_gb",
-            "val_acc")
+        # Each device reads over its own link (`devices` counts every process's).
+        links = memcpy * r["devices"] if memcpy else None
+        r["floor_s"] = epoch_floor(None, r.get("pcie_gb"), links)
+        r["vs_floor"] = r["epoch_s"] / r["floor_s"] if r["floor_s"] else None
+    keys = ("epoch_s", "speedup", "floor_s", "vs_floor", "batches", "feature_gb", "read_gbps",
+            "pcie_gb", "peer_gb", "val_acc")
     print_table([dict(k=k, col=r["run"], v=r[k]) for r in records for k in keys
                  if r.get(k) is not None], ("k",), [r["run"] for r in records], "col", "v",
                 fmt="{:.3f}")
