@@ -19,7 +19,7 @@ from jdirect.graph.training import trainer as trainer_module
 from jdirect.graph.training.trainer import Trainer, TrainingDiverged
 
 from test_cli import train_graphsage  # the CLI's module
-from conftest import child_env
+from conftest import child_env, newest_only
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -102,6 +102,7 @@ def test_diverging_training_stops_with_a_clear_error(tiny):
     assert trainer.history == []
 
 
+@newest_only  # files and the resume; the oldest end runs the divergence check above
 def test_diverging_training_keeps_the_last_good_checkpoint(tmp_path, tiny, monkeypatch):
     ckpt = tmp_path / "ckpt"
     cfg = TrainConfig(dataset="tiny", epochs=1, batch_size=128, progress=False, sampler="cpu",
@@ -170,6 +171,7 @@ def test_the_cli_prints_where_the_time_goes(tmp_path, capsys):
     assert timings["compile_s"] > 0 and timings["train_s"] > 0
 
 
+@newest_only  # min_steps itself: test_train.py's test_short_runs_warn_and_min_steps_adds_epochs
 def test_min_steps_raising_the_epochs_is_said_and_recorded(tmp_path, capsys):
     metrics = tmp_path / "m.json"
     train_graphsage.main(["--dataset", "tiny", "--quiet", "--no-baseline", "--epochs", "1",
@@ -213,6 +215,7 @@ def test_help_shows_the_configurations_and_the_defaults(capsys):
     assert "--embedding-memory {auto,host,device}" in out and "(default: auto)" in out
 
 
+@newest_only  # a second Python and a whole run for how the output is written
 def test_progress_bars_are_not_drawn_into_a_log_file(tmp_path):
     import subprocess
     import sys
