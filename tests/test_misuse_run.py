@@ -159,28 +159,22 @@ def test_a_preset_too_large_for_the_machine_is_one_line(tmp_path, capsys, monkey
     assert "needs 60.1 GB" in err and "Traceback" not in err
 
 
-def test_the_cli_prints_where_the_time_goes(tmp_path, capsys):
-    metrics = tmp_path / "m.json"
-    train_graphsage.main(["--dataset", "tiny", "--quiet", "--no-baseline", "--epochs", "1",
-                          "--min-steps", "0", "--metrics", str(metrics)])
-    out = capsys.readouterr().out
-    assert re.search(r"time: load [\d.]+s, place [\d.]+s, train [\d.]+s, evaluate [\d.]+s "
-                     r"\(compiling [\d.]+s of these\)", out)
-    timings = json.loads(metrics.read_text())["timings"]
-    assert set(timings) == {"load_s", "place_s", "train_s", "evaluate_s", "compile_s"}
-    assert timings["compile_s"] > 0 and timings["train_s"] > 0
-
-
-@newest_only  # min_steps itself: test_train.py's test_short_runs_warn_and_min_steps_adds_epochs
-def test_min_steps_raising_the_epochs_is_said_and_recorded(tmp_path, capsys):
+def test_the_cli_prints_where_the_time_goes_and_that_min_steps_raised_the_epochs(tmp_path,
+                                                                              capsys):
+    # One CLI run checks both (they were two tests of a run each).
     metrics = tmp_path / "m.json"
     train_graphsage.main(["--dataset", "tiny", "--quiet", "--no-baseline", "--epochs", "1",
                           "--min-steps", "30", "--batch-size", "128",
                           "--metrics", str(metrics)])
     out = capsys.readouterr().out
-    saved = json.loads(metrics.read_text())["sage"]
-    assert saved["epochs"] == len(saved["history"]) > 1
-    assert f"{saved['epochs']} epochs, not 1: min_steps 30" in out
+    assert re.search(r"time: load [\d.]+s, place [\d.]+s, train [\d.]+s, evaluate [\d.]+s "
+                     r"\(compiling [\d.]+s of these\)", out)
+    saved = json.loads(metrics.read_text())
+    timings = saved["timings"]
+    assert set(timings) == {"load_s", "place_s", "train_s", "evaluate_s", "compile_s"}
+    assert timings["compile_s"] > 0 and timings["train_s"] > 0
+    assert saved["sage"]["epochs"] == len(saved["sage"]["history"]) > 1
+    assert f"{saved['sage']['epochs']} epochs, not 1: min_steps 30" in out
 
 
 def test_more_devices_than_there_are_is_one_line_without_bad_advice(capsys):
