@@ -62,7 +62,7 @@ def test_first_logits_are_near_uniform_on_large_raw_features(products_like, name
         assert float(loss) < np.log(47) + 2.5, (seed, float(loss))
 
 
-@newest_only
+@newest_only  # learning quality, as above
 def test_graphsage_leaves_the_uniform_plateau_on_the_products_construction(products_like):
     # Regression: with Flax's initialisation this run's loss stayed at
     # ln 47 = 3.85 for all 80 steps (3.83-3.84 in the last epoch, two
