@@ -38,6 +38,9 @@ ON_GPU = jax.default_backend() == "gpu"
 # The run configurations: package data of the jdirect imported (a checkout's or a wheel's).
 CONFIGS = Path(jdirect.__file__).resolve().parent / "graph" / "configs"
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+# Left out at CI's oldest end (.ci/test_wheel.sh): a costlier variant of what
+# a test of its file runs there; each use says which.
+newest_only = pytest.mark.newest_only
 
 # Every place a table can live; all are tested on every backend.
 PLACEMENTS = ("device", "pinned_host", "host_table")

@@ -18,7 +18,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 import jdirect
-from conftest import run_tests_on_cpu_devices
+from conftest import newest_only, run_tests_on_cpu_devices
 from jdirect.graph import DeviceSampler, synthetic
 from jdirect.graph.training import parallel, steps
 from jdirect.graph.training.config import TrainConfig
@@ -45,6 +45,9 @@ def graph():
     return synthetic("tiny", seed=0, progress=False)
 
 
+# The oldest end trains on two devices in test_distributed.py (one process
+# of two devices, and two processes), the same data-parallel step.
+@newest_only
 @pytest.mark.skipif(TWO, reason="two devices present: the tests run in this process")
 def test_two_virtual_devices():
     """Runs this module's two-device tests on two virtual CPU devices."""
@@ -127,19 +130,22 @@ def test_each_device_trains_on_its_columns_of_the_same_global_batches(graph):
 def test_two_devices_learn_like_one(graph):
     """Loss falls; accuracy matches one device's with the same global batch
     (the samples differ: each device draws with its own keys). The
-    pipelined host-table path on two devices, 3 steps per call; the
-    one-program step on one."""
+    pipelined host-table path on two devices, 3 steps per call, with the
+    full-split evaluation; the one-program step on one, without (its
+    programs would compile for a reference figure only: 14 s of CI), so
+    the sampled test accuracies are compared."""
     results = {}
     for devices, features in ((1, "device"), (2, "jdirect")):
         with Trainer(graph, config(devices=devices, features=features, epochs=4,
-                                   steps_per_call=3)) as t:
+                                   steps_per_call=3, full_eval=devices == 2)) as t:
             out = t.fit(log=lambda s: None)
             assert t.feed.overlap == (features == "jdirect")
         assert out["devices"] == devices and out["processes"] == 1
         losses = [m["loss"] for m in out["history"]]
         assert losses[-1] < 0.7 * losses[0], losses
-        results[devices] = out["test_acc"]
+        results[devices] = out["sampled_test_acc"]
     assert abs(results[2] - results[1]) < 0.08, results
+    assert out["test_acc"] > 0.7, out  # the two-device full split (0.855 on 2026-11-27)
 
 
 @two_devices

@@ -17,10 +17,11 @@ from jdirect.graph.models import build, dropout_masks, sampling_fanouts
 from jdirect.graph.training import TrainConfig
 from jdirect.graph.training.config import load_config
 from jdirect.graph.training.trainer import Trainer, train_and_evaluate
-from conftest import CONFIGS
+from conftest import CONFIGS, newest_only
 from test_loaders import write_ogb
 
 
+@newest_only  # learning quality of a configuration; the oldest end checks the initial logits
 def test_default_configuration_puts_graphsage_above_the_mlp(tmp_path):
     # A citation-like graph: few labelled nodes (15 a class), features that
     # leave one node ambiguous while its (mostly same-class) neighbours
@@ -61,6 +62,7 @@ def test_first_logits_are_near_uniform_on_large_raw_features(products_like, name
         assert float(loss) < np.log(47) + 2.5, (seed, float(loss))
 
 
+@newest_only  # learning quality, as above
 def test_graphsage_leaves_the_uniform_plateau_on_the_products_construction(products_like):
     # Regression: with Flax's initialisation this run's loss stayed at
     # ln 47 = 3.85 for all 80 steps (3.83-3.84 in the last epoch, two

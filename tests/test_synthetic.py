@@ -14,6 +14,7 @@ import pytest
 
 from jdirect.graph import PRESETS, synthetic
 from jdirect.graph.data import _chung_lu, _host_copies, _nodes
+from conftest import newest_only
 
 # The module, not the `synthetic` function that jdirect.graph exports.
 gen = importlib.import_module("jdirect.graph.data.synthetic")
@@ -275,6 +276,7 @@ _PEAK_SCRIPT = textwrap.dedent("""
 """)
 
 
+@newest_only  # NumPy and the generator's buffers only: nothing of JAX's version
 def test_peak_host_memory_is_the_graph_plus_bounded_buffers():
     # Peak RSS growth of a fresh process, so that nothing else's memory counts.
     run = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True,

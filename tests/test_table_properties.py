@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import jdirect
 from test_gather import DTYPES, DTYPES_X64, MODES, assert_same, indices, random_table
+from conftest import newest_only
 
 KINDS = ("array", "host", "cached", "int8", "cached_int8")
 FILLS = st.one_of(
@@ -90,7 +91,8 @@ def check(case) -> None:
         assert_same(jdirect.gather_done(pending), want)
 
 
-@pytest.mark.parametrize("x64", [False, True])
+# x64 at the oldest end: test_gather.py's test_matches_jnp_take_x64 and test_tables_x64.py.
+@pytest.mark.parametrize("x64", [False, pytest.param(True, marks=newest_only)])
 def test_every_kind_matches_jnp_take(x64):
     @settings(max_examples=40, deadline=None, database=None)
     @given(cases(x64))

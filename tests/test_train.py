@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import CONFIGS
+from conftest import CONFIGS, newest_only
 from jdirect import gather
 from jdirect.graph import synthetic
 from jdirect.graph.features import SOURCES, FeatureSource
@@ -39,21 +39,25 @@ def losses(graph, epochs=2, **kw) -> list[float]:
         return [t.train_epoch(e)["loss"] for e in range(epochs)]
 
 
-def test_feature_modes_give_the_same_losses_with_either_sampler(graph):
+# The oldest end runs the device sampler's (the CPU sampler's modes train
+# there in the resume and learned-input tests).
+@pytest.mark.parametrize("sampler, modes", [
+    pytest.param("cpu", ("device", "host", "jdirect", "jdirect-cache"), marks=newest_only),
+    ("device", ("device", "jdirect", "jdirect-cache"))], ids=["cpu", "device"])
+def test_feature_modes_give_the_same_losses_with_either_sampler(graph, sampler, modes):
     # float32 rows: on a GPU the auto encoding of a partly cached table is
     # bfloat16 (test_row_encoding.py compares the encodings). A fifth of the
     # rows cached: the default caches none on the CPU backend.
-    for sampler, modes in (("cpu", ("device", "host", "jdirect", "jdirect-cache")),
-                           ("device", ("device", "jdirect", "jdirect-cache"))):
-        ref = losses(graph, features=modes[0], sampler=sampler)
-        assert ref[1] < ref[0], sampler
-        for mode in modes[1:]:
-            rows = (dict(row_encoding="float32", cache_fraction=0.2)
-                    if mode.startswith("jdirect") else {})
-            np.testing.assert_allclose(losses(graph, features=mode, sampler=sampler, **rows), ref,
-                                       rtol=1e-6, err_msg=f"{sampler} sampler, {mode}")
+    ref = losses(graph, features=modes[0], sampler=sampler)
+    assert ref[1] < ref[0], sampler
+    for mode in modes[1:]:
+        rows = (dict(row_encoding="float32", cache_fraction=0.2)
+                if mode.startswith("jdirect") else {})
+        np.testing.assert_allclose(losses(graph, features=mode, sampler=sampler, **rows), ref,
+                                   rtol=1e-6, err_msg=f"{sampler} sampler, {mode}")
 
 
+@newest_only  # the oldest end trains the one-program step in the tests below
 def test_one_program_step_equals_sampling_then_stepping(graph):
     """sample + gather + update in one jit == the device sampler's batch fed
     to the host-batch step, step after step."""
@@ -75,8 +79,9 @@ def test_one_program_step_equals_sampling_then_stepping(graph):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("grouped", [False, True])
-@pytest.mark.parametrize("overlap", [False, True])
+# The oldest end runs the grouped, overlapped loop (every part at once).
+@pytest.mark.parametrize("grouped", [pytest.param(False, marks=newest_only), True])
+@pytest.mark.parametrize("overlap", [pytest.param(False, marks=newest_only), True])
 def test_steps_per_call_changes_the_dispatch_not_the_arithmetic(graph, overlap, grouped,
                                                                 monkeypatch):
     """Four steps per compiled loop, the pass's remainder one by one, train
@@ -99,7 +104,7 @@ def test_steps_per_call_changes_the_dispatch_not_the_arithmetic(graph, overlap, 
         assert four.evaluate(graph.val) == one.evaluate(graph.val)
 
 
-@pytest.mark.parametrize("mode", ["jdirect", "jdirect-cache"])
+@pytest.mark.parametrize("mode", [pytest.param("jdirect", marks=newest_only), "jdirect-cache"])
 def test_overlapped_reads_train_like_serial_steps(graph, mode):
     """Reading batch i + 1 on a side stream during step i (gather_start /
     gather_done) changes the schedule, not the arithmetic."""
@@ -155,7 +160,7 @@ def test_resume_mid_run_equals_an_uninterrupted_run(graph, tmp_path):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("overlap", [pytest.param(False, marks=newest_only), True])
 def test_a_closed_trainer_leaves_no_arrays_behind(graph, overlap):
     """jax.jit keeps a step program's static context (and the device
     sampler in it) for the process: closing the trainer must still free
@@ -282,7 +287,8 @@ class ArraySource(FeatureSource):
         return gather(table, input_nodes, fill_value=0)
 
 
-@pytest.mark.parametrize("sampler", ["cpu", "device"])
+# One read protocol for both samplers: the oldest end runs the CPU sampler's.
+@pytest.mark.parametrize("sampler", ["cpu", pytest.param("device", marks=newest_only)])
 def test_a_new_feature_source_is_one_class_and_one_registry_line(graph, sampler, monkeypatch):
     monkeypatch.setitem(SOURCES, "array", ArraySource)
     np.testing.assert_allclose(losses(graph, features="array", sampler=sampler),
