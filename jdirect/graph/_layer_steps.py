@@ -63,11 +63,13 @@ class Chunk:
 
 class Steps:
     """The compiled steps of layer `index` of a model (`graphdef`) over
-    chunks of `size` nodes: closures, so that a call hashes no graphdef
-    (that costs milliseconds per call for jit's static arguments)."""
+    chunks of `size` nodes and windows of `window` edges: closures, so that
+    a call hashes no graphdef (that costs milliseconds per call for jit's
+    static arguments)."""
 
     def __init__(self, graphdef: Any, index: int, size: int,
-                 activation: Callable[[jax.Array], jax.Array] | None, dtype: np.dtype):
+                 activation: Callable[[jax.Array], jax.Array] | None, dtype: np.dtype,
+                 window: int = 1):
         def conv(params):
             return nnx.merge(graphdef, params).convs[index]
 
@@ -96,14 +98,57 @@ class Steps:
             out = conv(params).finish(state, h_dst, s_dst)
             return (out if activation is None else activation(out)).astype(dtype)
 
-        self.project, self.open, self.reduce, self.close = (
-            jax.jit(f) for f in (project, open_, reduce, close))
+        def chunk(params, table, source, edges_from, csr, hot, a):
+            """(output rows of nodes a .. a + size - 1, past the last node
+            padding; int32 reads of `hot` rows) of a layer over every node,
+            its CSR `csr` (int32 indptr, indices; None: no edges) on the
+            device: the windows run in a loop here, not one call each."""
+            n = table.shape[0]
+            ids = a + jnp.arange(size, dtype=jnp.int32)
+            h, s, state = open_(params, table, source, jnp.where(ids < n, ids, n))
+            if csr is None:
+                return close(params, h, s, state), jnp.int32(0)
+            indptr, indices = csr
+            first = indptr[a]
+            offsets = indptr[jnp.minimum(a + jnp.arange(size + 1, dtype=jnp.int32), n)] - first
+            count = offsets[-1]
+
+            def one(w, carry):
+                state, hits = carry
+                pos = w * window + jnp.arange(window, dtype=jnp.int32)
+                at = jnp.minimum(first + pos, indices.shape[0] - 1)
+                nbrs = jnp.where(pos < count, indices[at], n)  # padding: past the table
+                state = reduce(params, state, s, edges_from, nbrs, offsets, w * window)
+                if hot is not None:
+                    hits += jnp.sum(hot[jnp.minimum(nbrs, n - 1)] & (pos < count),
+                                    dtype=jnp.int32)
+                return state, hits
+
+            state, hits = jax.lax.fori_loop(0, (count + window - 1) // window, one,
+                                            (state, jnp.int32(0)))
+            return close(params, h, s, state), hits
+
+        def layer(params, table, source, edges_from, csr, hot, out):
+            """(`out` with every row computed by `chunk`, int32 `hot` reads):
+            the whole layer in one call, chunk after chunk into the donated
+            device table `out`."""
+            def one(k, carry):
+                out, hits = carry
+                a = k * size
+                rows, more = chunk(params, table, source, edges_from, csr, hot, a)
+                return tables.put_rows(out, rows, a, out.shape[0]), hits + more
+
+            return jax.lax.fori_loop(0, -(-out.shape[0] // size), one, (out, jnp.int32(0)))
+
+        self.project, self.open, self.reduce, self.close, self.chunk = (
+            jax.jit(f) for f in (project, open_, reduce, close, chunk))
+        self.layer = jax.jit(layer, donate_argnums=(6,))
 
 
 @functools.lru_cache(maxsize=64)
 def layer_steps(graphdef: Any, index: int, size: int, activation: Callable | None,
-           dtype: np.dtype) -> Steps:
+                dtype: np.dtype, window: int = 1) -> Steps:
     """`Steps`, kept across calls of `layerwise` on models of one shape."""
-    return Steps(graphdef, index, size, activation, dtype)
+    return Steps(graphdef, index, size, activation, dtype, window)
 
 

@@ -56,8 +56,13 @@ def read(size: int, table: Input, span: jax.Array) -> jax.Array:
 @functools.partial(jax.jit, donate_argnums=(0,))
 def put(table: jax.Array, rows: jax.Array, span: jax.Array) -> jax.Array:
     """`table` with rows span[0] .. span[1] - 1 set to the first rows of `rows`."""
-    ids = span[0] + jnp.arange(rows.shape[0], dtype=jnp.int32)
-    ids = jnp.where(ids < span[1], ids, table.shape[0])
+    return put_rows(table, rows, span[0], span[1])
+
+
+def put_rows(table: jax.Array, rows: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """`put` (traced): rows a .. b - 1 of `table` set to the first rows of `rows`."""
+    ids = a + jnp.arange(rows.shape[0], dtype=jnp.int32)
+    ids = jnp.where(ids < b, ids, table.shape[0])
     return table.at[ids].set(rows.astype(table.dtype), mode="drop")
 
 
@@ -101,6 +106,10 @@ class Output:
         # Chunks write disjoint rows, so each write takes the table itself.
         self.writes.append(write_host(self.table, rows, span(a, b)))
         self.report.bytes_written += (b - a) * self.table.row_bytes
+
+    def update(self, table: jax.Array) -> None:
+        """A device table's new value, computed whole (a layer's loop)."""
+        self.table = table
 
     def done(self) -> jax.Array | HostTable:
         if self.writes:
