@@ -45,17 +45,20 @@ class Chunk:
         self.opened = self.steps.open(self.params, table, source, rows)
 
     def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, count: int,
-               offsets: jax.Array, hot: np.ndarray | None = None) -> None:
+               offsets: jax.Array, hot: jax.Array | None = None) -> jax.Array | None:
         """Adds the chunk's edges lo .. lo + count (`nbrs`: their source rows
         in `read_from`, padded past it); `offsets` are the chunk's edge
-        offsets (`_layer_nodes.offsets`); `hot` marks the rows of
-        `read_from` that its device cache holds (their reads cross no link)."""
+        offsets (`_layer_nodes.offsets`); `hot` (on the device) marks the
+        rows of `read_from` that its device cache holds. Counts every edge's
+        read as crossing the link; returns the device's count of those
+        that hit `hot` rows (None without `hot`), which did not."""
         h, s, state = self.opened
-        state = self.steps.reduce(self.params, state, s, read_from, nbrs, offsets, np.int32(lo))
+        ids = jnp.asarray(nbrs)
+        state = self.steps.reduce(self.params, state, s, read_from, ids, offsets, np.int32(lo))
         self.opened = h, s, state
         self.report.bytes_read += nbrs.nbytes
-        cached = 0 if hot is None else int(np.count_nonzero(hot[nbrs[:count]]))
-        self._count_read(read_from, count - cached)
+        self._count_read(read_from, count)
+        return None if hot is None else self.steps.hits(hot, ids, np.int32(count))
 
     def close(self) -> jax.Array:
         return self.steps.close(self.params, *self.opened)
@@ -120,8 +123,7 @@ class Steps:
                 nbrs = jnp.where(pos < count, indices[at], n)  # padding: past the table
                 state = reduce(params, state, s, edges_from, nbrs, offsets, w * window)
                 if hot is not None:
-                    hits += jnp.sum(hot[jnp.minimum(nbrs, n - 1)] & (pos < count),
-                                    dtype=jnp.int32)
+                    hits += cache_hits(hot, nbrs, count - w * window)
                 return state, hits
 
             state, hits = jax.lax.fori_loop(0, (count + window - 1) // window, one,
@@ -143,6 +145,14 @@ class Steps:
         self.project, self.open, self.reduce, self.close, self.chunk = (
             jax.jit(f) for f in (project, open_, reduce, close, chunk))
         self.layer = jax.jit(layer, donate_argnums=(6,))
+        self.hits = jax.jit(cache_hits)
+
+
+def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:
+    """int32: how many of the first `count` rows `nbrs` are marked in `hot`
+    (the rows a device cache holds; padding past it never counts)."""
+    valid = jnp.arange(nbrs.shape[0], dtype=jnp.int32) < count
+    return jnp.sum(hot[jnp.minimum(nbrs, hot.shape[0] - 1)] & valid, dtype=jnp.int32)
 
 
 @functools.lru_cache(maxsize=64)

@@ -275,6 +275,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             edges_from, hot = tables.cache_hottest(
                 f"layer {i} input", table, _degrees(graph, src),
                 budget - spent - out.device_bytes, report)
+        hot = None if hot is None else jnp.asarray(hot)
+        cached: list[jax.Array | None] = []  # per window: reads of cached rows
         if every and (csr is not None or not model.uses_neighbors):
             hits = _every_node(steps, params, table, source, edges_from, csr, hot, out, size)
             for read in (table, source):
@@ -292,8 +294,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             if model.uses_neighbors:
                 offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
                 for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, window):
-                    chunk.reduce(edges_from, nbrs, lo, count, offsets, hot)
+                    cached.append(chunk.reduce(edges_from, nbrs, lo, count, offsets, hot))
             out.write(a, b, chunk.close())
+        if hot is not None and tables.on_host(edges_from):  # the cache's hits crossed no link
+            hits = sum(int(h) for h in jax.device_get([h for h in cached if h is not None]))
+            report.bytes_read -= hits * tables.link_row_bytes(edges_from)
         done = out.done()
         if edges_from is not table and edges_from is not source:
             tables.release(edges_from, True, done)  # the cache's device memory
@@ -370,12 +375,11 @@ def _device_csr(graph: Graph, room: float,
 
 def _every_node(steps: Steps, params: Any, table: Input, source: Input | None,
                 edges_from: Input, csr: tuple[jax.Array, jax.Array] | None,
-                hot: np.ndarray | None, out: tables.Output, size: int) -> int:
+                hot: jax.Array | None, out: tables.Output, size: int) -> int:
     """Runs a layer over every node (its CSR `csr` on the device, or None
     for a model that reads no edges) into `out`: one call for a device
     table, one a chunk for a host one. Returns the edges' reads of `hot`
     rows (the device cache's)."""
-    hot = None if hot is None else jnp.asarray(hot)
     if out.on_device:
         new, hits = steps.layer(params, table, source, edges_from, csr, hot, out.table)
         out.update(new)
