@@ -34,7 +34,7 @@ def test_the_device_loop_equals_the_windows_copied_from_the_host(graph, name, mo
     model = build(name, 6, 8, 4, 3, dropout=0.5, seed=21)
     x = jnp.asarray(graph.features)
     looped = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
-    monkeypatch.setattr(inference, "_device_csr", lambda graph, room, report: None)
+    monkeypatch.setattr(_layer_tables, "device_csr", lambda graph, room, report: None)
     copied = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     np.testing.assert_allclose(logits(looped), logits(copied), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(logits(looped), reference(model, graph, graph.features),

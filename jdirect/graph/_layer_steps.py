@@ -155,6 +155,25 @@ def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:
     return jnp.sum(hot[jnp.minimum(nbrs, hot.shape[0] - 1)] & valid, dtype=jnp.int32)
 
 
+def every_node(steps: Steps, params: Any, table: Input, source: Input | None,
+                edges_from: Input, csr: tuple[jax.Array, jax.Array] | None,
+                hot: jax.Array | None, out: tables.Output, size: int) -> int:
+    """Runs a layer over every node (its CSR `csr` on the device, or None
+    for a model that reads no edges) into `out`: one call for a device
+    table, one a chunk for a host one. Returns the edges' reads of `hot`
+    rows (the device cache's)."""
+    if out.on_device:
+        new, hits = steps.layer(params, table, source, edges_from, csr, hot, out.table)
+        out.update(new)
+        return int(hits)
+    counts = []
+    for a in range(0, out.table.shape[0], size):
+        rows, hits = steps.chunk(params, table, source, edges_from, csr, hot, np.int32(a))
+        out.write(a, min(a + size, out.table.shape[0]), rows)
+        counts.append(hits)
+    return int(sum(int(h) for h in jax.device_get(counts)))
+
+
 @functools.lru_cache(maxsize=64)
 def layer_steps(graphdef: Any, index: int, size: int, activation: Callable | None,
                 dtype: np.dtype, window: int = 1) -> Steps:

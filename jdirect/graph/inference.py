@@ -100,7 +100,7 @@ from ..host_table import HostTable
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._layer_plan import Plan, plan, run_plan
-from ._layer_steps import Chunk, Steps, layer_steps
+from ._layer_steps import Chunk, every_node, layer_steps
 from ._layer_tables import Input, Report
 from .data import Graph
 
@@ -239,7 +239,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             for array in csr:
                 tables.release(array, True, table)
             csr = None
-        csr_bytes = 0 if csr is None else _csr_bytes(graph)
+        csr_bytes = 0 if csr is None else tables.csr_bytes(graph)
         ranges = layer_nodes.chunks(src, size, None)  # rows of the input's table
         # Rows this layer reads from its input: its nodes' own, then every
         # edge's (or, projecting, every input row once).
@@ -268,36 +268,36 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
         if every and model.uses_neighbors and csr is None:
-            csr = _device_csr(graph, budget - spent - out.device_bytes, report)
-            spent += 0 if csr is None else _csr_bytes(graph)
+            csr = tables.device_csr(graph, budget - spent - out.device_bytes, report)
+            spent += 0 if csr is None else tables.csr_bytes(graph)
         edges_from, hot = table if source is None else source, None
         if source is None and model.uses_neighbors and reads > src.rows:
             edges_from, hot = tables.cache_hottest(
                 f"layer {i} input", table, _degrees(graph, src),
                 budget - spent - out.device_bytes, report)
         hot = None if hot is None else jnp.asarray(hot)
-        cached: list[jax.Array | None] = []  # per window: reads of cached rows
         if every and (csr is not None or not model.uses_neighbors):
-            hits = _every_node(steps, params, table, source, edges_from, csr, hot, out, size)
+            hits = every_node(steps, params, table, source, edges_from, csr, hot, out, size)
             for read in (table, source):
                 if read is not None and tables.on_host(read):
                     report.bytes_read += dst.rows * tables.link_row_bytes(read)
             if model.uses_neighbors and tables.on_host(edges_from):
-                report.bytes_read += (dst.num_edges - hits) * tables.link_row_bytes(edges_from)
-        for k, (a, b) in enumerate([] if every and (csr is not None or not model.uses_neighbors)
-                                   else layer_nodes.chunks(
-                                       dst, size, window if model.uses_neighbors else None)):
-            bar.set_postfix_str(f"layer {i + 1}: {k} chunks done", refresh=False)
-            chunk = Chunk(steps, params, report, a, b)
-            rows = src.positions(dst.node_ids(a, b))
-            chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
-            if model.uses_neighbors:
-                offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
-                for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, window):
-                    cached.append(chunk.reduce(edges_from, nbrs, lo, count, offsets, hot))
-            out.write(a, b, chunk.close())
-        if hot is not None and tables.on_host(edges_from):  # the cache's hits crossed no link
+                report.bytes_read += dst.num_edges * tables.link_row_bytes(edges_from)
+        else:
+            cached = []  # per window: its reads of cached rows (device scalars)
+            for k, (a, b) in enumerate(
+                    layer_nodes.chunks(dst, size, window if model.uses_neighbors else None)):
+                bar.set_postfix_str(f"layer {i + 1}: {k} chunks done", refresh=False)
+                chunk = Chunk(steps, params, report, a, b)
+                rows = src.positions(dst.node_ids(a, b))
+                chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
+                if model.uses_neighbors:
+                    offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
+                    for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, window):
+                        cached.append(chunk.reduce(edges_from, nbrs, lo, count, offsets, hot))
+                out.write(a, b, chunk.close())
             hits = sum(int(h) for h in jax.device_get([h for h in cached if h is not None]))
+        if tables.on_host(edges_from):  # the cache's hits crossed no link
             report.bytes_read -= hits * tables.link_row_bytes(edges_from)
         done = out.done()
         if edges_from is not table and edges_from is not source:
@@ -354,42 +354,6 @@ def evaluate(model: nnx.Module, graph: Graph, features: Input,
         return {s: accuracy(result, graph.labels, i) for s, i in zip(splits, ids)}
     finally:
         result.close()
-
-
-def _csr_bytes(graph: Graph) -> int:
-    return 4 * (graph.num_nodes + 1 + graph.num_edges)
-
-
-def _device_csr(graph: Graph, room: float,
-                report: Report) -> tuple[jax.Array, jax.Array] | None:
-    """The graph's CSR (indptr, indices) as int32 device arrays, copied once
-    (counted in `report`), where its edges have int32 positions and its
-    bytes fit `room`; else None (windows are then copied from the host)."""
-    size = _csr_bytes(graph)
-    if not 0 < graph.num_edges < 2**31 or not tables.fits_device(size, room):
-        return None
-    report.bytes_read += size
-    return (jnp.asarray(graph.indptr.astype(np.int32)),
-            jnp.asarray(graph.indices.astype(np.int32, copy=False)))
-
-
-def _every_node(steps: Steps, params: Any, table: Input, source: Input | None,
-                edges_from: Input, csr: tuple[jax.Array, jax.Array] | None,
-                hot: jax.Array | None, out: tables.Output, size: int) -> int:
-    """Runs a layer over every node (its CSR `csr` on the device, or None
-    for a model that reads no edges) into `out`: one call for a device
-    table, one a chunk for a host one. Returns the edges' reads of `hot`
-    rows (the device cache's)."""
-    if out.on_device:
-        new, hits = steps.layer(params, table, source, edges_from, csr, hot, out.table)
-        out.update(new)
-        return int(hits)
-    counts = []
-    for a in range(0, out.table.shape[0], size):
-        rows, hits = steps.chunk(params, table, source, edges_from, csr, hot, np.int32(a))
-        out.write(a, min(a + size, out.table.shape[0]), rows)
-        counts.append(hits)
-    return int(sum(int(h) for h in jax.device_get(counts)))
 
 
 def _degrees(graph: Graph, nodes: layer_nodes.Nodes) -> np.ndarray:
