@@ -232,10 +232,14 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         dtype = logits_dtype if last else hidden_dtype
         steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype,
                             window)
-        # A layer over every node reads the CSR on the device where it fits:
-        # its chunks and windows then run in one loop on the device.
+        # A layer over every node reads the CSR on the device where it fits
+        # after its tables: its chunks and windows then run in one loop on
+        # the device. The CSR stays for the next layer where all the tables
+        # that layer may place on the device fit beside it.
         every = dst.ids is None and src.ids is None
-        if csr is not None and not every:
+        need = planned.plan.table_bytes[i] + (
+            tables.nbytes(table.shape, table.dtype) if not owned and tables.on_host(table) else 0)
+        if csr is not None and (not every or need + tables.csr_bytes(graph) > budget):
             for array in csr:
                 tables.release(array, True, table)
             csr = None
