@@ -33,7 +33,7 @@ class Report:
     Attributes:
       tables: per table made, "<what>: <device|host> <shape> <dtype>".
       bytes_read: bytes read from host memory by the device (host input
-        rows gathered or staged, CSR windows copied).
+        rows gathered or staged, the CSR copied whole or window by window).
       bytes_written: bytes written from the device to host tables.
     """
 

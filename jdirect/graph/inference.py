@@ -14,11 +14,31 @@ model's `Conv` (models/base.py) run over the CSR:
 Chunks hold at most `chunk_nodes` nodes and windows at most `chunk_edges`
 edges, fewer where their bytes would exceed the working budget (below):
 the sizes are set per layer from its row widths, so wide rows get small
-windows, never a buffer sized by an edge count alone. A node whose degree
-exceeds a window is a chunk of its own, aggregated over several windows
-with partial sums (mean, GCN) or an online softmax (GAT). A model whose
-`Conv` projects (GAT) first writes a table of each node's source rows, so
-each edge reads a projected row once.
+windows, never a buffer sized by an edge count alone. A chunk's edges may
+span several windows, aggregated with partial sums (mean, GCN) or an
+online softmax (GAT). A model whose `Conv` projects (GAT) first writes a
+table of each node's source rows, so each edge reads a projected row once.
+
+Where the loops run. A layer over every node, with the graph's CSR in
+device memory (int32, copied once: fewer than 2**31 edges, and its bytes
+fit the device budget after the layer's tables), runs both loops on the
+device in one call (one a chunk where its output is a host table): chunks
+are `chunk_nodes` consecutive nodes, each window's sources are read from
+the device CSR inside the call, and the host waits for the device once a
+layer. Otherwise (a CSR too large, a layer restricted to some nodes)
+chunks are cut to at most one window of edges where they can be, and
+each window's sources are built on the host and copied, one call each.
+
+The floor of a layer over every node: each edge reads one row of the
+table its windows read (the layer's input, or GAT's source rows), from
+device memory at its bandwidth where that table is on the device, plus
+every byte that crosses the link at its rate (a staged input, host tables
+read and written, the CSR once). products (123.7M edges), hidden 256 in
+float32: 400-byte feature rows then 1,024-byte hidden rows, 303 GB, 0.09 s
+at an H100's 3.35 TB/s, plus 1.5 GB over the link (features, CSR), 0.06 s
+at 25 GB/s. papers100M (3.2B edges) in bfloat16: 256- then 512-byte rows,
+4.1 TB, 1.2 s, plus its tables that cross the link (benchmarks/
+inference.py prints each run's floor and its ratio to it).
 
 Asked for the logits of some nodes only (`nodes`: an evaluation's val and
 test nodes), the last layer runs for those nodes alone, and the layer
