@@ -10,8 +10,6 @@ as its node set. Private to `jdirect.graph.inference`.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 
 from .._arrays import sorted_unique
@@ -119,15 +117,3 @@ def padded(rows: np.ndarray, size: int, fill: int) -> np.ndarray:
     out = np.full(size, fill, np.int32)
     out[: rows.shape[0]] = rows
     return out
-
-
-def windows(dst: Nodes, src: Nodes, a: int, b: int,
-            size: int) -> Iterator[tuple[int, int, np.ndarray]]:
-    """(lo, count, int32[size] rows) per window of the edges of rows
-    a .. b - 1 of `dst`: lo its first edge within the chunk, count its
-    edges, rows their sources' rows in `src`'s table, padded with
-    src.rows."""
-    start, stop = int(dst.indptr[a]), int(dst.indptr[b])
-    for lo in range(0, stop - start, size):
-        ids = dst.edges(start + lo, min(start + lo + size, stop))
-        yield lo, ids.shape[0], padded(src.positions(ids), size, src.rows)

@@ -1,7 +1,9 @@
 """The compiled steps of one layer of a layer-wise inference
 (`jdirect.graph.inference`) over chunks of destination nodes: project a
 chunk's source rows, open it from its nodes' own rows, reduce a window of
-its edges, close it into output rows. Private to `jdirect.graph.inference`."""
+its edges, close it into output rows; and the loops that run them on the
+device, a chunk or a whole layer a call. Private to
+`jdirect.graph.inference`."""
 
 from __future__ import annotations
 
@@ -14,54 +16,10 @@ import numpy as np
 from flax import nnx
 
 from ..gather import gather
+from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._layer_tables import Input, Report
 from .models.base import Edges
-
-
-class Chunk:
-    """Chunk [a, b) of one layer through its compiled steps (`layer_steps`),
-    counting the bytes its reads move over the link into `report`."""
-
-    def __init__(self, steps: "Steps", params: Any, report: Report, a: int, b: int):
-        self.steps, self.params, self.report = steps, params, report
-        self.span, self.count = tables.span(a, b), b - a
-        self.opened: tuple = ()
-
-    def _count_read(self, table: Input, rows: int) -> None:
-        if tables.on_host(table):
-            self.report.bytes_read += rows * tables.link_row_bytes(table)
-
-    def project(self, table: Input) -> jax.Array:
-        self._count_read(table, self.count)
-        return self.steps.project(self.params, table, self.span)
-
-    def open(self, table: Input, source: Input | None, rows: jax.Array) -> None:
-        """Starts the chunk from rows `rows` (int32[size], padded past the
-        table) of `table` (and `source`): its nodes' own."""
-        self._count_read(table, self.count)
-        if source is not None:
-            self._count_read(source, self.count)
-        self.opened = self.steps.open(self.params, table, source, rows)
-
-    def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, count: int,
-               offsets: jax.Array, hot: jax.Array | None = None) -> jax.Array | None:
-        """Adds the chunk's edges lo .. lo + count (`nbrs`: their source rows
-        in `read_from`, padded past it); `offsets` are the chunk's edge
-        offsets (`_layer_nodes.offsets`); `hot` (on the device) marks the
-        rows of `read_from` that its device cache holds. Counts every edge's
-        read as crossing the link; returns the device's count of those
-        that hit `hot` rows (None without `hot`), which did not."""
-        h, s, state = self.opened
-        ids = jnp.asarray(nbrs)
-        state = self.steps.reduce(self.params, state, s, read_from, ids, offsets, np.int32(lo))
-        self.opened = h, s, state
-        self.report.bytes_read += nbrs.nbytes
-        self._count_read(read_from, count)
-        return None if hot is None else self.steps.hits(hot, ids, np.int32(count))
-
-    def close(self) -> jax.Array:
-        return self.steps.close(self.params, *self.opened)
 
 
 class Steps:
@@ -101,26 +59,20 @@ class Steps:
             out = conv(params).finish(state, h_dst, s_dst)
             return (out if activation is None else activation(out)).astype(dtype)
 
-        def chunk(params, table, source, edges_from, csr, hot, a):
-            """(output rows of nodes a .. a + size - 1, past the last node
-            padding; int32 reads of `hot` rows) of a layer over every node,
-            its CSR `csr` (int32 indptr, indices; None: no edges) on the
-            device: the windows run in a loop here, not one call each."""
-            n = table.shape[0]
-            ids = a + jnp.arange(size, dtype=jnp.int32)
-            h, s, state = open_(params, table, source, jnp.where(ids < n, ids, n))
-            if csr is None:
+        def run(params, table, source, edges_from, hot, rows, offsets, edge_at):
+            """(output rows, int32 reads of `hot` rows) of a chunk whose
+            node k is row rows[k] of `table` and has the chunk's edges
+            offsets[k] .. offsets[k + 1] - 1; edge_at(lo) gives the source
+            rows of its edges lo .. lo + window - 1 (past its edges: a row
+            past the table). Its windows run in a loop here."""
+            h, s, state = open_(params, table, source, rows)
+            if edge_at is None:  # a model that reads no edges
                 return close(params, h, s, state), jnp.int32(0)
-            indptr, indices = csr
-            first = indptr[a]
-            offsets = indptr[jnp.minimum(a + jnp.arange(size + 1, dtype=jnp.int32), n)] - first
             count = offsets[-1]
 
             def one(w, carry):
                 state, hits = carry
-                pos = w * window + jnp.arange(window, dtype=jnp.int32)
-                at = jnp.minimum(first + pos, indices.shape[0] - 1)
-                nbrs = jnp.where(pos < count, indices[at], n)  # padding: past the table
+                nbrs = edge_at(w * window)
                 state = reduce(params, state, s, edges_from, nbrs, offsets, w * window)
                 if hot is not None:
                     hits += cache_hits(hot, nbrs, count - w * window)
@@ -129,6 +81,34 @@ class Steps:
             state, hits = jax.lax.fori_loop(0, (count + window - 1) // window, one,
                                             (state, jnp.int32(0)))
             return close(params, h, s, state), hits
+
+        def chunk(params, table, source, edges_from, csr, hot, a):
+            """`run` for nodes a .. a + size - 1 (past the last node:
+            padding) of a layer over every node, its CSR `csr` (int32
+            indptr, indices; None: no edges) on the device."""
+            n = table.shape[0]
+            ids = a + jnp.arange(size, dtype=jnp.int32)
+            rows = jnp.where(ids < n, ids, n)
+            if csr is None:
+                return run(params, table, source, edges_from, hot, rows, None, None)
+            indptr, indices = csr
+            first = indptr[a]
+            offsets = indptr[jnp.minimum(a + jnp.arange(size + 1, dtype=jnp.int32), n)] - first
+
+            def edge_at(lo):
+                pos = lo + jnp.arange(window, dtype=jnp.int32)
+                at = jnp.minimum(first + pos, indices.shape[0] - 1)
+                return jnp.where(pos < offsets[-1], indices[at], n)
+
+            return run(params, table, source, edges_from, hot, rows, offsets, edge_at)
+
+        def copied(params, table, source, edges_from, hot, rows, offsets, nbrs):
+            """`run` over edges copied from the host: `nbrs` are the
+            source rows of the chunk's edges, padded past the table to
+            whole windows (None: a model that reads no edges)."""
+            return run(params, table, source, edges_from, hot, rows, offsets,
+                       None if nbrs is None
+                       else lambda lo: jax.lax.dynamic_slice_in_dim(nbrs, lo, window))
 
         def layer(params, table, source, edges_from, csr, hot, out):
             """(`out` with every row computed by `chunk`, int32 `hot` reads):
@@ -142,10 +122,9 @@ class Steps:
 
             return jax.lax.fori_loop(0, -(-out.shape[0] // size), one, (out, jnp.int32(0)))
 
-        self.project, self.open, self.reduce, self.close, self.chunk = (
-            jax.jit(f) for f in (project, open_, reduce, close, chunk))
+        self.project, self.open, self.reduce, self.close, self.chunk, self.copied = (
+            jax.jit(f) for f in (project, open_, reduce, close, chunk, copied))
         self.layer = jax.jit(layer, donate_argnums=(6,))
-        self.hits = jax.jit(cache_hits)
 
 
 def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:
@@ -172,6 +151,36 @@ def every_node(steps: Steps, params: Any, table: Input, source: Input | None,
         out.write(a, min(a + size, out.table.shape[0]), rows)
         counts.append(hits)
     return int(sum(int(h) for h in jax.device_get(counts)))
+
+
+def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
+                  source: Input | None, edges_from: Input, hot: jax.Array | None,
+                  out: tables.Output, src: layer_nodes.Nodes, dst: layer_nodes.Nodes,
+                  size: int, window: int | None) -> list[jax.Array]:
+    """Runs a layer into `out` chunk by chunk (`_layer_nodes.chunks`), each
+    chunk's edges (None `window`: none) built on the host and copied, one
+    call a chunk. Counts its reads' link bytes in `report`, every edge's
+    as crossing; returns each chunk's device count of reads of `hot` rows."""
+    hits = []
+    for a, b in layer_nodes.chunks(dst, size, window):
+        rows = layer_nodes.padded(src.positions(dst.node_ids(a, b)), size, src.rows)
+        offsets, nbrs, count = None, None, 0
+        if window is not None:
+            offsets = layer_nodes.offsets(dst, a, b, size)
+            start, stop = int(dst.indptr[a]), int(dst.indptr[b])
+            count = stop - start
+            # Whole windows, a power of two of them: few shapes to compile.
+            windows = 1 << (max(1, -(-count // window)) - 1).bit_length()
+            ids = src.positions(dst.edges(start, stop)) if count else np.zeros(0, np.int32)
+            nbrs = layer_nodes.padded(ids, windows * window, src.rows)
+            report.bytes_read += nbrs.nbytes
+        for read, n in ((table, b - a), (source, b - a), (edges_from, count)):
+            if read is not None and tables.on_host(read):
+                report.bytes_read += n * tables.link_row_bytes(read)
+        new, more = steps.copied(params, table, source, edges_from, hot, rows, offsets, nbrs)
+        out.write(a, b, new)
+        hits.append(more)
+    return hits
 
 
 @functools.lru_cache(maxsize=64)

@@ -120,7 +120,7 @@ from ..host_table import HostTable
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._layer_plan import Plan, plan, run_plan
-from ._layer_steps import Chunk, every_node, layer_steps
+from ._layer_steps import copied_chunks, every_node, layer_steps
 from ._layer_tables import Input, Report
 from .data import Graph
 
@@ -213,8 +213,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         bfloat16 halves the last table, e.g. papers100M's 111M x 172
         logits: 76 GB in float32, more than fits beside the graph on a
         128 GB host).
-      progress: a tqdm bar of the layers (drawn on a terminal only), its
-        postfix the layer's chunks done.
+      progress: a tqdm bar of the layers (drawn on a terminal only).
 
     Returns:
       A `Result`; its `logits` are a HostTable when they did not fit.
@@ -287,7 +286,9 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                                 hidden_dtype, budget - spent, report)
             spent += out.device_bytes
             for a, b in ranges:
-                out.write(a, b, Chunk(steps, params, report, a, b).project(table))
+                out.write(a, b, steps.project(params, table, tables.span(a, b)))
+            if tables.on_host(table):
+                report.bytes_read += src.rows * tables.link_row_bytes(table)
             source = out.done()
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
@@ -308,19 +309,9 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             if model.uses_neighbors and tables.on_host(edges_from):
                 report.bytes_read += dst.num_edges * tables.link_row_bytes(edges_from)
         else:
-            cached = []  # per window: its reads of cached rows (device scalars)
-            for k, (a, b) in enumerate(
-                    layer_nodes.chunks(dst, size, window if model.uses_neighbors else None)):
-                bar.set_postfix_str(f"layer {i + 1}: {k} chunks done", refresh=False)
-                chunk = Chunk(steps, params, report, a, b)
-                rows = src.positions(dst.node_ids(a, b))
-                chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
-                if model.uses_neighbors:
-                    offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
-                    for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, window):
-                        cached.append(chunk.reduce(edges_from, nbrs, lo, count, offsets, hot))
-                out.write(a, b, chunk.close())
-            hits = sum(int(h) for h in jax.device_get([h for h in cached if h is not None]))
+            cached = copied_chunks(steps, params, report, table, source, edges_from, hot, out,
+                                   src, dst, size, window if model.uses_neighbors else None)
+            hits = int(sum(int(h) for h in jax.device_get(cached)))
         if tables.on_host(edges_from):  # the cache's hits crossed no link
             report.bytes_read -= hits * tables.link_row_bytes(edges_from)
         done = out.done()
