@@ -91,9 +91,10 @@ def test_cache_hits_counted_in_the_device_loop_cross_no_link():
 
 @pytest.mark.parametrize("name", ["sage", "gat"])
 def test_the_device_loop_stays_within_the_planned_working_memory(graph, name):
-    """The one-call layer, as XLA compiles it at the planned chunk sizes,
-    allocates no more than `working_bytes` besides the tables (its output
-    is the donated table, updated in place)."""
+    """The one-call layer and the one-call chunk of copied edges, as XLA
+    compiles them at the planned chunk sizes, allocate no more than
+    `working_bytes` besides the tables (the layer's output is the donated
+    table, updated in place)."""
     model = build(name, 64, 64, 4, 1, dropout=0.5, seed=25)
     budget = 1 << 17
     (size, window), = inference.plan(model, graph, working_budget=budget).chunks
@@ -108,12 +109,16 @@ def test_the_device_loop_stays_within_the_planned_working_memory(graph, name):
     csr = (jax.ShapeDtypeStruct((n + 1,), jnp.int32),
            jax.ShapeDtypeStruct((graph.num_edges,), jnp.int32))
     out = jax.ShapeDtypeStruct((n, conv.out_dim), jnp.float32)
-    memory = steps.layer.lower(params, table, source, table if source is None else source,
-                               csr, None, out).compile().memory_analysis()
-    if memory is None:
-        pytest.skip("this backend reports no memory analysis")
-    temp = memory.temp_size_in_bytes
-    if temp >= _layer_tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
-        temp -= _layer_tables.GEMM_WORKSPACE  # cuBLAS's, beside the chunks' (test_real_shapes)
+    edges_from = table if source is None else source
+    ids = [jax.ShapeDtypeStruct((m,), jnp.int32) for m in (size, size + 1, window)]
     plan = inference.plan(model, graph, working_budget=budget)
-    assert 0 < temp <= plan.working <= budget
+    for lowered in (steps.layer.lower(params, table, source, edges_from, csr, None, out),
+                    steps.copied.lower(params, table, source, edges_from, None, *ids)):
+        memory = lowered.compile().memory_analysis()
+        if memory is None:
+            pytest.skip("this backend reports no memory analysis")
+        temp = memory.temp_size_in_bytes
+        if temp >= _layer_tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
+            temp -= _layer_tables.GEMM_WORKSPACE  # cuBLAS's, beside the chunks' (test_real_shapes)
+        assert 0 < temp + memory.output_size_in_bytes - memory.alias_size_in_bytes
+        assert temp + memory.output_size_in_bytes - memory.alias_size_in_bytes <= plan.working
