@@ -87,18 +87,10 @@ def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
     return out
 
 
-def chunks(dst: Nodes, size: int, max_edges: int | None) -> list[tuple[int, int]]:
-    """Row ranges [a, b) of at most `size` rows and `max_edges` edges (None:
-    rows only); a row of more edges is a range of its own."""
-    out, a, n = [], 0, dst.rows
-    while a < n:
-        b = min(a + size, n)
-        if max_edges is not None:
-            fit = int(np.searchsorted(dst.indptr, dst.indptr[a] + max_edges, side="right")) - 1
-            b = max(min(b, fit), a + 1)
-        out.append((a, b))
-        a = b
-    return out
+def chunks(dst: Nodes, size: int) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of at most `size` rows (their edges span as many
+    windows as they need)."""
+    return [(a, min(a + size, dst.rows)) for a in range(0, dst.rows, size)]
 
 
 def offsets(dst: Nodes, a: int, b: int, size: int) -> np.ndarray:

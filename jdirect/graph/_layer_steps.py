@@ -162,7 +162,7 @@ def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
     call a chunk. Counts its reads' link bytes in `report`, every edge's
     as crossing; returns each chunk's device count of reads of `hot` rows."""
     hits = []
-    for a, b in layer_nodes.chunks(dst, size, window):
+    for a, b in layer_nodes.chunks(dst, size):
         rows = layer_nodes.padded(src.positions(dst.node_ids(a, b)), size, src.rows)
         offsets, nbrs, count = None, None, 0
         if window is not None:

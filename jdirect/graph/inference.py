@@ -26,8 +26,10 @@ device in one call (one a chunk where its output is a host table): chunks
 are `chunk_nodes` consecutive nodes, each window's sources are read from
 the device CSR inside the call, and the host waits for the device once a
 layer. Otherwise (a CSR too large, a layer restricted to some nodes)
-chunks are cut to at most one window of edges where they can be, and
-each window's sources are built on the host and copied, one call each.
+each chunk's edge sources are built on the host and copied with it, one
+call a chunk whose windows loop on the device (4 bytes an edge of the
+chunk beside the working memory below, padded to a power of two of
+windows so that few shapes compile).
 
 The floor of a layer over every node: each edge reads one row of the
 table its windows read (the layer's input, or GAT's source rows), from
@@ -263,7 +265,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 tables.release(array, True, table)
             csr = None
         csr_bytes = 0 if csr is None else tables.csr_bytes(graph)
-        ranges = layer_nodes.chunks(src, size, None)  # rows of the input's table
+        ranges = layer_nodes.chunks(src, size)  # rows of the input's table
         # Rows this layer reads from its input: its nodes' own, then every
         # edge's (or, projecting, every input row once).
         reads = dst.rows + (src.rows if conv.projects
