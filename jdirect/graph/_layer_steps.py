@@ -31,6 +31,8 @@ class Steps:
     def __init__(self, graphdef: Any, index: int, size: int,
                  activation: Callable[[jax.Array], jax.Array] | None, dtype: np.dtype,
                  window: int = 1):
+        self.size = size
+
         def conv(params):
             return nnx.merge(graphdef, params).convs[index]
 
@@ -134,33 +136,38 @@ def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:
     return jnp.sum(hot[jnp.minimum(nbrs, hot.shape[0] - 1)] & valid, dtype=jnp.int32)
 
 
-def every_node(steps: Steps, params: Any, table: Input, source: Input | None,
-                edges_from: Input, csr: tuple[jax.Array, jax.Array] | None,
-                hot: jax.Array | None, out: tables.Output, size: int) -> int:
-    """Runs a layer over every node (its CSR `csr` on the device, or None
-    for a model that reads no edges) into `out`: one call for a device
-    table, one a chunk for a host one. Returns the edges' reads of `hot`
-    rows (the device cache's)."""
+def every_node(steps: Steps, params: Any, report: Report, table: Input, source: Input | None,
+               edges_from: Input, csr: tuple[jax.Array, jax.Array] | None,
+               hot: jax.Array | None, out: tables.Output, dst: layer_nodes.Nodes) -> int:
+    """Runs a layer over every node (`dst`; its CSR `csr` on the device, or
+    None for a model that reads no edges) into `out`: one call for a device
+    table, one a chunk for a host one. Counts its reads' link bytes in
+    `report`, every edge's as crossing; returns the edges' reads of `hot`
+    rows (the device cache's), which did not."""
+    for read, rows in ((table, dst.rows), (source, dst.rows),
+                       (edges_from, 0 if csr is None else dst.num_edges)):
+        if read is not None and tables.on_host(read):
+            report.bytes_read += rows * tables.link_row_bytes(read)
     if out.on_device:
         new, hits = steps.layer(params, table, source, edges_from, csr, hot, out.table)
         out.update(new)
         return int(hits)
     counts = []
-    for a in range(0, out.table.shape[0], size):
+    for a, b in layer_nodes.chunks(dst, steps.size):
         rows, hits = steps.chunk(params, table, source, edges_from, csr, hot, np.int32(a))
-        out.write(a, min(a + size, out.table.shape[0]), rows)
+        out.write(a, b, rows)
         counts.append(hits)
-    return int(sum(int(h) for h in jax.device_get(counts)))
+    return _total(counts)
 
 
 def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
                   source: Input | None, edges_from: Input, hot: jax.Array | None,
                   out: tables.Output, src: layer_nodes.Nodes, dst: layer_nodes.Nodes,
-                  size: int, window: int | None) -> list[jax.Array]:
+                  size: int, window: int | None) -> int:
     """Runs a layer into `out` chunk by chunk (`_layer_nodes.chunks`), each
     chunk's edges (None `window`: none) built on the host and copied, one
     call a chunk. Counts its reads' link bytes in `report`, every edge's
-    as crossing; returns each chunk's device count of reads of `hot` rows."""
+    as crossing; returns the edges' reads of `hot` rows, which did not."""
     hits = []
     for a, b in layer_nodes.chunks(dst, size):
         rows = layer_nodes.padded(src.positions(dst.node_ids(a, b)), size, src.rows)
@@ -180,7 +187,12 @@ def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
         new, more = steps.copied(params, table, source, edges_from, hot, rows, offsets, nbrs)
         out.write(a, b, new)
         hits.append(more)
-    return hits
+    return _total(hits)
+
+
+def _total(counts: list[jax.Array]) -> int:
+    """The sum of int32 device scalars, read in one transfer (once a layer)."""
+    return int(sum(int(c) for c in jax.device_get(counts)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -304,16 +304,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 budget - spent - out.device_bytes, report)
         hot = None if hot is None else jnp.asarray(hot)
         if every and (csr is not None or not model.uses_neighbors):
-            hits = every_node(steps, params, table, source, edges_from, csr, hot, out, size)
-            for read in (table, source):
-                if read is not None and tables.on_host(read):
-                    report.bytes_read += dst.rows * tables.link_row_bytes(read)
-            if model.uses_neighbors and tables.on_host(edges_from):
-                report.bytes_read += dst.num_edges * tables.link_row_bytes(edges_from)
+            hits = every_node(steps, params, report, table, source, edges_from, csr, hot, out,
+                              dst)
         else:
-            cached = copied_chunks(steps, params, report, table, source, edges_from, hot, out,
-                                   src, dst, size, window if model.uses_neighbors else None)
-            hits = int(sum(int(h) for h in jax.device_get(cached)))
+            hits = copied_chunks(steps, params, report, table, source, edges_from, hot, out,
+                                 src, dst, size, window if model.uses_neighbors else None)
         if tables.on_host(edges_from):  # the cache's hits crossed no link
             report.bytes_read -= hits * tables.link_row_bytes(edges_from)
         done = out.done()
