@@ -215,7 +215,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         bfloat16 halves the last table, e.g. papers100M's 111M x 172
         logits: 76 GB in float32, more than fits beside the graph on a
         128 GB host).
-      progress: a tqdm bar of the layers (drawn on a terminal only).
+      progress: a tqdm bar of the layers (drawn on a terminal only), its
+        postfix the layer running and its chunk count.
 
     Returns:
       A `Result`; its `logits` are a HostTable when they did not fit.
@@ -303,6 +304,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 f"layer {i} input", table, _degrees(graph, src),
                 budget - spent - out.device_bytes, report)
         hot = None if hot is None else jnp.asarray(hot)
+        bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
         if every and (csr is not None or not model.uses_neighbors):
             hits = every_node(steps, params, report, table, source, edges_from, csr, hot, out,
                               dst)
