@@ -11,8 +11,13 @@ the one before it for their neighbourhood when small). It reports:
   read_gb      bytes the device read from host memory (features staged or
                read per edge, host layer tables, CSR windows)
   written_gb   bytes written from the device to host tables
-  floor_s      (read + written) over the link rate: the pinned memcpy rate
-               measured in the same run on a GPU (or --link-gbps)
+  floor_s      the link floor, (read + written) over the link rate (the
+               pinned memcpy rate measured in the same run on a GPU, or
+               --link-gbps), plus, for --nodes all, the device floor:
+               every layer's edges each reading one row of the table its
+               windows read (its input, or GAT's source rows), from device
+               memory at its bandwidth (a device copy's rate measured in
+               the same run, or --device-gbps); see jdirect.graph.inference
   vs_floor     s / floor_s
   tables       where each table lived (device or host), its rows and dtype
 Each timing is printed with its floor and the ratio to it. Prints a
@@ -41,7 +46,7 @@ from jdirect.graph import load_dataset
 from jdirect.graph.inference import layerwise
 from jdirect.graph.models import build
 from _common import (finish_figure, graph_bytes, host_memory_line, host_peak_gb, memory_peaks,
-                     print_table, run_meta, write_json)
+                     print_table, run_meta, timed, write_json)
 from _profile import kernel_profile, print_profile
 from gather import memcpy_gbps
 
@@ -73,6 +78,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="runs per setting, the first included")
     p.add_argument("--link-gbps", type=float, default=None,
                    help="link rate for the floor (default: measured pinned memcpy on a GPU)")
+    p.add_argument("--device-gbps", type=float, default=None,
+                   help="device memory bandwidth for the floor (default: a measured device copy "
+                        "on a GPU)")
     p.add_argument("--profile", action="store_true",
                    help="after the timed runs, one more run of each setting under jax.profiler: "
                         "its kernels by device time (_profile.py)")
@@ -88,7 +96,8 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def run(model, graph, features, args, budget: int | None, link: float | None) -> dict:
+def run(model, graph, features, args, budget: int | None, link: float | None,
+        device: float | None) -> dict:
     nodes = None if args.nodes == "all" else np.concatenate([graph.val, graph.test])
     table_dtype = None if args.table_dtype is None else jnp.dtype(args.table_dtype)
     times, result = [], None
@@ -116,8 +125,13 @@ def run(model, graph, features, args, budget: int | None, link: float | None) ->
     moved = report.bytes_read + report.bytes_written
     s = statistics.median(times[1:]) if len(times) > 1 else times[0]
     floor = moved / (link * 1e9) if link else None
+    edges = (edge_bytes(model, graph, table_dtype or graph.features.dtype)
+             if args.nodes == "all" and device else None)
+    if floor is not None and edges is not None:
+        floor += edges / (device * 1e9)
     return dict(first_s=times[0], s=s, read_gb=report.bytes_read / 1e9,
-                written_gb=report.bytes_written / 1e9, floor_s=floor,
+                written_gb=report.bytes_written / 1e9,
+                edge_gb=None if edges is None else edges / 1e9, floor_s=floor,
                 vs_floor=s / floor if floor else None,
                 nodes_per_s=graph.num_nodes / s, tables=report.tables, profile=profile)
 
@@ -131,6 +145,7 @@ def main() -> None:
     print(f"{graph} [{time.perf_counter() - start:.1f}s]", flush=True)
     on_gpu = jax.default_backend() == "gpu"
     link = args.link_gbps or (memcpy_gbps(jax.devices()[0], 5) if on_gpu else None)
+    device = args.device_gbps or (copy_gbps(5) if on_gpu else None)
     records = []
     with jdirect.HostTable(graph.features) as features:
         print(host_memory_line(), f"(features and CSR {graph_bytes(graph) / 1e9:.1f} GB)",
@@ -141,34 +156,57 @@ def main() -> None:
             for b in args.budgets.split(","):
                 budget = None if b == "auto" else int(float(b) * 1e9)
                 rec = dict(model=name, budget=b, **run(model, graph, features, args, budget,
-                                                      link))
+                                                      link, device))
                 records.append(rec)
-                print(timing_line(rec, link), flush=True)
+                print(timing_line(rec, link, device), flush=True)
                 print(host_memory_line(), flush=True)
     peaks = memory_peaks(graph, generation_peak)
     print(f"\n{graph.name}: {graph.num_nodes:,} nodes, {args.layers} layers, hidden "
           f"{args.hidden}, logits of {args.nodes} nodes, hidden tables "
           f"{args.table_dtype or graph.features.dtype}"
           + (f"; link {link:.1f} GB/s" if link else "")
+          + (f"; device memory {device:.0f} GB/s" if device else "")
           + "; " + " ".join(f"{k} {v:.2f}" for k, v in peaks.items()))
-    keys = ("s", "first_s", "read_gb", "written_gb", "floor_s", "vs_floor")
+    keys = ("s", "first_s", "read_gb", "written_gb", "edge_gb", "floor_s", "vs_floor")
     rows = [dict(k=k, col=f"{r['model']}/{r['budget']}", v=r[k]) for r in records for k in keys
             if r.get(k) is not None]
     print_table(rows, ("k",), [f"{r['model']}/{r['budget']}" for r in records], "col", "v",
                 fmt="{:.3f}")
-    meta = run_meta(dataset=graph.name, graph=repr(graph), link_gbps=link,
+    meta = run_meta(dataset=graph.name, graph=repr(graph), link_gbps=link, device_gbps=device,
                     config=vars(args) | {"json": str(args.json)}, **peaks)
     write_json(args.json, meta, records)
     plot(records, args.json.with_suffix(".png"))
 
 
-def timing_line(rec: dict, link: float | None) -> str:
+def edge_bytes(model, graph, table_dtype) -> int:
+    """Bytes the edges of every layer read over every node: one row an edge
+    of the table its windows read (layer 0: the features, a projecting
+    layer: its source rows of `table_dtype`; later: the hidden tables)."""
+    total = 0
+    for i, conv in enumerate(model.convs):
+        width = conv.source_dim if conv.projects else conv.in_dim
+        dtype = graph.features.dtype if i == 0 and not conv.projects else table_dtype
+        total += graph.num_edges * width * np.dtype(dtype).itemsize
+    return total
+
+
+def copy_gbps(reps: int) -> float:
+    """Device memory bandwidth: a 1 GiB float32 array read and written."""
+    x = jnp.zeros(1 << 28, jnp.float32)
+    add = jax.jit(lambda a: a + 1)
+    return 2 * x.nbytes / timed(lambda: add(x), reps) / 1e9
+
+
+def timing_line(rec: dict, link: float | None, device: float | None) -> str:
     """The run's time beside its floor and the ratio to it, then where its
     tables lived."""
     moved = rec["read_gb"] + rec["written_gb"]
+    edges = ("" if rec.get("edge_gb") is None
+             else f" + {rec['edge_gb']:.1f} GB of edge rows from device memory at "
+                  f"{device:.0f} GB/s")
     floor = ("no floor: no link rate (CPU backend; pass --link-gbps)" if rec["floor_s"] is None
              else f"floor {rec['floor_s']:.3f} s ({moved:.1f} GB over the link at {link:.1f} "
-                  f"GB/s), {rec['vs_floor']:.2f}x floor")
+                  f"GB/s{edges}), {rec['vs_floor']:.2f}x floor")
     return (f"{rec['model']} budget {rec['budget']}: {rec['s']:.3f} s (first run "
             f"{rec['first_s']:.2f} s); {floor}\n  tables: {'; '.join(rec['tables'])}")
 

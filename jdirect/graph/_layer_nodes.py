@@ -10,8 +10,6 @@ as its node set. Private to `jdirect.graph.inference`.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 
 from .._arrays import sorted_unique
@@ -89,18 +87,10 @@ def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
     return out
 
 
-def chunks(dst: Nodes, size: int, max_edges: int | None) -> list[tuple[int, int]]:
-    """Row ranges [a, b) of at most `size` rows and `max_edges` edges (None:
-    rows only); a row of more edges is a range of its own."""
-    out, a, n = [], 0, dst.rows
-    while a < n:
-        b = min(a + size, n)
-        if max_edges is not None:
-            fit = int(np.searchsorted(dst.indptr, dst.indptr[a] + max_edges, side="right")) - 1
-            b = max(min(b, fit), a + 1)
-        out.append((a, b))
-        a = b
-    return out
+def chunks(dst: Nodes, size: int) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of at most `size` rows (their edges span as many
+    windows as they need)."""
+    return [(a, min(a + size, dst.rows)) for a in range(0, dst.rows, size)]
 
 
 def offsets(dst: Nodes, a: int, b: int, size: int) -> np.ndarray:
@@ -119,15 +109,3 @@ def padded(rows: np.ndarray, size: int, fill: int) -> np.ndarray:
     out = np.full(size, fill, np.int32)
     out[: rows.shape[0]] = rows
     return out
-
-
-def windows(dst: Nodes, src: Nodes, a: int, b: int,
-            size: int) -> Iterator[tuple[int, int, np.ndarray]]:
-    """(lo, count, int32[size] rows) per window of the edges of rows
-    a .. b - 1 of `dst`: lo its first edge within the chunk, count its
-    edges, rows their sources' rows in `src`'s table, padded with
-    src.rows."""
-    start, stop = int(dst.indptr[a]), int(dst.indptr[b])
-    for lo in range(0, stop - start, size):
-        ids = dst.edges(start + lo, min(start + lo + size, stop))
-        yield lo, ids.shape[0], padded(src.positions(ids), size, src.rows)

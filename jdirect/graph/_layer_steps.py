@@ -1,7 +1,9 @@
 """The compiled steps of one layer of a layer-wise inference
 (`jdirect.graph.inference`) over chunks of destination nodes: project a
 chunk's source rows, open it from its nodes' own rows, reduce a window of
-its edges, close it into output rows. Private to `jdirect.graph.inference`."""
+its edges, close it into output rows; and the loops that run them on the
+device, a chunk or a whole layer a call. Private to
+`jdirect.graph.inference`."""
 
 from __future__ import annotations
 
@@ -14,60 +16,23 @@ import numpy as np
 from flax import nnx
 
 from ..gather import gather
+from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._layer_tables import Input, Report
 from .models.base import Edges
 
 
-class Chunk:
-    """Chunk [a, b) of one layer through its compiled steps (`layer_steps`),
-    counting the bytes its reads move over the link into `report`."""
-
-    def __init__(self, steps: "Steps", params: Any, report: Report, a: int, b: int):
-        self.steps, self.params, self.report = steps, params, report
-        self.span, self.count = tables.span(a, b), b - a
-        self.opened: tuple = ()
-
-    def _count_read(self, table: Input, rows: int) -> None:
-        if tables.on_host(table):
-            self.report.bytes_read += rows * tables.link_row_bytes(table)
-
-    def project(self, table: Input) -> jax.Array:
-        self._count_read(table, self.count)
-        return self.steps.project(self.params, table, self.span)
-
-    def open(self, table: Input, source: Input | None, rows: jax.Array) -> None:
-        """Starts the chunk from rows `rows` (int32[size], padded past the
-        table) of `table` (and `source`): its nodes' own."""
-        self._count_read(table, self.count)
-        if source is not None:
-            self._count_read(source, self.count)
-        self.opened = self.steps.open(self.params, table, source, rows)
-
-    def reduce(self, read_from: Input, nbrs: np.ndarray, lo: int, count: int,
-               offsets: jax.Array, hot: np.ndarray | None = None) -> None:
-        """Adds the chunk's edges lo .. lo + count (`nbrs`: their source rows
-        in `read_from`, padded past it); `offsets` are the chunk's edge
-        offsets (`_layer_nodes.offsets`); `hot` marks the rows of
-        `read_from` that its device cache holds (their reads cross no link)."""
-        h, s, state = self.opened
-        state = self.steps.reduce(self.params, state, s, read_from, nbrs, offsets, np.int32(lo))
-        self.opened = h, s, state
-        self.report.bytes_read += nbrs.nbytes
-        cached = 0 if hot is None else int(np.count_nonzero(hot[nbrs[:count]]))
-        self._count_read(read_from, count - cached)
-
-    def close(self) -> jax.Array:
-        return self.steps.close(self.params, *self.opened)
-
-
 class Steps:
     """The compiled steps of layer `index` of a model (`graphdef`) over
-    chunks of `size` nodes: closures, so that a call hashes no graphdef
-    (that costs milliseconds per call for jit's static arguments)."""
+    chunks of `size` nodes and windows of `window` edges: closures, so that
+    a call hashes no graphdef (that costs milliseconds per call for jit's
+    static arguments)."""
 
     def __init__(self, graphdef: Any, index: int, size: int,
-                 activation: Callable[[jax.Array], jax.Array] | None, dtype: np.dtype):
+                 activation: Callable[[jax.Array], jax.Array] | None, dtype: np.dtype,
+                 window: int = 1):
+        self.size = size
+
         def conv(params):
             return nnx.merge(graphdef, params).convs[index]
 
@@ -96,14 +61,144 @@ class Steps:
             out = conv(params).finish(state, h_dst, s_dst)
             return (out if activation is None else activation(out)).astype(dtype)
 
-        self.project, self.open, self.reduce, self.close = (
-            jax.jit(f) for f in (project, open_, reduce, close))
+        def run(params, table, source, edges_from, hot, rows, offsets, edge_at):
+            """(output rows, int32 reads of `hot` rows) of a chunk whose
+            node k is row rows[k] of `table` and has the chunk's edges
+            offsets[k] .. offsets[k + 1] - 1; edge_at(lo) gives the source
+            rows of its edges lo .. lo + window - 1 (past its edges: a row
+            past the table). Its windows run in a loop here."""
+            h, s, state = open_(params, table, source, rows)
+            if edge_at is None:  # a model that reads no edges
+                return close(params, h, s, state), jnp.int32(0)
+            count = offsets[-1]
+
+            def one(w, carry):
+                state, hits = carry
+                nbrs = edge_at(w * window)
+                state = reduce(params, state, s, edges_from, nbrs, offsets, w * window)
+                if hot is not None:
+                    hits += cache_hits(hot, nbrs, count - w * window)
+                return state, hits
+
+            state, hits = jax.lax.fori_loop(0, (count + window - 1) // window, one,
+                                            (state, jnp.int32(0)))
+            return close(params, h, s, state), hits
+
+        def chunk(params, table, source, edges_from, csr, hot, a):
+            """`run` for nodes a .. a + size - 1 (past the last node:
+            padding) of a layer over every node, its CSR `csr` (int32
+            indptr, indices; None: no edges) on the device."""
+            n = table.shape[0]
+            ids = a + jnp.arange(size, dtype=jnp.int32)
+            rows = jnp.where(ids < n, ids, n)
+            if csr is None:
+                return run(params, table, source, edges_from, hot, rows, None, None)
+            indptr, indices = csr
+            first = indptr[a]
+            offsets = indptr[jnp.minimum(a + jnp.arange(size + 1, dtype=jnp.int32), n)] - first
+
+            def edge_at(lo):
+                pos = lo + jnp.arange(window, dtype=jnp.int32)
+                at = jnp.minimum(first + pos, indices.shape[0] - 1)
+                return jnp.where(pos < offsets[-1], indices[at], n)
+
+            return run(params, table, source, edges_from, hot, rows, offsets, edge_at)
+
+        def copied(params, table, source, edges_from, hot, rows, offsets, nbrs):
+            """`run` over edges copied from the host: `nbrs` are the
+            source rows of the chunk's edges, padded past the table to
+            whole windows (None: a model that reads no edges)."""
+            return run(params, table, source, edges_from, hot, rows, offsets,
+                       None if nbrs is None
+                       else lambda lo: jax.lax.dynamic_slice_in_dim(nbrs, lo, window))
+
+        def layer(params, table, source, edges_from, csr, hot, out):
+            """(`out` with every row computed by `chunk`, int32 `hot` reads):
+            the whole layer in one call, chunk after chunk into the donated
+            device table `out`."""
+            def one(k, carry):
+                out, hits = carry
+                a = k * size
+                rows, more = chunk(params, table, source, edges_from, csr, hot, a)
+                return tables.put_rows(out, rows, a, out.shape[0]), hits + more
+
+            return jax.lax.fori_loop(0, -(-out.shape[0] // size), one, (out, jnp.int32(0)))
+
+        self.project, self.open, self.reduce, self.close, self.chunk, self.copied = (
+            jax.jit(f) for f in (project, open_, reduce, close, chunk, copied))
+        self.layer = jax.jit(layer, donate_argnums=(6,))
+
+
+def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:
+    """int32: how many of the first `count` rows `nbrs` are marked in `hot`
+    (the rows a device cache holds; padding past it never counts)."""
+    valid = jnp.arange(nbrs.shape[0], dtype=jnp.int32) < count
+    return jnp.sum(hot[jnp.minimum(nbrs, hot.shape[0] - 1)] & valid, dtype=jnp.int32)
+
+
+def every_node(steps: Steps, params: Any, report: Report, table: Input, source: Input | None,
+               edges_from: Input, csr: tuple[jax.Array, jax.Array] | None,
+               hot: jax.Array | None, out: tables.Output, dst: layer_nodes.Nodes) -> int:
+    """Runs a layer over every node (`dst`; its CSR `csr` on the device, or
+    None for a model that reads no edges) into `out`: one call for a device
+    table, one a chunk for a host one. Counts its reads' link bytes in
+    `report`, every edge's as crossing; returns the edges' reads of `hot`
+    rows (the device cache's), which did not."""
+    for read, rows in ((table, dst.rows), (source, dst.rows),
+                       (edges_from, 0 if csr is None else dst.num_edges)):
+        if read is not None and tables.on_host(read):
+            report.bytes_read += rows * tables.link_row_bytes(read)
+    if out.on_device:
+        new, hits = steps.layer(params, table, source, edges_from, csr, hot, out.table)
+        out.update(new)
+        return int(hits)
+    counts = []
+    for a, b in layer_nodes.chunks(dst, steps.size):
+        rows, hits = steps.chunk(params, table, source, edges_from, csr, hot, np.int32(a))
+        out.write(a, b, rows)
+        counts.append(hits)
+    return _total(counts)
+
+
+def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
+                  source: Input | None, edges_from: Input, hot: jax.Array | None,
+                  out: tables.Output, src: layer_nodes.Nodes, dst: layer_nodes.Nodes,
+                  size: int, window: int | None) -> int:
+    """Runs a layer into `out` chunk by chunk (`_layer_nodes.chunks`), each
+    chunk's edges (None `window`: none) built on the host and copied, one
+    call a chunk. Counts its reads' link bytes in `report`, every edge's
+    as crossing; returns the edges' reads of `hot` rows, which did not."""
+    hits = []
+    for a, b in layer_nodes.chunks(dst, size):
+        rows = layer_nodes.padded(src.positions(dst.node_ids(a, b)), size, src.rows)
+        offsets, nbrs, count = None, None, 0
+        if window is not None:
+            offsets = layer_nodes.offsets(dst, a, b, size)
+            start, stop = int(dst.indptr[a]), int(dst.indptr[b])
+            count = stop - start
+            # Whole windows, a power of two of them: few shapes to compile.
+            windows = 1 << (max(1, -(-count // window)) - 1).bit_length()
+            ids = src.positions(dst.edges(start, stop)) if count else np.zeros(0, np.int32)
+            nbrs = layer_nodes.padded(ids, windows * window, src.rows)
+            report.bytes_read += nbrs.nbytes
+        for read, n in ((table, b - a), (source, b - a), (edges_from, count)):
+            if read is not None and tables.on_host(read):
+                report.bytes_read += n * tables.link_row_bytes(read)
+        new, more = steps.copied(params, table, source, edges_from, hot, rows, offsets, nbrs)
+        out.write(a, b, new)
+        hits.append(more)
+    return _total(hits)
+
+
+def _total(counts: list[jax.Array]) -> int:
+    """The sum of int32 device scalars, read in one transfer (once a layer)."""
+    return int(sum(int(c) for c in jax.device_get(counts)))
 
 
 @functools.lru_cache(maxsize=64)
 def layer_steps(graphdef: Any, index: int, size: int, activation: Callable | None,
-           dtype: np.dtype) -> Steps:
+                dtype: np.dtype, window: int = 1) -> Steps:
     """`Steps`, kept across calls of `layerwise` on models of one shape."""
-    return Steps(graphdef, index, size, activation, dtype)
+    return Steps(graphdef, index, size, activation, dtype, window)
 
 

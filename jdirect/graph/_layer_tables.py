@@ -21,6 +21,7 @@ from .._table_base import RegisteredTable, TableBase
 from ..cached_table import CachedTable, TableCache, cached_row_bytes, rows_within
 from ..host_table import HostTable
 from ..table import Table
+from .data import Graph
 
 Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
 
@@ -32,7 +33,7 @@ class Report:
     Attributes:
       tables: per table made, "<what>: <device|host> <shape> <dtype>".
       bytes_read: bytes read from host memory by the device (host input
-        rows gathered or staged, CSR windows copied).
+        rows gathered or staged, the CSR copied whole or window by window).
       bytes_written: bytes written from the device to host tables.
     """
 
@@ -56,8 +57,13 @@ def read(size: int, table: Input, span: jax.Array) -> jax.Array:
 @functools.partial(jax.jit, donate_argnums=(0,))
 def put(table: jax.Array, rows: jax.Array, span: jax.Array) -> jax.Array:
     """`table` with rows span[0] .. span[1] - 1 set to the first rows of `rows`."""
-    ids = span[0] + jnp.arange(rows.shape[0], dtype=jnp.int32)
-    ids = jnp.where(ids < span[1], ids, table.shape[0])
+    return put_rows(table, rows, span[0], span[1])
+
+
+def put_rows(table: jax.Array, rows: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """`put` (traced): rows a .. b - 1 of `table` set to the first rows of `rows`."""
+    ids = a + jnp.arange(rows.shape[0], dtype=jnp.int32)
+    ids = jnp.where(ids < b, ids, table.shape[0])
     return table.at[ids].set(rows.astype(table.dtype), mode="drop")
 
 
@@ -101,6 +107,10 @@ class Output:
         # Chunks write disjoint rows, so each write takes the table itself.
         self.writes.append(write_host(self.table, rows, span(a, b)))
         self.report.bytes_written += (b - a) * self.table.row_bytes
+
+    def update(self, table: jax.Array) -> None:
+        """A device table's new value, computed whole (a layer's loop)."""
+        self.table = table
 
     def done(self) -> jax.Array | HostTable:
         if self.writes:
@@ -277,3 +287,21 @@ def release(table: Input, owned: bool, after: Any = None) -> None:
         table.close()  # a cache: its cache only, never the table it wraps
     elif isinstance(table, jax.Array):
         table.delete()
+
+
+def csr_bytes(graph: Graph) -> int:
+    """Bytes of the graph's CSR in int32 (`device_csr`)."""
+    return 4 * (graph.num_nodes + 1 + graph.num_edges)
+
+
+def device_csr(graph: Graph, room: float,
+                report: Report) -> tuple[jax.Array, jax.Array] | None:
+    """The graph's CSR (indptr, indices) as int32 device arrays, copied once
+    (counted in `report`), where its edges have int32 positions and its
+    bytes fit `room`; else None (windows are then copied from the host)."""
+    size = csr_bytes(graph)
+    if not 0 < graph.num_edges < 2**31 or not fits_device(size, room):
+        return None
+    report.bytes_read += size
+    return (jnp.asarray(graph.indptr.astype(np.int32)),
+            jnp.asarray(graph.indices.astype(np.int32, copy=False)))

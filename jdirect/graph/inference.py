@@ -14,11 +14,33 @@ model's `Conv` (models/base.py) run over the CSR:
 Chunks hold at most `chunk_nodes` nodes and windows at most `chunk_edges`
 edges, fewer where their bytes would exceed the working budget (below):
 the sizes are set per layer from its row widths, so wide rows get small
-windows, never a buffer sized by an edge count alone. A node whose degree
-exceeds a window is a chunk of its own, aggregated over several windows
-with partial sums (mean, GCN) or an online softmax (GAT). A model whose
-`Conv` projects (GAT) first writes a table of each node's source rows, so
-each edge reads a projected row once.
+windows, never a buffer sized by an edge count alone. A chunk's edges may
+span several windows, aggregated with partial sums (mean, GCN) or an
+online softmax (GAT). A model whose `Conv` projects (GAT) first writes a
+table of each node's source rows, so each edge reads a projected row once.
+
+Where the loops run. A layer over every node, with the graph's CSR in
+device memory (int32, copied once: fewer than 2**31 edges, and its bytes
+fit the device budget after the layer's tables), runs both loops on the
+device in one call (one a chunk where its output is a host table): chunks
+are `chunk_nodes` consecutive nodes, each window's sources are read from
+the device CSR inside the call, and the host waits for the device once a
+layer. Otherwise (a CSR too large, a layer restricted to some nodes)
+each chunk's edge sources are built on the host and copied with it, one
+call a chunk whose windows loop on the device (4 bytes an edge of the
+chunk beside the working memory below, padded to a power of two of
+windows so that few shapes compile).
+
+The floor of a layer over every node: each edge reads one row of the
+table its windows read (the layer's input, or GAT's source rows), from
+device memory at its bandwidth where that table is on the device, plus
+every byte that crosses the link at its rate (a staged input, host tables
+read and written, the CSR once). products (123.7M edges), hidden 256 in
+float32: 400-byte feature rows then 1,024-byte hidden rows, 303 GB, 0.09 s
+at an H100's 3.35 TB/s, plus 1.5 GB over the link (features, CSR), 0.06 s
+at 25 GB/s. papers100M (3.2B edges) in bfloat16: 256- then 512-byte rows,
+4.1 TB, 1.2 s, plus its tables that cross the link (benchmarks/
+inference.py prints each run's floor and its ratio to it).
 
 Asked for the logits of some nodes only (`nodes`: an evaluation's val and
 test nodes), the last layer runs for those nodes alone, and the layer
@@ -100,7 +122,7 @@ from ..host_table import HostTable
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._layer_plan import Plan, plan, run_plan
-from ._layer_steps import Chunk, layer_steps
+from ._layer_steps import copied_chunks, every_node, layer_steps
 from ._layer_tables import Input, Report
 from .data import Graph
 
@@ -194,7 +216,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         logits: 76 GB in float32, more than fits beside the graph on a
         128 GB host).
       progress: a tqdm bar of the layers (drawn on a terminal only), its
-        postfix the layer's chunks done.
+        postfix the layer running and its chunk count.
 
     Returns:
       A `Result`; its `logits` are a HostTable when they did not fit.
@@ -223,55 +245,74 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     graphdef, params = nnx.split(model)
     report = Report()
     table, owned, src = features, False, layer_nodes.Nodes(graph)
+    csr: tuple[jax.Array, jax.Array] | None = None  # the graph's CSR on the device
     bar = tqdm(total=len(convs), desc="layer-wise inference", unit="layer", leave=False,
                disable=None if progress else True)
     for i, (conv, dst, (size, window)) in enumerate(
             zip(convs, planned.destinations, planned.plan.chunks)):
         last = i + 1 == len(convs)
         dtype = logits_dtype if last else hidden_dtype
-        steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype)
-        ranges = layer_nodes.chunks(src, size, None)  # rows of the input's table
+        steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype,
+                            window)
+        # A layer over every node reads the CSR on the device where it fits
+        # after its tables: its chunks and windows then run in one loop on
+        # the device. The CSR stays for the next layer where all the tables
+        # that layer may place on the device fit beside it.
+        every = dst.ids is None and src.ids is None
+        need = planned.plan.table_bytes[i] + (
+            tables.nbytes(table.shape, table.dtype) if not owned and tables.on_host(table) else 0)
+        if csr is not None and (not every or need + tables.csr_bytes(graph) > budget):
+            for array in csr:
+                tables.release(array, True, table)
+            csr = None
+        csr_bytes = 0 if csr is None else tables.csr_bytes(graph)
+        ranges = layer_nodes.chunks(src, size)  # rows of the input's table
         # Rows this layer reads from its input: its nodes' own, then every
         # edge's (or, projecting, every input row once).
         reads = dst.rows + (src.rows if conv.projects
                             else dst.num_edges if model.uses_neighbors else 0)
         if (tables.on_host(table) and reads > src.rows
-                and tables.fits_device(tables.nbytes(table.shape, table.dtype), budget)):
+                and tables.fits_device(tables.nbytes(table.shape, table.dtype),
+                                       budget - csr_bytes)):
             staged = tables.Output(f"layer {i} input (staged)", table.shape, table.dtype,
-                                   budget, report)
+                                   budget - csr_bytes, report)
             for a, b in ranges:
                 staged.write(a, b, tables.read(size, table, tables.span(a, b)))
             report.bytes_read += src.rows * tables.link_row_bytes(table)
             tables.release(table, owned, staged.table)
             table, owned = staged.done(), True
-        spent = (tables.nbytes(table.shape, table.dtype)
-                 if owned and not tables.on_host(table) else 0)
+        spent = csr_bytes + (tables.nbytes(table.shape, table.dtype)
+                             if owned and not tables.on_host(table) else 0)
         source = None
         if conv.projects:
             out = tables.Output(f"layer {i + 1} sources", (src.rows, conv.source_dim),
                                 hidden_dtype, budget - spent, report)
             spent += out.device_bytes
             for a, b in ranges:
-                out.write(a, b, Chunk(steps, params, report, a, b).project(table))
+                out.write(a, b, steps.project(params, table, tables.span(a, b)))
+            if tables.on_host(table):
+                report.bytes_read += src.rows * tables.link_row_bytes(table)
             source = out.done()
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
+        if every and model.uses_neighbors and csr is None:
+            csr = tables.device_csr(graph, budget - spent - out.device_bytes, report)
+            spent += 0 if csr is None else tables.csr_bytes(graph)
         edges_from, hot = table if source is None else source, None
         if source is None and model.uses_neighbors and reads > src.rows:
             edges_from, hot = tables.cache_hottest(
                 f"layer {i} input", table, _degrees(graph, src),
                 budget - spent - out.device_bytes, report)
-        for k, (a, b) in enumerate(
-                layer_nodes.chunks(dst, size, window if model.uses_neighbors else None)):
-            bar.set_postfix_str(f"layer {i + 1}: {k} chunks done", refresh=False)
-            chunk = Chunk(steps, params, report, a, b)
-            rows = src.positions(dst.node_ids(a, b))
-            chunk.open(table, source, jnp.asarray(layer_nodes.padded(rows, size, src.rows)))
-            if model.uses_neighbors:
-                offsets = jnp.asarray(layer_nodes.offsets(dst, a, b, size))
-                for lo, count, nbrs in layer_nodes.windows(dst, src, a, b, window):
-                    chunk.reduce(edges_from, nbrs, lo, count, offsets, hot)
-            out.write(a, b, chunk.close())
+        hot = None if hot is None else jnp.asarray(hot)
+        bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
+        if every and (csr is not None or not model.uses_neighbors):
+            hits = every_node(steps, params, report, table, source, edges_from, csr, hot, out,
+                              dst)
+        else:
+            hits = copied_chunks(steps, params, report, table, source, edges_from, hot, out,
+                                 src, dst, size, window if model.uses_neighbors else None)
+        if tables.on_host(edges_from):  # the cache's hits crossed no link
+            report.bytes_read -= hits * tables.link_row_bytes(edges_from)
         done = out.done()
         if edges_from is not table and edges_from is not source:
             tables.release(edges_from, True, done)  # the cache's device memory
@@ -285,6 +326,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         out = staged = source = edges_from = hot = done = None
         bar.update(1)
     bar.close()
+    for array in csr or ():
+        tables.release(array, True, table)
     return Result(table, report, planned.nodes)
 
 

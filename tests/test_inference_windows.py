@@ -1,0 +1,124 @@
+"""Layer-wise inference over every node with the CSR on the device: the
+chunks and windows of a layer run in one device loop (one call a layer, or
+a chunk for a host output), against the windows copied from the host and
+the dense reference of test_inference."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import jdirect
+from jdirect.graph import _layer_steps, _layer_tables, inference
+from jdirect.graph.inference import layerwise
+from jdirect.graph.models import MODELS, build
+from test_inference import logits, make_graph, reference
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return make_graph()
+
+
+def csr_bytes(graph) -> int:
+    return 4 * (graph.num_nodes + 1 + graph.num_edges)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_device_loop_equals_the_windows_copied_from_the_host(graph, name, monkeypatch):
+    """Chunks of 16 nodes and windows of 20 edges: the hub's chunk loops
+    over several windows on the device."""
+    model = build(name, 6, 8, 4, 3, dropout=0.5, seed=21)
+    x = jnp.asarray(graph.features)
+    looped = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
+    monkeypatch.setattr(_layer_tables, "device_csr", lambda graph, room, report: None)
+    copied = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
+    np.testing.assert_allclose(logits(looped), logits(copied), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logits(looped), reference(model, graph, graph.features),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_host_outputs_take_the_device_loop_a_chunk_at_a_time(graph, name):
+    """Room for the staged input and the CSR but for no 32-wide layer
+    table: each chunk of the device loop is written to a host table."""
+    model = build(name, 6, 32, 32, 1, dropout=0.5, seed=22)
+    budget = graph.num_nodes * 6 * 4 + csr_bytes(graph)
+    with jdirect.HostTable(graph.features) as features:
+        result = layerwise(model, graph, features, device_budget=budget, chunk_nodes=16,
+                           chunk_edges=20)
+    assert isinstance(result.logits, jdirect.HostTable)
+    staged = graph.num_nodes * 6 * 4
+    assert result.report.bytes_read == staged + csr_bytes(graph)  # no window crossed the link
+    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                               rtol=1e-4, atol=1e-4)
+    result.close()
+
+
+def test_the_csr_is_copied_to_the_device_once(graph):
+    model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=23)
+    with jdirect.HostTable(graph.features) as features:
+        result = layerwise(model, graph, features, chunk_nodes=16, chunk_edges=20)
+    assert result.report.bytes_read == graph.num_nodes * 6 * 4 + csr_bytes(graph)
+    result.close()
+
+
+def test_cache_hits_counted_in_the_device_loop_cross_no_link():
+    """A host input too large to stage, read through a device cache beside
+    the device CSR: only the other edges' reads cross the link."""
+    dim = 40
+    graph = make_graph(dim=dim)
+    model = build("sage", dim, 8, 4, 1, dropout=0.5, seed=24)
+    row, out = dim * 4, graph.num_nodes * 4 * 4
+    budget = out + csr_bytes(graph) + 30 * (row + 4)  # a cache of about 30 rows
+    with jdirect.HostTable(graph.features) as features:
+        result = layerwise(model, graph, features, device_budget=budget)
+    cache, = [t for t in result.report.tables if " cache: " in t]
+    cached = int(cache.split("device ")[1].split(" of")[0])
+    assert 0 < cached < graph.num_nodes
+    degrees = np.sort(np.diff(graph.indptr))[::-1]
+    hits = int(degrees[:cached].sum())  # whichever ties the cache took
+    want = (csr_bytes(graph) + cached * row + graph.num_nodes * row
+            + (graph.num_edges - hits) * row)
+    assert result.report.bytes_read == want
+    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                               rtol=1e-4, atol=1e-4)
+    result.close()
+
+
+@pytest.mark.parametrize("name", ["sage", "gat"])
+def test_the_device_loop_stays_within_the_planned_working_memory(graph, name):
+    """The one-call layer and the one-call chunk of copied edges, as XLA
+    compiles them at the planned chunk sizes, allocate no more than
+    `working_bytes` besides the tables (the layer's output is the donated
+    table, updated in place)."""
+    model = build(name, 64, 64, 4, 1, dropout=0.5, seed=25)
+    budget = 1 << 17
+    (size, window), = inference.plan(model, graph, working_budget=budget).chunks
+    assert size < graph.num_nodes and window < graph.num_edges  # the budget cut both
+    conv = model.convs[0]
+    graphdef, params = nnx.split(model)
+    steps = _layer_steps.Steps(graphdef, 0, size, None, np.float32, window)
+    n = graph.num_nodes
+    table = jax.ShapeDtypeStruct((n, 64), jnp.float32)
+    source = (jax.ShapeDtypeStruct((n, conv.source_dim), jnp.float32)
+              if conv.projects else None)
+    csr = (jax.ShapeDtypeStruct((n + 1,), jnp.int32),
+           jax.ShapeDtypeStruct((graph.num_edges,), jnp.int32))
+    out = jax.ShapeDtypeStruct((n, conv.out_dim), jnp.float32)
+    edges_from = table if source is None else source
+    ids = [jax.ShapeDtypeStruct((m,), jnp.int32) for m in (size, size + 1, window)]
+    plan = inference.plan(model, graph, working_budget=budget)
+    for lowered in (steps.layer.lower(params, table, source, edges_from, csr, None, out),
+                    steps.copied.lower(params, table, source, edges_from, None, *ids)):
+        memory = lowered.compile().memory_analysis()
+        if memory is None:
+            pytest.skip("this backend reports no memory analysis")
+        temp = memory.temp_size_in_bytes
+        if temp >= _layer_tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
+            temp -= _layer_tables.GEMM_WORKSPACE  # cuBLAS's, beside the chunks' (test_real_shapes)
+        assert 0 < temp + memory.output_size_in_bytes - memory.alias_size_in_bytes
+        assert temp + memory.output_size_in_bytes - memory.alias_size_in_bytes <= plan.working
