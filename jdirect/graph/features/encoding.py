@@ -54,7 +54,12 @@ XLA's gather), bfloat16 rows with 20 % cached 0.369 s; so the trainer's
 when the table fits). int8 rows move half of bfloat16's bytes, but an
 `Int8Table` read cannot be started ahead
 (`jdirect.gather_start` falls back to the ordinary gather for it), so it
-does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it. Epochs
+does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it.
+On an H100 (2026-11-27, the calibrated products preset, 20 % cached) int8
+read in line took 0.349 s an epoch against bfloat16's 0.397 s pipelined,
+and starting the int8 read ahead made it slower (0.400 s): whether `auto`
+should pick int8 waits on its accuracy over 3 seeds and the H200's figure
+(benchmarks/results/LOG.md). Epochs
 of every encoding x cache combination, their PCIe counters and accuracy
 over 3 seeds are measured by benchmarks/row_encoding.py
 (`bash benchmarks/run.sh encodings`).
