@@ -104,7 +104,9 @@ def test_steps_per_call_changes_the_dispatch_not_the_arithmetic(graph, overlap, 
         assert four.evaluate(graph.val) == one.evaluate(graph.val)
 
 
-@pytest.mark.parametrize("mode", [pytest.param("jdirect", marks=newest_only), "jdirect-cache"])
+# The oldest end overlaps reads in test_steps_per_call_*[True-True].
+@pytest.mark.parametrize("mode", [pytest.param("jdirect", marks=newest_only),
+                                  pytest.param("jdirect-cache", marks=newest_only)])
 def test_overlapped_reads_train_like_serial_steps(graph, mode):
     """Reading batch i + 1 on a side stream during step i (gather_start /
     gather_done) changes the schedule, not the arithmetic."""
@@ -206,7 +208,8 @@ def test_an_empty_training_split_is_refused_and_empty_val_reported(graph):
     assert out["history"][0]["val_acc"] is None and out["test_acc"] is not None
 
 
-@pytest.mark.parametrize("sampler", ["cpu", "device"])
+# The sizing is the trainer's, for either sampler: the oldest end runs the CPU sampler's.
+@pytest.mark.parametrize("sampler", ["cpu", pytest.param("device", marks=newest_only)])
 def test_batches_larger_than_the_graph_and_huge_fanouts_are_sized_to_it(sampler):
     g = synthetic("tiny", seed=1, progress=False, num_nodes=40, num_edges=80)
     with Trainer(g, config(batch_size=1000, fanouts=(5000, 5000), sampler=sampler,
