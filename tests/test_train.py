@@ -65,12 +65,14 @@ def test_one_program_step_equals_sampling_then_stepping(graph):
                  steps_per_call=1)
     with Trainer(graph, one) as fused, Trainer(graph, one) as stepwise:
         sampler = stepwise.feed.sampler
+        # Jitted: eagerly, each of the sampler's primitives compiles alone.
+        sample = jax.jit(sampler.sample)
         source = stepwise.source
         m_fused = m_step = steps.zero_metrics()
         for step, (inputs, _) in enumerate(fused.feed.epoch(graph.train, 0)):
             fused.state, m_fused = fused.feed.train_step(fused.state, m_fused, inputs, step)
             order, epoch, i = inputs.at
-            batch = sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i))
+            batch = sample(sampler.arrays, order[i], sampler.key(epoch, i))
             stepwise.state, m_step = programs.train_step(
                 steps.StepContext(stepwise.graphdef, type(source), 0), stepwise.state, m_step,
                 source.table, batch, None, step)
