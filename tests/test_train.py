@@ -39,11 +39,13 @@ def losses(graph, epochs=2, **kw) -> list[float]:
         return [t.train_epoch(e)["loss"] for e in range(epochs)]
 
 
-# The oldest end runs the device sampler's (the CPU sampler's modes train
-# there in the resume and learned-input tests).
+# The oldest end compares the device source's losses with a cache's in
+# test_row_encoding.py's test_a_cache_of_every_row_*[cpu] and trains the
+# device sampler on jdirect reads in test_steps_per_call_*[True-True].
 @pytest.mark.parametrize("sampler, modes", [
     pytest.param("cpu", ("device", "host", "jdirect", "jdirect-cache"), marks=newest_only),
-    ("device", ("device", "jdirect", "jdirect-cache"))], ids=["cpu", "device"])
+    pytest.param("device", ("device", "jdirect", "jdirect-cache"), marks=newest_only)],
+    ids=["cpu", "device"])
 def test_feature_modes_give_the_same_losses_with_either_sampler(graph, sampler, modes):
     # float32 rows: on a GPU the auto encoding of a partly cached table is
     # bfloat16 (test_row_encoding.py compares the encodings). A fifth of the
