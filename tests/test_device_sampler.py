@@ -229,8 +229,10 @@ def test_bad_arguments(graph):
         s.sample(s.arrays, jnp.zeros(BATCH + 1, jnp.int32), s.key(0, 0))
 
 
-# The oldest end samples a host CSR in chunks in test_placements_and_chunks_draw_alike.
-@pytest.mark.parametrize("config", ["device", pytest.param("host-chunks", marks=newest_only)])
+# The oldest end samples a host CSR in chunks in test_placements_and_chunks_draw_alike
+# and compares sample_many's batches with sample's in test_sample_many_bad_arguments.
+@pytest.mark.parametrize("config", [pytest.param("device", marks=newest_only),
+                                    pytest.param("host-chunks", marks=newest_only)])
 def test_sample_many_equals_one_batch_at_a_time(graph, seeds, runs, config):
     """K batches at once (one sort per hop over all K, the batch in the keys'
     top bits) give exactly the batches sampled one by one, padding included."""

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jdirect
-from conftest import PLACEMENTS, gpu_only, place
+from conftest import PLACEMENTS, gpu_only, newest_only, place
 from jdirect import _ffi, _ops
 
 DTYPES = [
@@ -88,6 +88,9 @@ def test_matches_jnp_take(case):
     check_case(case)
 
 
+# The oldest end gathers with x64 on in test_tables_x64.py's first group and
+# test_table_regressions.py's x64 tests.
+@newest_only
 @settings(max_examples=60, deadline=None)
 @given(cases(DTYPES + DTYPES_X64))
 def test_matches_jnp_take_x64(case):

@@ -83,10 +83,12 @@ OPTAX = dict(sgd=optax.sgd, adam=optax.adam,
              adagrad=lambda lr: optax.adagrad(lr, initial_accumulator_value=0.1, eps=1e-7))
 
 
-# The oldest end runs Adam's (whose rounding there needed the tolerance below).
+# The oldest end runs Adam's (whose rounding there needed the tolerance below)
+# with the graph's features concatenated, the embedding-only step's superset.
 @pytest.mark.parametrize("name, concat", [pytest.param("sgd", False, marks=newest_only),
                                           pytest.param("adagrad", False, marks=newest_only),
-                                          ("adam", False), ("adam", True)])
+                                          pytest.param("adam", False, marks=newest_only),
+                                          ("adam", True)])
 def test_the_step_updates_the_touched_rows_as_optax_on_a_dense_table(graph, featureless,
                                                                      name, concat):
     g = graph if concat else featureless
@@ -155,7 +157,10 @@ def test_device_sampler_programs_thread_the_embedding_through_their_loops(graph,
         np.testing.assert_allclose(table, results[0][1], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("memory", ["host", pytest.param("device", marks=newest_only)])
+# The oldest end steps on concatenated inputs in
+# test_the_step_updates_the_touched_rows_as_optax_on_a_dense_table[adam-True].
+@pytest.mark.parametrize("memory", [pytest.param("host", marks=newest_only),
+                                    pytest.param("device", marks=newest_only)])
 def test_concatenated_inputs_train_on_features_and_embedding(graph, memory):
     with Trainer(graph, config(embedding_memory=memory, full_eval=True)) as t:
         assert t.source.table is not None  # the given features are read too
@@ -247,6 +252,7 @@ def test_a_closed_trainer_frees_its_embedding_tables(graph):
     assert [r() for r in owned] == [None] * 3
 
 
+@newest_only  # the run's bookkeeping; the oldest end fits a learned run in the test above
 def test_a_learned_run_evaluates_its_last_epoch_even_when_validation_falls(featureless,
                                                                            monkeypatch):
     from jdirect.graph.training.reporting import LAST_LEARNED
@@ -323,8 +329,11 @@ def trained_rows(t: Trainer) -> np.ndarray:
     return t.learned.table.numpy().copy()
 
 
+# The oldest end trains device tables in
+# test_device_tables_resume_and_move_between_placements[host-device].
 @pytest.mark.parametrize("optimizer", [pytest.param("sgd", marks=newest_only),
-                                       pytest.param("adagrad", marks=newest_only), "adam"])
+                                       pytest.param("adagrad", marks=newest_only),
+                                       pytest.param("adam", marks=newest_only)])
 def test_device_tables_train_as_host_tables(featureless, optimizer):
     """The same run with the tables in device memory (arrays in the step
     state, the optimizers' jnp rules) and in host memory (HostTables, the
@@ -387,6 +396,7 @@ def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_
         config(embedding_memory="gpu").validate()
 
 
+@newest_only  # the run's report; the oldest end fits learned runs in the tests above
 def test_the_run_says_where_the_embedding_lives(featureless, tmp_path):
     from jdirect.graph.training.trainer import train_and_evaluate
 

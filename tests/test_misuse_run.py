@@ -122,6 +122,7 @@ def test_diverging_training_keeps_the_last_good_checkpoint(tmp_path, tiny, monke
     assert again["history"] == good  # resumed: the last good epoch, intact
 
 
+@newest_only  # the CLI's report; the oldest end runs the divergence check above
 def test_the_cli_reports_divergence_in_one_line_and_exits_1(tmp_path, capsys):
     metrics = tmp_path / "m.json"
     with pytest.raises(SystemExit) as exit_info:

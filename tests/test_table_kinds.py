@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jdirect
-from conftest import ON_GPU
+from conftest import ON_GPU, newest_only
 from jdirect import _ffi, host_memory
 from test_gather import MODES, assert_same, indices, random_table
 
@@ -54,9 +54,15 @@ KINDS = ["in_place", "view", "cached"] + [f"{how}-{m}" for how in ("empty", "cop
                                           for m in MEMORY]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("dtype, row_shape", [(np.float32, (16,)), (np.int8, (3,)),
-                                              (np.uint16, (64,))])
+# The oldest end gathers every kind's float32 rows, and the narrow dtypes
+# from a table in place and a cache (the kinds differ in where rows live,
+# which its CPU backend does not see).
+@pytest.mark.parametrize("dtype, row_shape, kind", [
+    pytest.param(dtype, row_shape, kind, id=f"{np.dtype(dtype).name}-{kind}",
+                 marks=() if dtype is np.float32 or kind in ("in_place", "cached")
+                 else newest_only)
+    for dtype, row_shape in [(np.float32, (16,)), (np.int8, (3,)), (np.uint16, (64,))]
+    for kind in KINDS])
 def test_every_kind_and_memory_matches_jnp_take(kind, dtype, row_shape):
     rng = np.random.default_rng(7)
     host = random_table(rng, (1500,) + row_shape, dtype)

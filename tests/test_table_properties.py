@@ -91,7 +91,7 @@ def check(case) -> None:
         assert_same(jdirect.gather_done(pending), want)
 
 
-# x64 at the oldest end: test_gather.py's test_matches_jnp_take_x64 and test_tables_x64.py.
+# x64 at the oldest end: test_tables_x64.py's first group and test_table_regressions.py.
 @pytest.mark.parametrize("x64", [False, pytest.param(True, marks=newest_only)])
 def test_every_kind_matches_jnp_take(x64):
     @settings(max_examples=40, deadline=None, database=None)

@@ -39,11 +39,13 @@ def losses(graph, epochs=2, **kw) -> list[float]:
         return [t.train_epoch(e)["loss"] for e in range(epochs)]
 
 
-# The oldest end runs the device sampler's (the CPU sampler's modes train
-# there in the resume and learned-input tests).
+# The oldest end compares the device source's losses with a cache's in
+# test_row_encoding.py's test_a_cache_of_every_row_*[cpu] and trains the
+# device sampler on jdirect reads in test_steps_per_call_*[True-True].
 @pytest.mark.parametrize("sampler, modes", [
     pytest.param("cpu", ("device", "host", "jdirect", "jdirect-cache"), marks=newest_only),
-    ("device", ("device", "jdirect", "jdirect-cache"))], ids=["cpu", "device"])
+    pytest.param("device", ("device", "jdirect", "jdirect-cache"), marks=newest_only)],
+    ids=["cpu", "device"])
 def test_feature_modes_give_the_same_losses_with_either_sampler(graph, sampler, modes):
     # float32 rows: on a GPU the auto encoding of a partly cached table is
     # bfloat16 (test_row_encoding.py compares the encodings). A fifth of the
@@ -65,12 +67,14 @@ def test_one_program_step_equals_sampling_then_stepping(graph):
                  steps_per_call=1)
     with Trainer(graph, one) as fused, Trainer(graph, one) as stepwise:
         sampler = stepwise.feed.sampler
+        # Jitted: eagerly, each of the sampler's primitives compiles alone.
+        sample = jax.jit(sampler.sample)
         source = stepwise.source
         m_fused = m_step = steps.zero_metrics()
         for step, (inputs, _) in enumerate(fused.feed.epoch(graph.train, 0)):
             fused.state, m_fused = fused.feed.train_step(fused.state, m_fused, inputs, step)
             order, epoch, i = inputs.at
-            batch = sampler.sample(sampler.arrays, order[i], sampler.key(epoch, i))
+            batch = sample(sampler.arrays, order[i], sampler.key(epoch, i))
             stepwise.state, m_step = programs.train_step(
                 steps.StepContext(stepwise.graphdef, type(source), 0), stepwise.state, m_step,
                 source.table, batch, None, step)
@@ -104,7 +108,9 @@ def test_steps_per_call_changes_the_dispatch_not_the_arithmetic(graph, overlap, 
         assert four.evaluate(graph.val) == one.evaluate(graph.val)
 
 
-@pytest.mark.parametrize("mode", [pytest.param("jdirect", marks=newest_only), "jdirect-cache"])
+# The oldest end overlaps reads in test_steps_per_call_*[True-True].
+@pytest.mark.parametrize("mode", [pytest.param("jdirect", marks=newest_only),
+                                  pytest.param("jdirect-cache", marks=newest_only)])
 def test_overlapped_reads_train_like_serial_steps(graph, mode):
     """Reading batch i + 1 on a side stream during step i (gather_start /
     gather_done) changes the schedule, not the arithmetic."""
@@ -206,7 +212,8 @@ def test_an_empty_training_split_is_refused_and_empty_val_reported(graph):
     assert out["history"][0]["val_acc"] is None and out["test_acc"] is not None
 
 
-@pytest.mark.parametrize("sampler", ["cpu", "device"])
+# The sizing is the trainer's, for either sampler: the oldest end runs the CPU sampler's.
+@pytest.mark.parametrize("sampler", ["cpu", pytest.param("device", marks=newest_only)])
 def test_batches_larger_than_the_graph_and_huge_fanouts_are_sized_to_it(sampler):
     g = synthetic("tiny", seed=1, progress=False, num_nodes=40, num_edges=80)
     with Trainer(g, config(batch_size=1000, fanouts=(5000, 5000), sampler=sampler,
