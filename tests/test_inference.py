@@ -10,12 +10,18 @@ import numpy as np
 import pytest
 
 import jdirect
+from conftest import newest_only
 from jdirect.graph import NeighborSampler
 from jdirect.graph.data.csr import Graph, csr_from_edges
 from jdirect.graph.inference import Result, accuracy, evaluate, layerwise
 from jdirect.graph.models import MODELS, build, sampling_fanouts
 
 NEIGHBOUR_MODELS = ("sage", "gcn", "gat")
+# The oldest end runs the costlier comparisons for GCN only (the same
+# layer-wise code path; GAT's online softmax runs there in
+# test_chunking_does_not_change_results and test_inference_nodes' logits tests).
+ONE_MODEL_AT_THE_OLDEST_END = [pytest.param("sage", marks=newest_only), "gcn",
+                               pytest.param("gat", marks=newest_only)]
 HUB_DEGREE = 60
 
 
@@ -157,7 +163,7 @@ def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hot_rows
     close(result.logits)
 
 
-@pytest.mark.parametrize("name", NEIGHBOUR_MODELS)
+@pytest.mark.parametrize("name", ONE_MODEL_AT_THE_OLDEST_END)
 def test_outputs_over_the_budget_go_to_host_tables(graph, name):
     model = build(name, 6, 8, 7, 3, dropout=0.5, seed=4)
     # Room for the staged input (90 x 6 float32), none for a wider table.
@@ -300,7 +306,7 @@ def test_a_host_input_that_does_not_fit_is_read_per_edge(graph):
     result.logits.close()
 
 
-@pytest.mark.parametrize("name", NEIGHBOUR_MODELS)
+@pytest.mark.parametrize("name", ONE_MODEL_AT_THE_OLDEST_END)
 def test_sampled_forward_with_every_neighbour_equals_full_inference(graph, name):
     model = build(name, 6, 8, 4, 3, dropout=0.0, seed=6)
     full = logits(layerwise(model, graph, jnp.asarray(graph.features), chunk_nodes=8,
