@@ -38,12 +38,13 @@ PY
     python -m pytest -p no:cacheprovider "${@:3}"
     exit
   fi
-  # The suite in four pytest-xdist workers, each given a quarter of the
-  # tests in file order and stealing from the others when it runs dry: the
-  # CPU compiler of jaxlib 0.9.0 crashed (SIGSEGV inside XLA, compiling or
-  # serializing a program) once one process had run about 700 tests of the
-  # suite, at whichever program came next (2026-11-26, six runs). Four
-  # workers share the two cores. Tests marked newest_only are left to the
-  # newest end (pyproject.toml says what the marker means, .ci/run which).
-  python -m pytest -p no:cacheprovider -n 4 --dist worksteal -m "not newest_only"
+  # The suite in two pytest-xdist workers, one a core, each given half of
+  # the tests in file order and stealing from the other when it runs dry:
+  # the CPU compiler of jaxlib 0.9.0 crashed (SIGSEGV inside XLA, compiling
+  # or serializing a program) once one process had run about 700 tests of
+  # the suite, at whichever program came next (2026-11-26, six runs); with
+  # the newest_only tests left out a worker runs about 380. Tests marked
+  # newest_only are left to the newest end (pyproject.toml says what the
+  # marker means, .ci/run which).
+  python -m pytest -p no:cacheprovider -n 2 --dist worksteal -m "not newest_only"
 ' _ "$wheel" "$suite" "${@:2}"
