@@ -4,7 +4,7 @@
 # and optax (.ci/oldest.txt), binary packages only and no C, C++ or CUDA
 # compiler on PATH, then runs the test suite against the installed package
 # (tests/ and examples/ copied without the sources beside them; the run
-# configurations come from the wheel's package data), in four pytest-xdist
+# configurations come from the wheel's package data), in two pytest-xdist
 # workers, without the tests marked newest_only; with PYTEST_ARGS, one
 # pytest with those instead.
 #   bash .ci/test_wheel.sh WHEEL [PYTEST_ARGS...]   (from the repository root)
