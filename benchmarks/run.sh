@@ -2,7 +2,11 @@
 # Every GPU run of jdirect, on a device machine, from the repository root:
 #   bash benchmarks/run.sh STAGE [STAGE ...]
 # builds for Hopper in place first (benchmarks/gpu_build.sh; not for `wheel`),
-# then runs the stages in order. Logs, JSON and PNGs go to $OUT (./out).
+# then runs the stages in order. Logs, JSON and PNGs are written in a work
+# folder and archived, after every stage, into $OUT/out.tgz ($OUT: ./out):
+# the device tool returns only a few files of $OUT, and one archive keeps
+# every file of the stages that finished, even when a later one runs out of
+# time (2026-11-27: a call's suite logs were lost so).
 # Each stage fits one 10-minute call unless said; figures it produced are
 # recorded in benchmarks/RESULTS.md (the journal: benchmarks/results/LOG.md).
 #
@@ -75,7 +79,8 @@
 #     bash benchmarks/run.sh tests sanitize writes   # what a write change needs
 #   STEPS=8 OPTS="" bash benchmarks/run.sh learned
 set -uo pipefail
-OUT=$(mkdir -p "${OUT:-out}" && cd "${OUT:-out}" && pwd)
+RESULT=$(mkdir -p "${OUT:-out}" && cd "${OUT:-out}" && pwd)
+OUT=$(mktemp -d)  # the stages' work folder, archived into $RESULT/out.tgz
 export OUT PYTHONUNBUFFERED=1
 
 # Test groups: the files each device check ran.
@@ -420,4 +425,5 @@ sys.exit(not m.get('sage', {}).get('history'))" 2> /dev/null; do
   wheel) wheel_stage ;;
   *) echo "unknown stage '$stage' (see the stages at the top of benchmarks/run.sh)"; exit 2 ;;
   esac
+  tar -czf "$RESULT/out.tgz" -C "$OUT" . && echo "=== $stage done: $RESULT/out.tgz"
 done
