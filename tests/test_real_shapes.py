@@ -111,10 +111,10 @@ def test_wide_rows_fill_a_small_working_budget_in_many_chunks(tmp_path):
 
 @pytest.mark.parametrize("name", ["sage", "gat"])
 def test_chunk_working_memory_bounds_what_xla_allocates(name):
-    """The steps' buffers at the planned chunk sizes, as XLA compiles them
-    (temporaries and outputs), stay within `working_bytes`; on a GPU a step
-    that calls cuBLAS holds a fixed GEMM workspace besides, which the
-    default budget leaves room for (not the chunks' bytes)."""
+    """A chunk's call (its windows looped inside) at the planned sizes, as
+    XLA compiles it (temporaries and outputs), stays within `working_bytes`;
+    on a GPU a step that calls cuBLAS holds a fixed GEMM workspace besides,
+    which the default budget leaves room for (not the chunks' bytes)."""
     g = shaped("wide_rows")
     model = build(name, WIDE, 16, g.num_classes, 1, dropout=0.5, seed=3)
     budget = 8 << 20
@@ -122,26 +122,20 @@ def test_chunk_working_memory_bounds_what_xla_allocates(name):
     (size, window), = plan.chunks
     conv = model.convs[0]
     graphdef, params = nnx.split(model)
-    steps = _layer_steps.Steps(graphdef, 0, size, None, np.float32)
+    steps = _layer_steps.Steps(graphdef, 0, size, None, np.float32, window)
     table = jax.ShapeDtypeStruct((g.num_nodes, WIDE), jnp.float32)
     source = (jax.ShapeDtypeStruct((g.num_nodes, conv.source_dim), jnp.float32)
               if conv.projects else None)
-    rows = jax.ShapeDtypeStruct((size,), jnp.int32)
-    h, s, state = jax.eval_shape(steps.open, params, table, source, rows)
-    compiled = [
-        steps.open.lower(params, table, source, rows),
-        steps.reduce.lower(params, state, s, table if source is None else source,
-                           jax.ShapeDtypeStruct((window,), jnp.int32),
-                           jax.ShapeDtypeStruct((size + 1,), jnp.int32), np.int32(0)),
-        steps.close.lower(params, h, s, state)]
-    for lowered in compiled:
-        memory = lowered.compile().memory_analysis()
-        if memory is None:
-            pytest.skip("this backend reports no memory analysis")
-        temp = memory.temp_size_in_bytes
-        if temp >= _layer_tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
-            temp -= _layer_tables.GEMM_WORKSPACE
-        assert temp + memory.output_size_in_bytes <= plan.working <= budget
+    ids = [jax.ShapeDtypeStruct((m,), jnp.int32) for m in (size, size + 1, window)]
+    lowered = steps.copied.lower(params, table, source, table if source is None else source,
+                                 None, *ids)
+    memory = lowered.compile().memory_analysis()
+    if memory is None:
+        pytest.skip("this backend reports no memory analysis")
+    temp = memory.temp_size_in_bytes
+    if temp >= _layer_tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
+        temp -= _layer_tables.GEMM_WORKSPACE
+    assert temp + memory.output_size_in_bytes <= plan.working <= budget
 
 
 def test_rows_of_products_and_papers100m_keep_the_default_chunks_on_a_gpu(monkeypatch):

@@ -124,8 +124,7 @@ class Steps:
 
             return jax.lax.fori_loop(0, -(-out.shape[0] // size), one, (out, jnp.int32(0)))
 
-        self.project, self.open, self.reduce, self.close, self.chunk, self.copied = (
-            jax.jit(f) for f in (project, open_, reduce, close, chunk, copied))
+        self.project, self.chunk, self.copied = (jax.jit(f) for f in (project, chunk, copied))
         self.layer = jax.jit(layer, donate_argnums=(6,))
 
 
@@ -144,10 +143,8 @@ def every_node(steps: Steps, params: Any, report: Report, table: Input, source: 
     table, one a chunk for a host one. Counts its reads' link bytes in
     `report`, every edge's as crossing; returns the edges' reads of `hot`
     rows (the device cache's), which did not."""
-    for read, rows in ((table, dst.rows), (source, dst.rows),
-                       (edges_from, 0 if csr is None else dst.num_edges)):
-        if read is not None and tables.on_host(read):
-            report.bytes_read += rows * tables.link_row_bytes(read)
+    tables.count_reads(report, (table, dst.rows), (source, dst.rows),
+                       (edges_from, 0 if csr is None else dst.num_edges))
     if out.on_device:
         new, hits = steps.layer(params, table, source, edges_from, csr, hot, out.table)
         out.update(new)
@@ -181,9 +178,7 @@ def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
             ids = src.positions(dst.edges(start, stop)) if count else np.zeros(0, np.int32)
             nbrs = layer_nodes.padded(ids, windows * window, src.rows)
             report.bytes_read += nbrs.nbytes
-        for read, n in ((table, b - a), (source, b - a), (edges_from, count)):
-            if read is not None and tables.on_host(read):
-                report.bytes_read += n * tables.link_row_bytes(read)
+        tables.count_reads(report, (table, b - a), (source, b - a), (edges_from, count))
         new, more = steps.copied(params, table, source, edges_from, hot, rows, offsets, nbrs)
         out.write(a, b, new)
         hits.append(more)

@@ -276,6 +276,14 @@ def link_row_bytes(table: Input) -> int:
     return nbytes(table.shape[1:], table.dtype)
 
 
+def count_reads(report: Report, *reads: tuple[Input | None, int]) -> None:
+    """Adds to `report.bytes_read` the link bytes of each (table, rows) read
+    whose table lives in host memory (None: no table read)."""
+    for table, rows in reads:
+        if table is not None and on_host(table):
+            report.bytes_read += rows * link_row_bytes(table)
+
+
 def release(table: Input, owned: bool, after: Any = None) -> None:
     """Frees a table this module made (never a caller's), once `after`, the
     arrays computed from it, are ready: a dispatched step still to read a

@@ -290,8 +290,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             spent += out.device_bytes
             for a, b in ranges:
                 out.write(a, b, steps.project(params, table, tables.span(a, b)))
-            if tables.on_host(table):
-                report.bytes_read += src.rows * tables.link_row_bytes(table)
+            tables.count_reads(report, (table, src.rows))
             source = out.done()
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
