@@ -44,7 +44,7 @@ from jdirect.graph import synthetic
 from jdirect.graph.data import PRESETS
 from jdirect.graph.data.synthetic import split_sizes
 from jdirect.graph.metrics import check
-from jdirect.graph.training.config import load_config
+from jdirect.graph.training.config_files import load_config
 from jdirect.graph.training.trainer import Trainer
 from _common import finish_figure, run_meta, write_json
 

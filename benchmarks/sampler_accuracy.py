@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jdirect.graph import load_graph
 from jdirect.graph.metrics import check
-from jdirect.graph.training.config import load_config
+from jdirect.graph.training.config_files import load_config
 from jdirect.graph.training.trainer import Trainer
 from _common import run_meta, write_json
 

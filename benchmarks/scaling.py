@@ -55,8 +55,8 @@ from jdirect.graph import load_graph
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import check
 from jdirect.graph.training import parallel, steps
-from jdirect.graph.training.config import (CONFIGS, TrainConfig, load_config,
-                                           parse_cache_fraction)
+from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
+from jdirect.graph.training.config_files import CONFIGS, load_config
 from jdirect.graph.training.programs import read_first
 from jdirect.graph.training.trainer import Trainer
 

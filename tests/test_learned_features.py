@@ -18,7 +18,8 @@ import pytest
 from conftest import CONFIGS, gpu_only, newest_only
 from jdirect.graph import PRESETS, synthetic
 from jdirect.graph.training import steps
-from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
+from jdirect.graph.training.config import TrainConfig, apply_flags
+from jdirect.graph.training.config_files import load_config
 from jdirect.graph.training.trainer import Trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")

@@ -16,7 +16,8 @@ from jdirect.graph import synthetic
 from jdirect.graph.features import SOURCES, FeatureSource
 from jdirect.graph.metrics import check
 from jdirect.graph.training import _sharded, programs, steps
-from jdirect.graph.training.config import TrainConfig, apply_flags, load_config
+from jdirect.graph.training.config import TrainConfig, apply_flags
+from jdirect.graph.training.config_files import load_config
 from jdirect.graph.training.trainer import Trainer, train_and_evaluate
 
 # Tiny runs are short on purpose; the warning itself is tested below.

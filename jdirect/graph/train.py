@@ -40,8 +40,9 @@ from .features import ENCODINGS, SOURCES
 from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
 from .models import MODELS
 from .training import parallel
-from .training.config import (AUTO, CONFIGS, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig,
-                              apply_flags, load_config, parse_cache_fraction, parse_fanouts)
+from .training.config import (AUTO, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig, apply_flags,
+                              parse_cache_fraction, parse_fanouts)
+from .training.config_files import CONFIGS, load_config
 from .training.learned import MEMORY, OPTIMIZERS
 from .training.trainer import EvaluationFailed, TrainingDiverged, make_mesh, train_and_evaluate
 

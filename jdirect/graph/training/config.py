@@ -1,7 +1,7 @@
 """`TrainConfig`: every setting of a GraphSAGE run, validated in one place.
 
 A run's configuration is a `get_config()` in the package's `configs/`
-(jdirect/graph/configs/, shipped in the wheel; `load_config`),
+(jdirect/graph/configs/, shipped in the wheel; `config_files.load_config`),
 with a CLI's flags applied over it (`apply_flags`); `validate()` turns a
 bad value into one clear ValueError naming the setting, before any data is
 loaded. Settings go only downward from here: the trainer reads them and
@@ -11,11 +11,9 @@ hands each layer what it needs, already valid.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import types
 import typing
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..data import DATASETS
@@ -24,11 +22,6 @@ from ..features import ENCODINGS, SOURCES
 from ..models import MODELS, sampling_fanouts
 from .learned import MEMORY, OPTIMIZERS
 
-# The named run configurations, NAME.py: package data beside this package,
-# so a source checkout and an installed wheel both have them.
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-# Modules that configuration files of older versions import: where they went.
-MOVED = {"jdirect.graph.config": "jdirect.graph.training"}
 SAMPLERS = ("auto", "device", "cpu")
 AUTO = "auto"  # cache_fraction's value for "what fits" (`features.encoding.plan_rows`)
 CACHE_FRACTIONS = f"{AUTO!r} or a number in [0, 1]"  # what cache_fraction may be
@@ -312,54 +305,6 @@ def _check_types(cfg: TrainConfig) -> None:
 def _check(ok: bool, name: str, message: str) -> None:
     if not ok:
         raise ValueError(f"{name} {message}")
-
-
-def load_config(name_or_path: str | Path | None = None, *, dataset: str | None = None,
-                configs: Path = CONFIGS) -> TrainConfig:
-    """The `get_config()` of `configs`/NAME.py, or of a .py file's path.
-
-    None: the configuration named after `dataset` if `configs` has one, else
-    "default". `configs`: the folder of named configurations (default:
-    `CONFIGS`, the package's jdirect/graph/configs/). Not validated (apply
-    flags first, then `validate`).
-
-    Raises:
-      ValueError: no such configuration (the message lists `configs`), or
-        a file that cannot be run (a syntax error, a failing import, no
-        get_config, get_config failing or not returning a TrainConfig):
-        one line naming the file and the problem.
-    """
-    configs = Path(configs)
-    if name_or_path is None:
-        name_or_path = dataset if dataset and (configs / f"{dataset}.py").is_file() \
-            else "default"
-    name = str(name_or_path)
-    path = Path(name) if name.endswith(".py") else configs / f"{name}.py"
-    if not path.is_file():
-        known = sorted(p.stem for p in configs.glob("*.py"))
-        raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
-    spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as e:
-        raise ValueError(f"{path}, line {e.lineno}: {e.msg}") from None
-    except Exception as e:
-        if isinstance(e, ModuleNotFoundError) and e.name in MOVED:
-            raise ValueError(f"{path}: {e.name} has moved; write 'from {MOVED[e.name]} "
-                             "import TrainConfig'") from None
-        raise ValueError(f"{path}: {first_line(e)}") from None
-    if not callable(getattr(module, "get_config", None)):
-        raise ValueError(f"{path} has no get_config() function (it must define one that "
-                         "returns a TrainConfig)")
-    try:
-        cfg = module.get_config()
-    except Exception as e:  # TrainConfig(hiden=...): a misspelled setting, say
-        raise ValueError(f"{path}: get_config() failed: {first_line(e)}") from None
-    if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"{path}: get_config() must return a TrainConfig, got "
-                         f"{type(cfg).__name__}")
-    return cfg
 
 
 def first_line(e: BaseException) -> str:
