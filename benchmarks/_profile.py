@@ -121,6 +121,7 @@ def print_profile(title: str, prof: dict) -> None:
     if t:
         print(f"    timeline: device busy {t['busy_ms']:.3f} ms a call ({t['overlap_ms']:.3f} ms "
               f"of it with two or more streams busy), idle {prof['wall_ms'] - t['busy_ms']:.3f} ms")
-        for stream in t["streams"][:6]:
-            print(f"      {stream['name'][-40:]:40s} busy {stream['busy_ms']:9.3f} ms: "
+        for stream in t["streams"][:12]:  # several devices: each one's streams
+            name = stream["name"].replace("/device:", "")
+            print(f"      {name[:40]:40s} busy {stream['busy_ms']:9.3f} ms: "
                   + "; ".join(f"{k['name'][:40]} {k['ms']:.2f}" for k in stream["kernels"]))

@@ -51,6 +51,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from _profile import kernel_profile, print_profile
 from jdirect.graph import load_graph
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import check
@@ -61,7 +62,7 @@ from jdirect.graph.training.programs import read_first
 from jdirect.graph.training.trainer import Trainer
 
 # A record's settings; its figures are metrics.METRICS names.
-LABELS = ("run", "batch_way", "per_device_batch", "steps_per_call")
+LABELS = ("run", "batch_way", "per_device_batch", "steps_per_call", "profile")
 BATCH_WAYS = ("global", "per-device")
 
 
@@ -85,6 +86,9 @@ def parser() -> argparse.ArgumentParser:
     # Set by the parent for the processes it spawns.
     p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     p.add_argument("--coordinator", help=argparse.SUPPRESS)
+    p.add_argument("--profile", action="store_true",
+                   help="one more epoch of each one-process run under jax.profiler: kernels by "
+                        "device time and every device's streams (_profile.py)")
     p.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     return p
 
@@ -121,21 +125,29 @@ def split_config(cfg: TrainConfig, devices: int, way: str) -> TrainConfig:
     return cfg.replace(devices=devices, batch_size=batch)
 
 
-def time_run(graph, cfg: TrainConfig, epochs: int) -> dict:
-    """Warm-up epoch, `epochs` timed ones, their feature bytes, val accuracy."""
+def time_run(graph, cfg: TrainConfig, epochs: int, profile: bool = False) -> dict:
+    """Warm-up epoch, `epochs` timed ones, their feature bytes, val accuracy;
+    `profile`: one more epoch under jax.profiler (`_profile.kernel_profile`:
+    every device's streams, so a split step's sampling, read, update and
+    all-reduce each show their time)."""
     with Trainer(graph, cfg) as t:
         t.train_epoch(0)
         timed = [t.train_epoch(e) for e in range(1, 1 + epochs)]
         epoch_s = statistics.median(m["epoch_s"] for m in timed)
         row_bytes = graph.features.shape[1] * graph.features.dtype.itemsize
         feature_gb = epoch_feature_rows(t, epochs) * row_bytes / 1e9
-        return check(dict(devices=t.mesh.size, processes=jax.process_count(), epoch_s=epoch_s,
+        rec = check(dict(devices=t.mesh.size, processes=jax.process_count(), epoch_s=epoch_s,
                           epochs_s=[m["epoch_s"] for m in timed], feature_gb=feature_gb,
                           read_gbps=feature_gb / epoch_s, loss=timed[-1]["loss"],
                           **{k: timed[-1][k] for k in ("pcie_gb", "peer_gb") if k in timed[-1]},
                           val_acc=t.evaluate(graph.val), batches=t.batches_per_epoch,
                           per_device_batch=cfg.batch_size // t.mesh.size,
                           steps_per_call=t.feed.steps_per_call), labels=LABELS)
+        if profile:
+            rec["profile"] = kernel_profile(lambda: t.train_epoch(epochs + 1), reps=1, top=16)
+            print_profile(f"{t.mesh.size} devices, batch {cfg.batch_size}: one epoch",
+                          rec["profile"])
+        return rec
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -206,8 +218,8 @@ def main() -> None:
                 records.append(run | {"run": f"{devices} dev, per-device", "batch_way": way})
             else:
                 records.append(dict(run=f"{devices} dev, {way}", batch_way=way, **time_run(
-                    graph, split_config(cfg, devices, way), args.epochs)))
-            print(records[-1], flush=True)
+                    graph, split_config(cfg, devices, way), args.epochs, args.profile)))
+            print({k: v for k, v in records[-1].items() if k != "profile"}, flush=True)
     for r in records:
         base = next((b["epoch_s"] for b in records if b["devices"] == 1
                      and b["processes"] == 1 and b["batch_way"] == r["batch_way"]), None)
