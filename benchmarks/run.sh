@@ -14,7 +14,9 @@
 #                suite, PYTEST_ARGS "-n 6 -rfE": six workers share the GPU; or
 #                a group below, in one process), under TESTS_TIMEOUT (480 s).
 #                Groups: tables, pipeline, writes, embeddings, fusedopt, graph,
-#                partition, inference, models, defaults, encodings, learned.
+#                partition, inference, models, defaults, encodings, learned,
+#                multi (the several-device tests: on 2 GPUs,
+#                CUDA_VISIBLE_DEVICES=0,1 TESTS=multi).
 #                Env is passed through: JAX_ENABLE_X64=1 TESTS=tables, or
 #                CUDA_VISIBLE_DEVICES=0 TESTS=tests/test_partitioned_cache.py
 #                (the partitioned cache on one GPU). Log: pytest-GROUP.log.
@@ -65,6 +67,11 @@
 #                (nvidia-h200-x2; the machine's NCCL settings are inherited)
 #   scaling      benchmarks/scaling.py, 1 vs 2 GPUs (PROCESSES=2: also as two
 #                processes): products (jdirect) and papers100m (its config)
+#   partitioned  benchmarks/scaling.py, per-GPU batch, on DEVICES (1 2 4):
+#                jdirect-cache (each GPU caches the same hottest rows) against
+#                jdirect-partitioned (the GPUs' caches split the rows), at each
+#                of CACHE_FRACTIONS (0.1: a tenth of the rows a GPU), with
+#                SCALING_ARGS (e.g. --profile); archived after every run
 #   partition    benchmarks/partition.py: replicated vs partitioned device
 #                caches, a products-sized gather on every GPU (nvidia-h200-x2)
 #   wheel        the wheel in WHEEL_DIR (.whl; `bash .ci/build_wheel.sh .whl`)
@@ -106,6 +113,8 @@ test_files() {
   defaults) echo tests/test_models.py tests/test_defaults.py ;;
   encodings) echo tests/test_row_encoding.py ;;
   learned) echo tests/test_learned_features.py ;;
+  multi) echo tests/test_partitioned_cache.py tests/test_partition_source.py \
+    tests/test_data_parallel.py tests/test_replicated.py tests/test_distributed.py ;;
   *) echo "$1" ;;
   esac
 }
@@ -416,6 +425,19 @@ sys.exit(not m.get('sage', {}).get('history'))" 2> /dev/null; do
     timeout "${PAPERS_TIMEOUT:-300}" python3 benchmarks/scaling.py --config papers100m \
       --processes 0 --epochs 2 --out "$OUT/scaling-papers" 2>&1 \
       | tee "$OUT/scaling-papers.log" | tail -8
+    ;;
+  partitioned)
+    for fraction in ${CACHE_FRACTIONS:-0.1}; do
+      for source in jdirect-cache jdirect-partitioned; do
+        name=partitioned-$source-$fraction
+        # shellcheck disable=SC2086
+        timeout "${PART_TIMEOUT:-240}" python3 benchmarks/scaling.py --features "$source" \
+          --cache-fraction "$fraction" --epochs 2 --devices ${DEVICES:-1 2 4} --batch per-device \
+          --processes 0 ${SCALING_ARGS:-} --out "$OUT/$name" 2>&1 | tee "$OUT/$name.log" \
+          | grep -E -A12 "^ +k |timeline|GPU:[0-9] Stream|Error"
+        tar -czf "$RESULT/out.tgz" -C "$OUT" .
+      done
+    done
     ;;
   partition)
     nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
