@@ -125,10 +125,6 @@ class Pending(NamedTuple):
     # buffer after its last use on its own stream, which the side stream
     # does not order). Empty for a read that is already complete.
     keep_alive: tuple[jax.Array, ...] = ()
-    # (rows, asked): rows that other devices sent (a PartitionedCache's
-    # exchange, complete at the start), which replace the read's own rows
-    # where the bool `asked` ([indices]) is True. Empty for a plain read.
-    peers: tuple[jax.Array, ...] = ()
 
 
 class DeviceCache(NamedTuple):
@@ -244,14 +240,10 @@ def _with_cache(operands: tuple[jax.Array, ...], empty_cache: bool,
 
 
 def finish_read(pending: Pending) -> jax.Array:
-    """The rows of a started read, once the read is done (gather_done),
-    with the rows its peers sent in their places."""
-    rows = _done(pending.rows, *pending.keep_alive) if pending.keep_alive else pending.rows
-    if not pending.peers:
-        return rows
-    from_peers, asked = pending.peers
-    return jnp.where(asked.reshape(asked.shape + (1,) * (rows.ndim - asked.ndim)), from_peers,
-                     rows)
+    """The rows of a started read, once the read is done (gather_done)."""
+    if not pending.keep_alive:
+        return pending.rows
+    return _done(pending.rows, *pending.keep_alive)
 
 
 # Donates the rows: between two programs (eagerly) their buffer must reach

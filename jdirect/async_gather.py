@@ -36,10 +36,8 @@ def gather_start(
     XLA's stream wait for the read. The read's grid is small (`max_blocks`),
     so that the concurrent compute keeps most SMs. On the CPU, and for other
     tables (device arrays, `Int8Table`, ...), the start is the ordinary
-    gather and the done returns its result; a `PartitionedCache` inside
-    `jax.shard_map` exchanges its peers' rows at the start and starts the
-    rest as a CachedTable's. (A kind says it can start a read by defining
-    `start_rows`: see `jdirect.table.Table`.)
+    gather and the done returns its result. (A kind says it can start a
+    read by defining `start_rows`: see `jdirect.table.Table`.)
 
     XLA orders independent operations as it likes and may move the done
     before the work it should overlap. To pin the order start -> work ->

@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ._ops import FILL, DeviceCache, Pending, ReadRequest, finish_read
+from ._ops import FILL, DeviceCache, ReadRequest
 from ._table_base import RegisteredTable
 from .cached_table import TableCache, check_rows, check_table, hottest_rows
 from ._partition_slices import check_mesh, place_slices
@@ -71,8 +71,6 @@ MIN_JAX = (0, 10)  # the oldest jax PartitionedCache runs on (the package's is 0
 _JAX = tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 _CLIP, _WRAP = 1, 2  # ReadRequest.mode values (ffi/index.h)
-_SPEC_ADVICE = ("inside shard_map, pass a PartitionedCache with in_specs=table.spec (each "
-                "device gets its own slice)")
 
 
 class _Plan(NamedTuple):
@@ -98,10 +96,7 @@ class PartitionedCache(TableCache):
       - inside `jax.shard_map` over `axis`, passing the table with
         `in_specs=table.spec` (its slices stay on their devices); each
         device's indices are its own batch.
-    Not under `jax.vmap`. `gather_start` inside `jax.shard_map` exchanges
-    the peers' rows at the start and starts the rest of the read, so that
-    other work runs while the misses cross PCIe (`start_rows`); elsewhere
-    it reads at the start.
+    Not under `jax.vmap`, and `gather_start` reads at the start.
 
     The cache is a snapshot and does not own the wrapped table (close that
     separately); `close()` frees the slices. With several processes
@@ -205,24 +200,6 @@ class PartitionedCache(TableCache):
 
         return self._per_device(local, idx, None, self.shape[1:])
 
-    def start_rows(self, idx: jax.Array, request: ReadRequest, max_blocks: int) -> Pending:
-        """The table protocol's start (see `jdirect.table.Table`). Inside
-        `jax.shard_map` over `axis`, with one-dimensional indices: the
-        exchange with the peers runs at the start, and the read of this
-        device's own slice and of host memory is started as a
-        `CachedTable`'s is (on a GPU, on the side stream), so an update
-        can run while the misses cross PCIe; the done puts the peers' rows
-        in their places. Elsewhere the read is complete at the start."""
-        self._check_open()
-        manual = self.axis in jax.typeof(idx).sharding.mesh.manual_axes
-        if not manual or idx.ndim != 1 or idx.size == 0 or self._slice_rows == 0:
-            return Pending(self.read_rows(idx, request))
-        _check_sentinel(self.shape[0], idx.dtype)
-        parts = (self._fallback, self._slots, self._rows)
-        if self._slots.shape != (self.shape[0],):
-            raise ValueError(_SPEC_ADVICE)
-        return self._read_local(parts, idx, None, request, max_blocks)
-
     def source_counts(self, idx: Any, *, mode: str | None = None,
                       valid: Any = None) -> jax.Array:
         """Where a gather of `idx` finds its rows: per device, how many
@@ -291,11 +268,9 @@ class PartitionedCache(TableCache):
         return _Plan(rows, ok, slot >= 0, asked, jnp.where(asked, owner, 0),
                      jnp.where(asked, place, 0))
 
-    def _read_local(self, parts, idx: jax.Array, valid: jax.Array, request: ReadRequest,
-                    max_blocks: int | None = None) -> jax.Array | Pending:
-        """One device's rows for its (flat) indices (see the module doc);
-        with `max_blocks`, a Pending: the peers' rows already exchanged,
-        the read of the rest started (`start_rows`)."""
+    def _read_local(self, parts, idx: jax.Array, valid: jax.Array,
+                    request: ReadRequest) -> jax.Array:
+        """One device's rows for its (flat) indices (see the module doc)."""
         fallback, slots, rows = parts
         plan = self._plan(slots, idx, valid, request.mode)
         ndev, k, sentinel = self.devices, self.capacity(idx.shape[0]), self.shape[0]
@@ -311,13 +286,11 @@ class PartitionedCache(TableCache):
         served = fallback.read_cached(asked_of_me.reshape(-1), fill, cache)
         answers = jax.lax.all_to_all(served.reshape((ndev, k) + served.shape[1:]), self.axis,
                                      0, 0, tiled=True)
+        mine = fallback.read_cached(jnp.where(plan.ok & ~plan.asked, plan.rows, sentinel),
+                                    fill, cache)
         from_peers = answers[plan.owner, plan.place]
-        rest = jnp.where(plan.ok & ~plan.asked, plan.rows, sentinel)
-        if max_blocks is not None:
-            return fallback.start_cached(rest, fill, cache, max_blocks)._replace(
-                peers=(from_peers, plan.asked))
-        return finish_read(Pending(fallback.read_cached(rest, fill, cache),
-                                   peers=(from_peers, plan.asked)))
+        keep = plan.asked.reshape(plan.asked.shape + (1,) * (mine.ndim - 1))
+        return jnp.where(keep, from_peers, mine)
 
     def _per_device(self, local, idx: jax.Array, valid: jax.Array | None,
                     row_shape: tuple[int, ...] | None) -> jax.Array:
@@ -328,7 +301,8 @@ class PartitionedCache(TableCache):
         manual = jax.typeof(idx).sharding.mesh.manual_axes
         if self.axis in manual:
             if self._slots.shape != (self.shape[0],):
-                raise ValueError(_SPEC_ADVICE)
+                raise ValueError("inside shard_map, pass a PartitionedCache with "
+                                 "in_specs=table.spec (each device gets its own slice)")
             flat_valid = None if valid is None else valid.reshape(-1)
             out = local(parts, idx.reshape(-1), flat_valid)
             return out if row_shape is None else out.reshape(idx.shape + row_shape)

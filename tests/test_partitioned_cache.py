@@ -133,8 +133,7 @@ def test_gather_matches_jnp_take(mesh, host, table, mode):
     out = per_device(cache, flat)
     assert out.sharding.device_set == set(mesh.devices.flat)
     assert_same(out, ref_of(flat))
-    # Started inside shard_map: the peers' rows exchanged at the start, the
-    # rest read on the side stream (a GPU), put together at the done.
+    # Started inside shard_map (as a pipelined step would): read at the start.
     started = jax.jit(jax.shard_map(
         lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i, mode=mode, **fill)),
         mesh=mesh, in_specs=(cache.spec, P("d")), out_specs=P("d")))
@@ -171,7 +170,7 @@ def test_duplicates_and_zipf_batches_overflowing_a_small_capacity(mesh, host, ta
     assert_same(jax.jit(jdirect.gather)(cache, idx), ref)
     started = jax.jit(jax.shard_map(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i)),
                                     mesh=mesh, in_specs=(cache.spec, P("d")), out_specs=P("d")))
-    assert_same(started(cache, idx), ref)  # the overflow read from host memory, started
+    assert_same(started(cache, idx), ref)
     sources = np.asarray(cache.source_counts(idx))
     if DEVICES > 1:
         assert sources[:, 1].min() > 0  # some rows came from peers ...

@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 from ... import PartitionedCache
 from ..data.csr import Graph
 from .base import FeatureSource, SourceOptions
-from .jdirect import HostTableSource, finish_rows, read_rows, start_rows
+from .jdirect import HostTableSource, read_rows
 from .jdirect_cache import CachedSource
 
 
@@ -30,14 +30,15 @@ class PartitionedSource(FeatureSource):
     `CachedSource`, so the same compiled steps run (a cache split over one
     device would only add the exchange's index work).
 
-    Its reads overlap an update as `jdirect-cache`'s do: `start` exchanges
-    the rows of the peers' slices (NVLink) and starts the read of the
-    device's own slice and of host memory on the side stream
-    (`PartitionedCache.start_rows`), the update runs while the misses cross
-    PCIe, and `finish` puts the peers' rows in their places. (Read in line,
-    the host read ran on the update's stream: products, 4 H100s, 10 % of
-    the rows a GPU, 53 of the step stream's 124 ms an epoch;
-    benchmarks/results/LOG.md, 2026-11-27, fourth session.)
+    Its reads do not overlap an update (`overlaps` False): the exchange is
+    a collective, and `jdirect.gather_start` on a PartitionedCache reads at
+    the start; pipelined, the rows would only be carried to the next step.
+    Exchanging at the start and reading the misses on the side stream
+    during the update was tried and measured slower (products, 4 H100s, a
+    tenth of the rows a GPU: 0.165 s an epoch against 0.153 s in line; 2
+    GPUs 0.325 against 0.297; benchmarks/results/LOG.md, 2026-11-27,
+    fourth session): the exchange's fixed buckets, not the host read,
+    bound its step.
 
     `count` is float32[3], `COUNTERS`: rows served by the reading device's
     own slice (cache_hits), by a peer (peer_rows) and over PCIe
@@ -49,11 +50,8 @@ class PartitionedSource(FeatureSource):
         `encoding.RowPlan`; peer_row_bytes: bytes of one row a peer sends.
     """
 
-    overlaps = True
     encodes_rows = True
     read = staticmethod(read_rows)
-    start = staticmethod(start_rows)
-    finish = staticmethod(finish_rows)
     COUNTERS = ("cache_hits", "peer_rows", "pcie_rows")
 
     def __new__(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
