@@ -261,11 +261,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         every = dst.ids is None and src.ids is None
         need = planned.plan.table_bytes[i] + (
             tables.nbytes(table.shape, table.dtype) if not owned and tables.on_host(table) else 0)
-        if csr is not None and (not every or need + tables.csr_bytes(graph) > budget):
+        if csr is not None and (not every or need + graph.csr_bytes32 > budget):
             for array in csr:
                 tables.release(array, True, table)
             csr = None
-        csr_bytes = 0 if csr is None else tables.csr_bytes(graph)
+        csr_bytes = 0 if csr is None else graph.csr_bytes32
         ranges = layer_nodes.chunks(src, size)  # rows of the input's table
         # Rows this layer reads from its input: its nodes' own, then every
         # edge's (or, projecting, every input row once).
@@ -296,7 +296,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
         if every and model.uses_neighbors and csr is None:
             csr = tables.device_csr(graph, budget - spent - out.device_bytes, report)
-            spent += 0 if csr is None else tables.csr_bytes(graph)
+            spent += 0 if csr is None else graph.csr_bytes32
         edges_from, hot = table if source is None else source, None
         if source is None and model.uses_neighbors and reads > src.rows:
             edges_from, hot = tables.cache_hottest(

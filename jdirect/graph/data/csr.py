@@ -56,6 +56,12 @@ class Graph:
     def degrees(self) -> np.ndarray:
         return np.diff(self.indptr)
 
+    @property
+    def csr_bytes32(self) -> int:
+        """Bytes of the CSR in 32-bit words (indptr and indices), as the
+        device sampler and layer-wise inference place it on a device."""
+        return 4 * (self.num_nodes + 1 + self.num_edges)
+
     def __repr__(self) -> str:
         return (
             f"Graph({self.name!r}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, "

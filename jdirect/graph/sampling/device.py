@@ -127,7 +127,7 @@ class DeviceSampler:
         self._shift = (2 * n + 1).bit_length()
         self.max_group = min(2 ** (32 - self._shift), (2**31 - 1) // max(sort_size, 1))
         if csr == "auto":
-            csr = "device" if _fits_on_device(_csr_bytes(graph)) else "host"
+            csr = "device" if _fits_on_device(graph.csr_bytes32) else "host"
         self.placement = csr
         chunks = [graph.indices[i:i + chunk_size] for i in range(0, num_edges, chunk_size)]
         if csr == "device":
@@ -276,11 +276,6 @@ class DeviceSampler:
         )
 
 
-def _csr_bytes(graph: Graph) -> int:
-    """Device bytes of `graph`'s CSR as the sampler stores it (32-bit words)."""
-    return 4 * (graph.num_nodes + 1 + graph.num_edges)
-
-
 def _fits_on_device(nbytes: int) -> bool:
     """Whether `nbytes` take at most half the default device's free memory."""
     free = placement.device_free_bytes()
@@ -292,7 +287,7 @@ def device_free_bytes_needed(graph: Graph) -> int:
     places the CSR on the device: twice its bytes (`_fits_on_device`), plus
     the labels and 256 MiB for what is allocated in between. Whatever is
     placed before the sampler (a feature cache) should leave it."""
-    return 2 * _csr_bytes(graph) + 4 * graph.num_nodes + (256 << 20)
+    return 2 * graph.csr_bytes32 + 4 * graph.num_nodes + (256 << 20)
 
 
 def _words(array: np.ndarray, dtype: type) -> np.ndarray:
