@@ -92,7 +92,7 @@ class RegisteredTable(TableBase):
     @abc.abstractmethod
     def cache_rows(self, rows: np.ndarray) -> jax.Array:
         """The rows at distinct int64 ids `rows`, in the form `read_cached`
-        reads from a `DeviceCache`, in (uncommitted) device memory."""
+        reads from a `DeviceCache`, in device memory (the table's device)."""
 
     @abc.abstractmethod
     def read_cached(self, idx: jax.Array, request: ReadRequest,

@@ -230,10 +230,16 @@ class HostTable(RegisteredTable, WritableTable):
 
     def cache_rows(self, rows: np.ndarray) -> jax.Array:
         """The rows at distinct int64 ids `rows` in device memory (a
-        CachedTable's copy), a piece at a time: a gathered host copy of them
-        would be, say, 20 % of the table (GBs) on top of it."""
-        array = self.numpy()
-        return put_rows(lambda a, b: array[rows[a:b]], (rows.size,) + self.shape[1:], self.dtype)
+        CachedTable's copy), read by the device itself from this table (its
+        own zero-copy read, ordered after pending writes), a piece of ids at
+        a time: no host copy of the rows is made, and the copy runs at the
+        read's rate, not at NumPy's one-thread gather's (papers100m on an
+        H100, 2026-11-27: placing 58M cached rows of 256 B took most of
+        the run's 22.6 s of placement that way)."""
+        ids = rows.astype(np.int32 if self.shape[0] <= np.iinfo(np.int32).max else np.int64)
+        request = ReadRequest.make(None, None, None)
+        return put_rows(lambda a, b: self.read_rows(jax.device_put(ids[a:b]), request),
+                        (rows.size,) + self.shape[1:], self.dtype)
 
     def read_cached(self, idx: jax.Array, request: ReadRequest,
                     cache: DeviceCache | None) -> jax.Array:

@@ -37,8 +37,9 @@ def _place(out: jax.Array, piece: jax.Array, start: jax.Array) -> jax.Array:
 def put_rows(take: Callable[[int, int], np.ndarray], shape: tuple[int, ...], dtype,
              device: jax.Device | None = None) -> jax.Array:
     """A device array of `shape` and `dtype` whose rows [a, b) are
-    `take(a, b)` (a NumPy array of shape (b - a,) + shape[1:]), copied a
-    piece of at most PIECE_BYTES (at least one row) at a time.
+    `take(a, b)` (a NumPy array of shape (b - a,) + shape[1:], copied to
+    the device, or a device array already there), a piece of at most
+    PIECE_BYTES (at least one row) at a time.
 
     Every piece has the same number of rows (the last one starts earlier and
     rewrites a few rows), so one compiled update serves all. `take` values
@@ -58,9 +59,11 @@ def put_rows(take: Callable[[int, int], np.ndarray], shape: tuple[int, ...], dty
     rows = min(n, max(1, PIECE_BYTES // row_bytes))
     for a in range(0, n, rows):
         start = min(a, n - rows)
-        piece = jax.device_put(np.asarray(take(start, start + rows), dtype), device)
+        piece = take(start, start + rows)
+        if not isinstance(piece, jax.Array):
+            piece = jax.device_put(np.asarray(piece, dtype), device)
         # Waiting here keeps one piece (and its staging copy) in flight.
-        out = jax.block_until_ready(_place(out, piece, jnp.int32(start)))
+        out = jax.block_until_ready(_place(out, piece.astype(dtype), jnp.int32(start)))
     return out
 
 
