@@ -257,6 +257,44 @@ def test_a_run_stopped_in_the_baseline_keeps_its_models_result_and_timings(
     assert saved["timings"]["place_s"] > 0 and saved["timings"]["train_s"] > 0
 
 
+def test_the_baseline_reads_the_models_source_placed_once(graph, monkeypatch):
+    """The MLP baseline reads its seeds' rows from the model's feature
+    source: one table (and cache) placed, closed once after both runs, also
+    when the baseline is stopped."""
+    cfg = config(epochs=1, features="jdirect")
+    opened, closed = [], []
+
+    class Counted(SOURCES["jdirect"]):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    monkeypatch.setitem(SOURCES, "jdirect", Counted)
+    out = train_and_evaluate(cfg, graph=graph, baseline=True, log=lambda s: None)
+    assert set(out) == {"sage", "mlp"} and len(opened) == 1 and closed == opened
+    assert out["mlp"]["test_acc"] is not None
+
+    from jdirect.graph.training import trainer as trainer_module
+
+    fit = trainer_module.Trainer.fit
+
+    def fit_then_stop(self, **kw):
+        if self.cfg.model == "mlp":
+            raise KeyboardInterrupt
+        return fit(self, **kw)
+
+    monkeypatch.setattr(trainer_module.Trainer, "fit", fit_then_stop)
+    opened.clear()
+    closed.clear()
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate(cfg, graph=graph, baseline=True, log=lambda s: None)
+    assert len(opened) == 1 and closed == opened
+
+
 def test_train_and_evaluate_writes_metrics_and_checkpoints(graph, tmp_path):
     out = train_and_evaluate(config(epochs=2), tmp_path / "work", graph=graph, log=lambda s: None)
     import json

@@ -80,43 +80,65 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
                     workers=cfg.workers, mesh=mesh)
 
 
-def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
-               learned: LearnedFeatures | None = None) -> tuple[FeatureSource, Feed]:
-    """The input of a run of `cfg` on `graph` over `mesh` (`make_mesh`): the
-    feature source `features` (a key of `SOURCES`) and the feed that samples
-    its batches (`make_feed`; `graphdef` None for a feed without a model,
-    whose `batches` alone serve). The caller closes both, the feed first.
-
-    With `learned` (owned from the call on, closed on failure), the source
-    is a `LearnedSource`: `features`' rows followed by the embedding's.
-
-    Shapes are sized for the graph: fanouts beyond the largest degree are
-    clamped to it and the batch size to the node count (`check_config`),
-    the batch still shared evenly by the devices.
-    """
+def _batch(graph: Graph, cfg: TrainConfig, mesh: Mesh) -> tuple[Any, int, Any]:
+    """(fanouts, global batch size, layer caps) of `cfg` on `graph`, sized
+    for the graph: fanouts beyond the largest degree clamped to it and the
+    batch size to the node count (`check_config`), the batch still shared
+    evenly by the devices."""
     fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
     batch_size = -(-batch_size // mesh.size) * mesh.size
-    caps = layer_caps(batch_size, fanouts, graph.num_nodes)
+    return fanouts, batch_size, layer_caps(batch_size, fanouts, graph.num_nodes)
+
+
+def open_source(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str) -> FeatureSource:
+    """The feature source `features` (a key of `SOURCES`) of a run of `cfg`
+    on `graph` over `mesh`, with room for its largest batch; the caller
+    closes it. Runs of one graph whose configurations differ only in the
+    model may share it (`open_input`'s `source`): the MLP baseline reads
+    its seeds' rows from the GNN's source instead of placing the table
+    (and its cache) a second time."""
+    caps = _batch(graph, cfg, mesh)[2]
     # A cache sized by the free memory leaves the device sampler's CSR room
     # on the device: sampling from host memory cost more than the extra
     # cache saved (papers100m, H100, 2026-11-27: 3.12 s an epoch with 74 %
     # of the rows cached and the CSR in host memory, 2.70 s with 20 %
     # cached and the CSR on the device).
     reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
-    try:
-        source = SOURCES[features](graph, SourceOptions(
-            rows_per_batch=caps[-1], staging_buffers=cfg.workers,
-            cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding,
-            device_reserve=reserve, mesh=mesh))
-    except BaseException:
+    return SOURCES[features](graph, SourceOptions(
+        rows_per_batch=caps[-1], staging_buffers=cfg.workers,
+        cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding,
+        device_reserve=reserve, mesh=mesh))
+
+
+def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
+               learned: LearnedFeatures | None = None,
+               source: FeatureSource | None = None) -> tuple[FeatureSource, Feed]:
+    """The input of a run of `cfg` on `graph` over `mesh` (`make_mesh`): the
+    feature source `features` (`open_source`) and the feed that samples its
+    batches (`make_feed`; `graphdef` None for a feed without a model, whose
+    `batches` alone serve). The caller closes both, the feed first.
+
+    With `learned` (owned from the call on, closed on failure), the source
+    is a `LearnedSource`: `features`' rows followed by the embedding's.
+    With `source` (an open one of `open_source`, with room for this run's
+    batches; not with `learned`), it is used as it is, and stays the
+    caller's to close.
+    """
+    fanouts, batch_size, _ = _batch(graph, cfg, mesh)
+    owned = source is None
+    if owned:
+        try:
+            source = open_source(graph, cfg, mesh, features)
+        except BaseException:
+            if learned is not None:
+                learned.close()
+            raise
         if learned is not None:
-            learned.close()
-        raise
-    if learned is not None:
-        source = learned_source(type(source), learned.optimizer)(source, learned)
+            source = learned_source(type(source), learned.optimizer)(source, learned)
     try:
         return source, make_feed(graph, cfg, source, graphdef, fanouts, batch_size, mesh,
                                  learned is not None and learned.memory == "device")
     except BaseException:
-        source.close()
+        if owned:
+            source.close()
         raise

@@ -27,6 +27,7 @@ from jax.sharding import Mesh
 from ...placement import replicated
 from .. import models
 from ..data import Graph, load_graph
+from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
 from ..io import Checkpoints, MetricsFile
 from ..io.checkpoint import resume_settings
@@ -34,7 +35,7 @@ from . import parallel
 from .config import TrainConfig, as_dict, first_line
 from .epochs import TrainingDiverged, train_pass, warn_if_short
 from .evaluation import check_full_eval, full_accuracy, sampled_accuracy
-from .inputs import make_mesh, open_input, sampler_kind
+from .inputs import make_mesh, open_input, open_source, sampler_kind
 from .learned import model_input
 from .reporting import accuracy_line, best_of, fit_result, format_epoch, kept
 from .timing import Timings
@@ -57,7 +58,8 @@ class Trainer:
     With `cfg.embedding_dim`, the source is a `LearnedSource`
     (features/learned.py) that owns the learned embedding (`self.learned`),
     and the state is (model state, the source's `EmbeddingState`).
-    `mesh`: `make_mesh(cfg)` where the caller made it (None: made here).
+    `mesh`: `make_mesh(cfg)` where the caller made it (None: made here);
+    `source`: an open source to read (`inputs.open_source`), the caller's.
 
     Raises:
       ValueError: a bad setting (see TrainConfig.validate), an empty
@@ -65,7 +67,7 @@ class Trainer:
     """
 
     def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None,
-                 mesh: Mesh | None = None):
+                 mesh: Mesh | None = None, source: FeatureSource | None = None):
         cfg.validate()
         # Where the run's time goes (train_and_evaluate shares one across runs).
         self.timings = timings if timings is not None else Timings()
@@ -96,13 +98,17 @@ class Trainer:
             if learned is not None:  # nothing has written it yet
                 learned.close()
             raise
-        # The source owns the embedding from here on (and closes it on failure).
-        self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned)
+        # The source owns the embedding from here on (and closes it on failure);
+        # a `source` given (`inputs.open_source`, shared by runs) stays the caller's.
+        self._owns_source = source is None
+        self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned,
+                                            source)
         try:
             self.state = self.source.initial(self.state, self._place)
         except BaseException:
             self.feed.close()
-            self.source.close()
+            if self._owns_source:
+                self.source.close()
             raise
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
@@ -263,7 +269,8 @@ class Trainer:
             # close; device tables are the state's leaves: dropped with it.
             self.state = self.source.settled(self.state)
         finally:
-            self.source.close()
+            if self._owns_source:
+                self.source.close()
 
     def __enter__(self) -> "Trainer":
         return self
@@ -346,13 +353,17 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
     if baseline:
         runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
     results: dict[str, dict[str, Any]] = {}
-    name, trainer = cfg.model, None
+    name, trainer, shared = cfg.model, None, None
     try:
+        if len(runs) > 1 and not cfg.embedding_dim:  # (a learned embedding is each run's own)
+            # The baseline reads its seeds' rows from the model's table and cache, placed once.
+            with timings.phase("place_s"):
+                shared = open_source(graph, cfg, mesh, model_input(graph, cfg)[0])
         for name, run_cfg in runs.items():
             trainer = None
             say(f"--- {name} ---")
             with timings.phase("place_s"):
-                trainer = Trainer(graph, run_cfg, timings=timings, mesh=mesh)
+                trainer = Trainer(graph, run_cfg, timings=timings, mesh=mesh, source=shared)
             _train_run(name, trainer, results, metrics, timings, say, log)
     except (EvaluationFailed, KeyboardInterrupt) as e:
         stopped = f"{name}: {e}" if isinstance(e, EvaluationFailed) else f"interrupted in {name}"
@@ -360,6 +371,9 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
         if metrics is not None:  # every finished epoch, saved or not
             metrics.update(error=stopped, **({name: dict(history=history)} if history else {}))
         raise type(e)(f"{stopped}; {kept(name, trainer, history, results, metrics)}") from None
+    finally:
+        if shared is not None:
+            shared.close()
     if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
         gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
         say(f"{cfg.model} - {BASELINE}: {gain:+.1f} test accuracy points")
