@@ -12,7 +12,7 @@ import numpy as np
 from . import _dtypes, _ffi, host_memory
 from ._ops import DeviceCache, Pending, ReadRequest, read_registered, start_registered
 from ._table_base import RegisteredTable
-from .placement import put_rows
+from .placement import put_rows, replicated
 from .write import WritableTable, trace_state
 
 
@@ -236,10 +236,21 @@ class HostTable(RegisteredTable, WritableTable):
         read's rate, not at NumPy's one-thread gather's (papers100m on an
         H100, 2026-11-27: placing 58M cached rows of 256 B took most of
         the run's 22.6 s of placement that way)."""
+        if self.shape[0] > np.iinfo(np.int32).max and not jax.config.jax_enable_x64:
+            raise ValueError(f"caching rows of a table of {self.shape[0]:,} rows needs int64 "
+                             "indices (enable jax_enable_x64)")
         ids = rows.astype(np.int32 if self.shape[0] <= np.iinfo(np.int32).max else np.int64)
         request = ReadRequest.make(None, None, None)
-        return put_rows(lambda a, b: self.read_rows(jax.device_put(ids[a:b]), request),
-                        (rows.size,) + self.shape[1:], self.dtype)
+        # The copy is made on the default device (`jax.default_device`'s: a
+        # PartitionedCache's slices each on its own), reading through the
+        # table's view there where its handle is placed on another device.
+        [device] = jax.device_put(np.int8(0)).devices()
+        if device in self._handle.devices():
+            table, device = self, None  # as jax.device_put leaves it
+        else:
+            table = replicated(self, jax.sharding.Mesh(np.array([device]), ("d",)))
+        return put_rows(lambda a, b: table.read_rows(jax.device_put(ids[a:b], device), request),
+                        (rows.size,) + self.shape[1:], self.dtype, device)
 
     def read_cached(self, idx: jax.Array, request: ReadRequest,
                     cache: DeviceCache | None) -> jax.Array:

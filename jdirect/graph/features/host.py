@@ -45,7 +45,9 @@ class StagedSource(FeatureSource):
         valid = int(batch.counts[-1])
         buffer = self._buffers.get() if self._buffers is not None else None
         try:
-            rows = buffer.numpy() if buffer is not None else np.empty(
+            # A buffer sized for a larger batch (a source shared with the
+            # baseline, whose batches hold only seeds) copies this batch's rows.
+            rows = buffer.numpy()[:idx.shape[0]] if buffer is not None else np.empty(
                 (idx.shape[0],) + self.features.shape[1:], self.features.dtype)
             np.take(self.features, idx[:valid], axis=0, out=rows[:valid])
             rows[valid:] = 0

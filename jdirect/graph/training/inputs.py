@@ -124,6 +124,9 @@ def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphd
     batches; not with `learned`), it is used as it is, and stays the
     caller's to close.
     """
+    if source is not None and learned is not None:
+        raise ValueError("a learned embedding is its run's own: open the source with it "
+                         "(source None)")
     fanouts, batch_size, _ = _batch(graph, cfg, mesh)
     owned = source is None
     if owned:

@@ -35,7 +35,7 @@ from . import parallel
 from .config import TrainConfig, as_dict, first_line
 from .epochs import TrainingDiverged, train_pass, warn_if_short
 from .evaluation import check_full_eval, full_accuracy, sampled_accuracy
-from .inputs import make_mesh, open_input, open_source, sampler_kind
+from .inputs import make_mesh, open_input, sampler_kind
 from .learned import model_input
 from .reporting import accuracy_line, best_of, fit_result, format_epoch, kept
 from .timing import Timings
@@ -59,7 +59,9 @@ class Trainer:
     (features/learned.py) that owns the learned embedding (`self.learned`),
     and the state is (model state, the source's `EmbeddingState`).
     `mesh`: `make_mesh(cfg)` where the caller made it (None: made here);
-    `source`: an open source to read (`inputs.open_source`), the caller's.
+    `source`: another run's open source to read, the caller's; with
+    `keep_source`, the source this run opens is left open for another run
+    (`self.source`), for the caller to close.
 
     Raises:
       ValueError: a bad setting (see TrainConfig.validate), an empty
@@ -67,7 +69,8 @@ class Trainer:
     """
 
     def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None,
-                 mesh: Mesh | None = None, source: FeatureSource | None = None):
+                 mesh: Mesh | None = None, source: FeatureSource | None = None,
+                 keep_source: bool = False):
         cfg.validate()
         # Where the run's time goes (train_and_evaluate shares one across runs).
         self.timings = timings if timings is not None else Timings()
@@ -98,18 +101,18 @@ class Trainer:
             if learned is not None:  # nothing has written it yet
                 learned.close()
             raise
-        # The source owns the embedding from here on (and closes it on failure);
-        # a `source` given (`inputs.open_source`, shared by runs) stays the caller's.
-        self._owns_source = source is None
+        # The source owns the embedding from here on (and closes it on failure).
+        opened = source is None
         self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned,
                                             source)
         try:
             self.state = self.source.initial(self.state, self._place)
         except BaseException:
             self.feed.close()
-            if self._owns_source:
+            if opened:
                 self.source.close()
             raise
+        self._owns_source = opened and not keep_source
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
@@ -354,16 +357,17 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
         runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
     results: dict[str, dict[str, Any]] = {}
     name, trainer, shared = cfg.model, None, None
+    # The baseline reads its seeds' rows from the model's table and cache,
+    # placed once (a learned embedding is each run's own).
+    share = len(runs) > 1 and not cfg.embedding_dim
     try:
-        if len(runs) > 1 and not cfg.embedding_dim:  # (a learned embedding is each run's own)
-            # The baseline reads its seeds' rows from the model's table and cache, placed once.
-            with timings.phase("place_s"):
-                shared = open_source(graph, cfg, mesh, model_input(graph, cfg)[0])
         for name, run_cfg in runs.items():
             trainer = None
             say(f"--- {name} ---")
             with timings.phase("place_s"):
-                trainer = Trainer(graph, run_cfg, timings=timings, mesh=mesh, source=shared)
+                trainer = Trainer(graph, run_cfg, timings=timings, mesh=mesh, source=shared,
+                                  keep_source=share)
+            shared = trainer.source if share else None
             _train_run(name, trainer, results, metrics, timings, say, log)
     except (EvaluationFailed, KeyboardInterrupt) as e:
         stopped = f"{name}: {e}" if isinstance(e, EvaluationFailed) else f"interrupted in {name}"
