@@ -8,9 +8,13 @@ RESUME_KEYS, normalised; a refusal names each setting that differs.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping
 
-from ...checkpoint import normalised_settings
+import jax
+from jax.experimental import multihost_utils
+
+from ...checkpoint import Checkpoints, normalised_settings
 
 # Settings that change what a run computes or what its history means
 # (eval_max picks the validation nodes behind every val_acc and so the best
@@ -42,3 +46,16 @@ def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"run settings lack {', '.join(missing)}")
     return normalised_settings({k: settings[k] for k in RESUME_KEYS})
+
+
+def open_checkpoints(directory: str | Path, settings: Mapping[str, Any], *, read_only: bool,
+                     lead: bool) -> Checkpoints:
+    """A run's `Checkpoints` in `directory`, opened with
+    `resume_settings(settings)`: by the lead process (`read_only` as
+    asked), and with several processes by the others once the lead has
+    made it, read-only. Raises as those two."""
+    run_config = resume_settings(settings)
+    ckpt = Checkpoints(directory, run_config, read_only=read_only) if lead else None
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices("jdirect checkpoint directory")
+    return ckpt if lead else Checkpoints(directory, run_config, read_only=True)

@@ -21,7 +21,6 @@ import jax
 import numpy as np
 import optax
 from flax import nnx
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from ...placement import replicated
@@ -29,8 +28,8 @@ from .. import models
 from ..data import Graph, load_graph
 from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
-from ..io import Checkpoints, MetricsFile
-from ..io.checkpoint import resume_settings
+from ..io import MetricsFile
+from ..io.checkpoint import open_checkpoints
 from . import parallel
 from .config import TrainConfig, as_dict, first_line
 from .epochs import TrainingDiverged, train_pass, warn_if_short
@@ -174,18 +173,10 @@ class Trainer:
         if not lead:
             log, on_epoch = (lambda line: None), None
         warn_if_short(self.epochs, self.batches_per_epoch)
-        ckpt = None
-        if cfg.checkpoint_dir:
-            run_config = resume_settings({**as_dict(cfg), "sampler": sampler_kind(cfg),
-                                          "devices": self.mesh.size})
-            if lead:
-                ckpt = Checkpoints(cfg.checkpoint_dir, run_config,
-                                   read_only=cfg.checkpoint_read_only)
-            if jax.process_count() > 1:
-                # The others open it once process 0 has made it, and only read.
-                multihost_utils.sync_global_devices("jdirect checkpoint directory")
-            if not lead:
-                ckpt = Checkpoints(cfg.checkpoint_dir, run_config, read_only=True)
+        ckpt = open_checkpoints(
+            cfg.checkpoint_dir, {**as_dict(cfg), "sampler": sampler_kind(cfg),
+                                 "devices": self.mesh.size},
+            read_only=cfg.checkpoint_read_only, lead=lead) if cfg.checkpoint_dir else None
         # A source with trainable rows (a learned embedding) changes in
         # place: the run evaluates its current state, and `best` keeps no
         # state of it, which would hold a version of device tables alive.
