@@ -18,6 +18,7 @@ from flax import nnx
 from ..gather import gather
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
+from ._jit import jit
 from ._layer_tables import Input, Report
 from .models.base import Edges
 
@@ -124,8 +125,8 @@ class Steps:
 
             return jax.lax.fori_loop(0, -(-out.shape[0] // size), one, (out, jnp.int32(0)))
 
-        self.project, self.chunk, self.copied = (jax.jit(f) for f in (project, chunk, copied))
-        self.layer = jax.jit(layer, donate_argnums=(6,))
+        self.project, self.chunk, self.copied = (jit(f) for f in (project, chunk, copied))
+        self.layer = jit(layer, donate_argnums=(6,))
 
 
 def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:

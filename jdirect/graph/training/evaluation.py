@@ -18,7 +18,7 @@ from .. import inference
 from ..data import Graph
 from ..features import FeatureSource
 from . import parallel, steps
-from .feeds import EVAL_EPOCH, Feed
+from .feeds import Feed
 
 # Where a refused full-split evaluation's message points.
 _HINT = "--no-full-eval evaluates sampled only"
@@ -29,7 +29,7 @@ def sampled_accuracy(feed: Feed, state: Any, nodes: np.ndarray) -> float:
     (the evaluation key, `EVAL_EPOCH`, unshuffled); 0 for no nodes."""
     correct = steps.zero_metrics(2, feed.mesh)
     in_flight = steps.InFlight()
-    for inputs, _ in feed.epoch(nodes, EVAL_EPOCH):
+    for inputs, _ in feed.eval_epoch(nodes):
         correct = feed.eval_step(state, correct, inputs)
         in_flight.add(correct)
     right, seen = parallel.host_value(correct)

@@ -46,6 +46,10 @@ class Feed(Protocol):
         """The pass's steps (seeds shuffled per epoch) as (inputs, n) pairs:
         `inputs` runs the pass's next n steps in one dispatch."""
 
+    def eval_epoch(self, nodes: np.ndarray) -> Iterator[tuple[Any, int]]:
+        """The evaluation pass's steps, unshuffled (the key `EVAL_EPOCH`), as
+        `epoch`'s; it may end in steps of no seeds, which count nothing."""
+
     def train_step(self, state, metrics: jax.Array, inputs: Any,
                    step: int) -> tuple[Any, jax.Array]:
         """Dispatches the updates of `inputs`; `step` is the first one's
@@ -114,6 +118,9 @@ class HostFeed:
                 item = next(it)
                 stats["wait_s"] += time.perf_counter() - t0
                 yield item, 1
+
+    def eval_epoch(self, nodes):
+        return self.epoch(nodes, EVAL_EPOCH)
 
     def train_step(self, state, metrics, inputs, step):
         return programs.train_step(self.ctx, state, metrics, self.source.table, inputs["batch"],

@@ -11,24 +11,24 @@ program below is that body under a schedule:
   * looped (`sample_train_steps`, `sample_eval_steps`, `sample_rows`): `n`
     batches sampled on the devices inside the program (`over_batches`, the
     one loop), each device on its share of the global batch (`shard_map`);
-  * pipelined (`read_first`, `overlapped_train_steps`, `train_on_rows`):
-    the looped schedule with the read split at the source's `start` /
-    `finish`, so batch i + 1's rows arrive during batch i's update.
+  * pipelined (`read_first`, `overlapped_train_steps`): the looped
+    schedule with the read split at the source's `start` / `finish`, so
+    batch i + 1's rows arrive during batch i's update.
 
-Each program is jitted with its `StepContext` static (steps.py), so equal
+Each program is jitted (`.._jit.jit`) with its `StepContext` static (steps.py), so equal
 contexts share a compilation. Host-side holders of the programs: HostFeed
 (feeds.py), DeviceFeed and its `Pipeline` (device_feed.py).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import jax
 
 from ..batch import Batch
 from ..features import FeatureSource
+from .._jit import jit
 from ._sharded import (ALL, POSITION, SPLIT, Position, call_batches, repeat, sample,
                        shard_map, share)
 from .parallel import AXIS
@@ -86,7 +86,7 @@ def over_batches(ctx: StepContext, one: Callable[[jax.Array, Batch, Any], Any], 
 
 
 # -- plain: a host-sampled batch on one device ------------------------------
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch, staged,
                step: jax.Array):
     """One update on a host-sampled `batch` (and, for a source that stages
@@ -94,14 +94,14 @@ def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch,
     return train_on(ctx, state, metrics, table, batch, staged, step)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def eval_step(ctx: StepContext, state, correct: jax.Array, table, batch: Batch,
               staged) -> jax.Array:
     """Adds (correct, seeds) of a host-sampled `batch` to `correct`."""
     return judge(ctx, state, correct, table, batch, staged)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def read_rows(source: type[FeatureSource], table: Any, input_nodes: jax.Array,
               staged: Any) -> jax.Array:
     """The rows of a host-sampled batch, as a training step reads them."""
@@ -115,7 +115,7 @@ def data_spec(ctx: StepContext, data: Any) -> tuple[Any, Any]:
     return ALL, ctx.source.spec(data[1])
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
                        step: jax.Array):
     """Steps i .. i + n - 1 after `at` on the devices of `ctx.mesh`: each
@@ -133,7 +133,7 @@ def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, a
                      out_specs=(ALL, ALL))(state, metrics, data, at, step)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
                       at: Position) -> jax.Array:
     """Adds (correct, seeds) of batches i .. i + n - 1 after `at`, sampled
@@ -148,7 +148,7 @@ def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
                      out_specs=ALL)(state, correct, data, at)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahead:
     """(rows, batch) of the batch j steps after `at`, as a training step
     samples and reads it, on every device of `ctx.mesh`: each array is the
@@ -164,7 +164,7 @@ def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahea
 
 
 # -- pipelined: the looped schedule, each read overlapping an update --------
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
                at: Position) -> tuple[Ahead, jax.Array]:
     """Batch `at` sampled on the devices of `ctx.mesh` and its rows read:
@@ -182,7 +182,7 @@ def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
                      out_specs=(SPLIT, ALL))(metrics, data, at)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@jit(static_argnums=0)
 def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead,
                            data: Any, at: Position, step: jax.Array):
     """Steps i .. i + n - 1 after `at`, pipelined: step i + j updates on
@@ -216,16 +216,3 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
     return shard_map(body, mesh=ctx.mesh,
                      in_specs=(ALL, ALL, SPLIT, data_spec(ctx, data), POSITION, ALL),
                      out_specs=(ALL, ALL, SPLIT))(state, metrics, ahead, data, at, step)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def train_on_rows(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead, step: jax.Array):
-    """The last step of a pipelined pass: an update on per-device rows
-    already read (`SPLIT`, as `read_first` returns them)."""
-
-    def body(state, metrics, ahead, step):
-        x, batch = ahead
-        return learn(ctx, state, metrics, x, batch, share(step), AXIS)
-
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, SPLIT, ALL),
-                     out_specs=(ALL, ALL))(state, metrics, ahead, step)
