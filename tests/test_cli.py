@@ -90,6 +90,16 @@ def test_cache_fraction_auto_overrides_a_configurations_share(tmp_path):
     assert train_graphsage.resolve_config(default).cache_fraction == "auto"
 
 
+def test_full_eval_flags_override_the_configurations_choice():
+    def resolved(config: str, *flags: str) -> bool:
+        args = train_graphsage.parser().parse_args(["--config", config, *flags])
+        return train_graphsage.resolve_config(args).full_eval
+
+    # papers100m reports sampled accuracies unless asked; products full-split.
+    assert (resolved("papers100m"), resolved("papers100m", "--full-eval")) == (False, True)
+    assert (resolved("products"), resolved("products", "--no-full-eval")) == (True, False)
+
+
 def test_cache_fraction_auto_and_the_default_are_the_same_config():
     def resolved(*flags: str):
         return train_graphsage.resolve_config(

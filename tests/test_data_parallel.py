@@ -24,8 +24,7 @@ from jdirect.graph.training import parallel, steps
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.features import SOURCES
 from jdirect.graph.training.device_feed import DeviceFeed
-from jdirect.graph.training._sharded import ALL, SPLIT, shard_map, share
-from jdirect.graph.training.programs import learn
+from jdirect.graph.training.programs import train_on_rows
 from jdirect.graph.models import GraphSAGE, dropout_masks
 from jdirect.graph.training.trainer import Trainer
 
@@ -85,15 +84,8 @@ def test_the_update_is_one_devices_update_on_the_global_batch(graph):
     x, batch = jax.device_put(jax.tree.map(lambda *a: jnp.concatenate(a), (xs[0], batches[0]),
                                            (xs[1], batches[1])), split)
     ctx = steps.StepContext(graphdef, SOURCES["device"], seed, mesh)
-
-    @jax.jit
-    def update_on_rows(state, metrics, rows, step):  # each device on its part of the rows
-        return shard_map(lambda s, m, r, t: learn(ctx, s, m, *r, share(t), parallel.AXIS),
-                         mesh=mesh, in_specs=(ALL, ALL, SPLIT, ALL), out_specs=(ALL, ALL))(
-            state, metrics, rows, step)
-
-    new_state, metrics = update_on_rows(jdirect.replicated(state, mesh),
-                                        steps.zero_metrics(mesh=mesh), (x, batch), jnp.int32(step))
+    new_state, metrics = train_on_rows(ctx, jdirect.replicated(state, mesh),
+                                       steps.zero_metrics(mesh=mesh), (x, batch), jnp.int32(step))
 
     @jax.jit
     def one_device_update(state):

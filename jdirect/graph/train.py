@@ -196,9 +196,10 @@ def parser() -> argparse.ArgumentParser:
     add("--checkpoint-read-only", action="store_true", default=None,
         help="resume from --checkpoint-dir without saving to it")
     add("--no-baseline", action="store_true", help="skip the features-only MLP")
-    add("--no-full-eval", dest="full_eval", action="store_false", default=None,
-        help="report the sampled accuracies only, skipping the final evaluation of every "
-             "validation and test node with full neighbourhoods (layer-wise inference)")
+    add("--full-eval", action=argparse.BooleanOptionalAction, default=None,
+        help="evaluate every validation and test node with full neighbourhoods (layer-wise "
+             "inference) after training, beside the sampled accuracies (default: the "
+             "configuration's; --no-full-eval reports the sampled ones only)")
     add("--metrics", type=Path, default=Path("metrics.json"),
         help="JSON file of the run's settings, per-epoch metrics and results "
              "(rewritten after every epoch)")

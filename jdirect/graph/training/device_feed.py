@@ -24,13 +24,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ...placement import replicated
 from ..features import FeatureSource
+from .._jit import Background
 from ..sampling import DeviceSampler
 from . import parallel
 from ._sharded import Position, groups_batches
 from .feeds import EVAL_EPOCH
 from .parallel import AXIS
 from .programs import (Ahead, overlapped_train_steps, read_first, sample_eval_steps,
-                       sample_rows, sample_train_steps)
+                       sample_rows, sample_train_steps, train_on_rows)
 from .steps import StepContext
 
 # Steps per dispatch of a loop by default (see `default_steps_per_call`).
@@ -60,11 +61,15 @@ class Pipeline:
     """The state a pipelined pass carries from call to call: the rows read
     ahead for its next step. Runs a pass's training steps pipelined
     (`DeviceFeed` with `overlap`): `read_first` for a pass's first batch,
-    then `overlapped_train_steps` for n steps a call; the pass's last call
-    reads ahead a batch of no seeds (`DeviceFeed.epoch`), dropped."""
+    `overlapped_train_steps` for n steps a call, `train_on_rows` for the
+    pass's last step, with nothing left to read ahead."""
 
     def __init__(self) -> None:
         self._ahead: Ahead | None = None  # read ahead for the next step
+
+    @property
+    def ahead(self) -> Ahead | None:
+        return self._ahead
 
     def reset(self) -> None:
         """Forgets what was read ahead: nothing survives an interrupted pass."""
@@ -72,22 +77,24 @@ class Pipeline:
 
     def train(self, ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
               last: bool, step: jax.Array) -> tuple[Any, jax.Array]:
-        """Steps `at` .. `at` + ctx.n - 1 of a pass (`last`: its last call);
-        returns (state, metrics)."""
+        """Steps `at` .. `at` + ctx.n - 1 of a pass (`last`: the pass's last
+        step is among them, then n == 1); returns (state, metrics)."""
         if self._ahead is None:  # a pass's first step: nothing read ahead yet
             self._ahead, metrics = read_first(ctx, metrics, data, at)
-        state, metrics, ahead = overlapped_train_steps(ctx, state, metrics, self._ahead, data,
-                                                       at, step)
-        self._ahead = None if last else ahead
+        if last:
+            ahead, self._ahead = self._ahead, None
+            return train_on_rows(ctx, state, metrics, ahead, step)
+        state, metrics, self._ahead = overlapped_train_steps(ctx, state, metrics, self._ahead,
+                                                             data, at, step)
         return state, metrics
 
 
 class StepRange(NamedTuple):
-    """Steps at.i .. at.i + steps_per_call - 1 of a pass (what
-    `DeviceFeed.epoch` yields)."""
+    """Steps at.i .. at.i + n - 1 of a pass (what `DeviceFeed.epoch` yields)."""
 
     at: Position
-    last: bool  # whether this is the pass's last call
+    n: int
+    last: bool  # whether the pass's last step is among them
 
 
 class DeviceFeed:
@@ -101,9 +108,11 @@ class DeviceFeed:
     the source says (`FeatureSource.placed`: replicated, or split).
 
     A pass runs `steps_per_call` steps per dispatch (a loop inside one
-    program; on a GPU its batches are sampled together first), the last
-    call filled with steps of no seeds: one compiled program per step kind,
-    whatever the pass's length. On 2 H200s, papers100M-sized (1,179 steps of 2.2 ms
+    program; on a GPU its batches are sampled together first), its
+    remainder one at a time: two compiled programs per step kind, whatever
+    the pass's length (the remainder's compiled on a thread during the
+    pass's first calls; an evaluation pass is padded to whole calls
+    instead). On 2 H200s, papers100M-sized (1,179 steps of 2.2 ms
     on one GPU, `jdirect-cache`, 2026-11-22, before the grouped sampling):
     one step per call 2.65 s an epoch on one GPU and 3.7 s on two, whose
     dispatch (2 ms a step) outran the devices; 8 per call 2.83 s and
@@ -137,64 +146,89 @@ class DeviceFeed:
         self.table = source.placed(self.mesh)
         self.data = (self.arrays, self.table)
         self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
-                              static_argnames=("shuffle", "whole", "extra"),
+                              static_argnames=("shuffle", "whole"),
                               out_shardings=NamedSharding(self.mesh, PartitionSpec(None, AXIS)))
         self._pipeline = Pipeline()
-        self._one_step = self.ctx.with_steps(1)  # `batches`: a program a batch
+        # Contexts of whole calls and of single steps, made once.
+        self._contexts = {n: self.ctx.with_steps(n) for n in {1, steps_per_call}}
+        self._tail = Background()  # compiles the one-step programs of a pass's tail
 
     def num_batches(self, num_nodes: int) -> int:
         return -(-int(num_nodes) // self.batch_size)
 
-    def seed_order(self, nodes: np.ndarray, epoch: int, *, whole_calls: bool = False,
-                   extra: int = 0) -> jax.Array:
+    def seed_order(self, nodes: np.ndarray, epoch: int, whole_calls: bool = False) -> jax.Array:
         """int32[steps, batch_size]: the seeds of a pass over `nodes`, a row
         per step (padded with -1), split over the mesh (`_sharded.SEEDS`);
         shuffled per `epoch` unless it is EVAL_EPOCH. With `whole_calls`,
-        rows of -1 pad the steps to a multiple of steps_per_call; `extra`
-        rows of -1 follow."""
+        rows of -1 pad the steps to a multiple of steps_per_call."""
         nodes = replicated(np.asarray(nodes, np.int32), self.mesh)
         whole = self.steps_per_call if whole_calls else 1
-        return self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH, whole=whole,
-                           extra=extra)
+        return self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH, whole=whole)
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[StepRange, int]]:
-        # Whole calls, the last filled with steps of no seeds, which change
-        # nothing (steps.update), and a row more for the pipeline to read
-        # ahead in the last call: one training program for a pass, not
-        # three (papers100m, H100: 7.4 s of the GNN's compiling went to the
-        # tail's one-step programs).
-        order = self.seed_order(nodes, epoch, whole_calls=True, extra=1)
-        return self._calls(order, epoch, order.shape[0] - 1)
+        # Whole calls up to the last step, which the pipeline runs alone.
+        return self._calls(self.seed_order(nodes, epoch), epoch, last_alone=True)
 
     def eval_epoch(self, nodes: np.ndarray) -> Iterator[tuple[StepRange, int]]:
-        # Whole calls, as `epoch`: one evaluation program (no seeds count nothing).
-        order = self.seed_order(nodes, EVAL_EPOCH, whole_calls=True)
-        return self._calls(order, EVAL_EPOCH, order.shape[0])
+        # Whole calls only, the last filled with steps of no seeds, which
+        # count nothing: one evaluation program, not a second for the pass's
+        # tail (papers100m, H100: 4.0 s of the GNN's compiling), for the
+        # cost of at most steps_per_call - 1 forward passes.
+        return self._calls(self.seed_order(nodes, EVAL_EPOCH, whole_calls=True), EVAL_EPOCH,
+                           last_alone=False)
 
     def _calls(self, order: jax.Array, epoch: int,
-               count: int) -> Iterator[tuple[StepRange, int]]:
-        """Calls of steps_per_call steps over the first `count` rows of `order`."""
+               last_alone: bool) -> Iterator[tuple[StepRange, int]]:
+        """Calls over the rows of `order`: whole calls, and with
+        `last_alone` single steps from the whole call that would hold the
+        last row on."""
+        count = order.shape[0]
         epoch = jnp.int32(epoch)
         self._pipeline.reset()
-        n = self.steps_per_call
-        for i in range(0, count, n):
-            yield StepRange(Position(order, epoch, jnp.int32(i)), i + n == count), n
+        i = 0
+        while i < count:
+            whole = i + self.steps_per_call < count or (
+                not last_alone and i + self.steps_per_call == count)
+            n = self.steps_per_call if whole else 1
+            yield StepRange(Position(order, epoch, jnp.int32(i)), n, i + n == count), n
+            i += n
 
     def train_step(self, state, metrics, inputs: StepRange, step):
+        ctx = self._contexts[inputs.n]
+        if inputs.n == 1:
+            self._tail.wait()  # its programs, compiled on the thread
         if self.overlap:
-            return self._pipeline.train(self.ctx, state, metrics, self.data, inputs.at,
-                                        inputs.last, step)
-        return sample_train_steps(self.ctx, state, metrics, self.data, inputs.at, step)
+            out = self._pipeline.train(ctx, state, metrics, self.data, inputs.at, inputs.last,
+                                       step)
+        else:
+            out = sample_train_steps(ctx, state, metrics, self.data, inputs.at, step)
+        if inputs.n > 1 and not self._tail.started:
+            self._compile_tail(*out, inputs.at, step)
+        return out
+
+    def _compile_tail(self, state, metrics, at: Position, step) -> None:
+        """Starts compiling the one-step programs that end a pass, for
+        arguments like a whole call's outputs (papers100m, H100: 7.4 s of the
+        GNN's compiling were the tail's, before the first call compiled)."""
+        one = self._contexts[1]
+        if self.overlap:
+            ahead = self._pipeline.ahead
+            self._tail.start([
+                (overlapped_train_steps, (one, state, metrics, ahead, self.data, at, step)),
+                (train_on_rows, (one, state, metrics, ahead, step))])
+        else:
+            self._tail.start([(sample_train_steps, (one, state, metrics, self.data, at, step))])
 
     def eval_step(self, state, correct, inputs: StepRange):
-        return sample_eval_steps(self.ctx, state, correct, self.data, inputs.at)
+        return sample_eval_steps(self._contexts[inputs.n], state, correct, self.data,
+                                 inputs.at)
 
     def batches(self, nodes, epoch):
-        # One program a batch, and no padding steps: the user's step follows each.
-        order = self.seed_order(nodes, epoch)
-        at = Position(order, jnp.int32(epoch), jnp.int32(0))
-        for i in range(order.shape[0]):
-            yield sample_rows(self._one_step, self.data, at, jnp.int32(i))
+        # One program a batch: the user's step follows each.
+        ctx = self._contexts[1]
+        for inputs, n in self.epoch(nodes, epoch):
+            for j in range(n):
+                yield sample_rows(ctx, self.data, inputs.at, jnp.int32(j))
 
     def stats(self) -> dict[str, float]:
         return {}
@@ -204,20 +238,21 @@ class DeviceFeed:
         feed's references to them, to the source's table and to rows read
         ahead: jax.jit keeps the step programs' static context, which holds
         the sampler, after the feed is gone."""
+        self._tail.wait()
         self.sampler.close()
         self.arrays = self.table = self.data = None
         self._pipeline.reset()
 
 
 def _epoch_order(sampler, width: int, arrays, nodes: jax.Array, epoch: jax.Array, *,
-                 shuffle: bool, whole: int, extra: int) -> jax.Array:
+                 shuffle: bool, whole: int) -> jax.Array:
     """int32[rows, width]: the sampler's seed order of an epoch over `nodes`
     (m of them), in rows of the global batch `width`, padded with -1 to
-    ceil(m / width) rows rounded up to a multiple of `whole`, then `extra`
-    rows of -1. The permutation does not depend on the batch size, so a
-    mesh of D devices trains on the same global batches as one device."""
+    ceil(m / width) rows rounded up to a multiple of `whole`. The
+    permutation does not depend on the batch size, so a mesh of D devices
+    trains on the same global batches as one device."""
     m = nodes.shape[0]
     flat = sampler.epoch_seeds(arrays, nodes, epoch, shuffle=shuffle).reshape(-1)[:m]
     steps = -(-m // width)
-    rows = -(-steps // whole) * whole + extra
+    rows = -(-steps // whole) * whole
     return jnp.concatenate([flat, jnp.full(rows * width - m, -1, jnp.int32)]).reshape(rows, width)

@@ -11,9 +11,9 @@ program below is that body under a schedule:
   * looped (`sample_train_steps`, `sample_eval_steps`, `sample_rows`): `n`
     batches sampled on the devices inside the program (`over_batches`, the
     one loop), each device on its share of the global batch (`shard_map`);
-  * pipelined (`read_first`, `overlapped_train_steps`): the looped
-    schedule with the read split at the source's `start` / `finish`, so
-    batch i + 1's rows arrive during batch i's update.
+  * pipelined (`read_first`, `overlapped_train_steps`, `train_on_rows`):
+    the looped schedule with the read split at the source's `start` /
+    `finish`, so batch i + 1's rows arrive during batch i's update.
 
 Each program is jitted (`.._jit.jit`) with its `StepContext` static (steps.py), so equal
 contexts share a compilation. Host-side holders of the programs: HostFeed
@@ -216,3 +216,16 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
     return shard_map(body, mesh=ctx.mesh,
                      in_specs=(ALL, ALL, SPLIT, data_spec(ctx, data), POSITION, ALL),
                      out_specs=(ALL, ALL, SPLIT))(state, metrics, ahead, data, at, step)
+
+
+@jit(static_argnums=0)
+def train_on_rows(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead, step: jax.Array):
+    """The last step of a pipelined pass: an update on per-device rows
+    already read (`SPLIT`, as `read_first` returns them)."""
+
+    def body(state, metrics, ahead, step):
+        x, batch = ahead
+        return learn(ctx, state, metrics, x, batch, share(step), AXIS)
+
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, SPLIT, ALL),
+                     out_specs=(ALL, ALL))(state, metrics, ahead, step)
