@@ -247,21 +247,24 @@ def test_short_runs_warn_and_min_steps_adds_epochs(graph):
             t.fit(log=lambda s: None)
 
 
-def test_a_run_stopped_in_the_baseline_keeps_its_models_result_and_timings(
-        graph, tmp_path, monkeypatch):
-    """The metrics file gets each model's result and the timings so far when
-    that model's run ends: a run stopped in the baseline still says where
-    its time went (a user's papers100m run killed in the MLP did not)."""
-    from jdirect.graph.training import trainer as trainer_module
-
-    fit = trainer_module.Trainer.fit
+def stop_in_the_baseline(monkeypatch) -> None:
+    """The MLP baseline's `fit` is interrupted (KeyboardInterrupt) as it starts."""
+    fit = Trainer.fit
 
     def fit_then_stop(self, **kw):
         if self.cfg.model == "mlp":
             raise KeyboardInterrupt
         return fit(self, **kw)
 
-    monkeypatch.setattr(trainer_module.Trainer, "fit", fit_then_stop)
+    monkeypatch.setattr(Trainer, "fit", fit_then_stop)
+
+
+def test_a_run_stopped_in_the_baseline_keeps_its_models_result_and_timings(
+        graph, tmp_path, monkeypatch):
+    """The metrics file gets each model's result and the timings so far when
+    that model's run ends: a run stopped in the baseline still says where
+    its time went (a user's papers100m run killed in the MLP did not)."""
+    stop_in_the_baseline(monkeypatch)
     path = tmp_path / "metrics.json"
     with pytest.raises(KeyboardInterrupt):
         train_and_evaluate(config(epochs=1), graph=graph, baseline=True, metrics_path=path,
@@ -294,16 +297,7 @@ def test_the_baseline_reads_the_models_source_placed_once(graph, monkeypatch):
     assert set(out) == {"sage", "mlp"} and len(opened) == 1 and closed == opened
     assert out["mlp"]["test_acc"] is not None
 
-    from jdirect.graph.training import trainer as trainer_module
-
-    fit = trainer_module.Trainer.fit
-
-    def fit_then_stop(self, **kw):
-        if self.cfg.model == "mlp":
-            raise KeyboardInterrupt
-        return fit(self, **kw)
-
-    monkeypatch.setattr(trainer_module.Trainer, "fit", fit_then_stop)
+    stop_in_the_baseline(monkeypatch)
     opened.clear()
     closed.clear()
     with pytest.raises(KeyboardInterrupt):
