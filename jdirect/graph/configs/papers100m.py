@@ -38,8 +38,11 @@ def get_config() -> TrainConfig:
     # 106 GB), but layer 1's 57 GB host table is pinned memory (JAX's
     # preallocation leaves managed memory no room) and layer 2's per-edge
     # reads of it ran past 200 s, against 39.7 s for the same inference in
-    # benchmarks/inference.py with JAX not preallocating. So the CLI reports
-    # the sampled accuracies here (full_eval off); `benchmarks/inference.py
-    # --dataset papers100m` gives the full-split figures.
+    # benchmarks/inference.py with JAX not preallocating. On an H100
+    # (2026-11-27, `--full-eval`, benchmarks/results/LOG.md, fifth session)
+    # the evaluation took 88 s of a 146 s run (test 0.6488 full-split, 0.6286
+    # sampled). So the CLI reports the sampled accuracies here (full_eval
+    # off; `--full-eval` asks for both); `benchmarks/inference.py --dataset
+    # papers100m` gives the full-split figures.
     return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
                        batch_size=1024, epochs=1, eval_max=50_000, full_eval=False)

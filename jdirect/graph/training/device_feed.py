@@ -24,7 +24,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ...placement import replicated
 from ..features import FeatureSource
-from .._jit import Background
 from ..sampling import DeviceSampler
 from . import parallel
 from ._sharded import Position, groups_batches
@@ -36,6 +35,10 @@ from .steps import StepContext
 
 # Steps per dispatch of a loop by default (see `default_steps_per_call`).
 LOOP_STEPS = 8
+
+# A training pass fills its last call with steps of no seeds (`DeviceFeed.epoch`)
+# when they are at most this share of its steps.
+PAD_SHARE = 0.01
 
 
 def default_steps_per_call(devices: int, device_tables: bool = False) -> int:
@@ -61,15 +64,13 @@ class Pipeline:
     """The state a pipelined pass carries from call to call: the rows read
     ahead for its next step. Runs a pass's training steps pipelined
     (`DeviceFeed` with `overlap`): `read_first` for a pass's first batch,
-    `overlapped_train_steps` for n steps a call, `train_on_rows` for the
-    pass's last step, with nothing left to read ahead."""
+    `overlapped_train_steps` for n steps a call, and for the pass's last
+    step either `train_on_rows` (nothing left to read ahead) or, in a pass
+    of whole calls, `overlapped_train_steps`, whose last read (a batch of
+    no seeds) is dropped."""
 
     def __init__(self) -> None:
         self._ahead: Ahead | None = None  # read ahead for the next step
-
-    @property
-    def ahead(self) -> Ahead | None:
-        return self._ahead
 
     def reset(self) -> None:
         """Forgets what was read ahead: nothing survives an interrupted pass."""
@@ -78,14 +79,15 @@ class Pipeline:
     def train(self, ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
               last: bool, step: jax.Array) -> tuple[Any, jax.Array]:
         """Steps `at` .. `at` + ctx.n - 1 of a pass (`last`: the pass's last
-        step is among them, then n == 1); returns (state, metrics)."""
+        step is among them); returns (state, metrics)."""
         if self._ahead is None:  # a pass's first step: nothing read ahead yet
             self._ahead, metrics = read_first(ctx, metrics, data, at)
-        if last:
+        if last and ctx.n == 1:
             ahead, self._ahead = self._ahead, None
             return train_on_rows(ctx, state, metrics, ahead, step)
-        state, metrics, self._ahead = overlapped_train_steps(ctx, state, metrics, self._ahead,
-                                                             data, at, step)
+        state, metrics, ahead = overlapped_train_steps(ctx, state, metrics, self._ahead, data,
+                                                       at, step)
+        self._ahead = None if last else ahead
         return state, metrics
 
 
@@ -110,9 +112,10 @@ class DeviceFeed:
     A pass runs `steps_per_call` steps per dispatch (a loop inside one
     program; on a GPU its batches are sampled together first), its
     remainder one at a time: two compiled programs per step kind, whatever
-    the pass's length (the remainder's compiled on a thread during the
-    pass's first calls; an evaluation pass is padded to whole calls
-    instead). On 2 H200s, papers100M-sized (1,179 steps of 2.2 ms
+    the pass's length. Where steps of no seeds, which change nothing
+    (`steps.update`), fill the last call for at most `PAD_SHARE` of the
+    pass's steps, and in every evaluation pass, the pass is whole calls:
+    one program. On 2 H200s, papers100M-sized (1,179 steps of 2.2 ms
     on one GPU, `jdirect-cache`, 2026-11-22, before the grouped sampling):
     one step per call 2.65 s an epoch on one GPU and 3.7 s on two, whose
     dispatch (2 ms a step) outran the devices; 8 per call 2.83 s and
@@ -146,43 +149,56 @@ class DeviceFeed:
         self.table = source.placed(self.mesh)
         self.data = (self.arrays, self.table)
         self._order = jax.jit(functools.partial(_epoch_order, sampler, self.batch_size),
-                              static_argnames=("shuffle", "whole"),
+                              static_argnames=("shuffle", "whole", "extra"),
                               out_shardings=NamedSharding(self.mesh, PartitionSpec(None, AXIS)))
         self._pipeline = Pipeline()
         # Contexts of whole calls and of single steps, made once.
         self._contexts = {n: self.ctx.with_steps(n) for n in {1, steps_per_call}}
-        self._tail = Background()  # compiles the one-step programs of a pass's tail
 
     def num_batches(self, num_nodes: int) -> int:
         return -(-int(num_nodes) // self.batch_size)
 
-    def seed_order(self, nodes: np.ndarray, epoch: int, whole_calls: bool = False) -> jax.Array:
+    def seed_order(self, nodes: np.ndarray, epoch: int, whole_calls: bool = False,
+                   extra: int = 0) -> jax.Array:
         """int32[steps, batch_size]: the seeds of a pass over `nodes`, a row
         per step (padded with -1), split over the mesh (`_sharded.SEEDS`);
         shuffled per `epoch` unless it is EVAL_EPOCH. With `whole_calls`,
-        rows of -1 pad the steps to a multiple of steps_per_call."""
+        rows of -1 pad the steps to a multiple of steps_per_call, and
+        `extra` rows of -1 follow."""
         nodes = replicated(np.asarray(nodes, np.int32), self.mesh)
         whole = self.steps_per_call if whole_calls else 1
-        return self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH, whole=whole)
+        return self._order(self.arrays, nodes, epoch, shuffle=epoch != EVAL_EPOCH, whole=whole,
+                           extra=extra)
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[StepRange, int]]:
+        count, n = self.num_batches(len(nodes)), self.steps_per_call
+        # A source with trainable rows is left out: its optimizer would count
+        # the steps of no seeds.
+        if n > 1 and -count % n <= PAD_SHARE * count and not self.ctx.source.trainable:
+            # Whole calls, the last filled with steps of no seeds, and a row
+            # more for the pipeline to read ahead in it: one training program,
+            # not three (papers100m, H100, 1,179 steps: the one-step tail's
+            # programs were 7.4 s of the GNN's 31 s of compiling, and 5 steps
+            # of no seeds cost 0.4 % of the epoch).
+            order = self.seed_order(nodes, epoch, whole_calls=True, extra=1)
+            return self._calls(order.shape[0] - 1, order, epoch, last_alone=False)
         # Whole calls up to the last step, which the pipeline runs alone.
-        return self._calls(self.seed_order(nodes, epoch), epoch, last_alone=True)
+        order = self.seed_order(nodes, epoch)
+        return self._calls(order.shape[0], order, epoch, last_alone=True)
 
     def eval_epoch(self, nodes: np.ndarray) -> Iterator[tuple[StepRange, int]]:
         # Whole calls only, the last filled with steps of no seeds, which
         # count nothing: one evaluation program, not a second for the pass's
         # tail (papers100m, H100: 4.0 s of the GNN's compiling), for the
         # cost of at most steps_per_call - 1 forward passes.
-        return self._calls(self.seed_order(nodes, EVAL_EPOCH, whole_calls=True), EVAL_EPOCH,
-                           last_alone=False)
+        order = self.seed_order(nodes, EVAL_EPOCH, whole_calls=True)
+        return self._calls(order.shape[0], order, EVAL_EPOCH, last_alone=False)
 
-    def _calls(self, order: jax.Array, epoch: int,
+    def _calls(self, count: int, order: jax.Array, epoch: int,
                last_alone: bool) -> Iterator[tuple[StepRange, int]]:
-        """Calls over the rows of `order`: whole calls, and with
-        `last_alone` single steps from the whole call that would hold the
-        last row on."""
-        count = order.shape[0]
+        """Calls over the first `count` rows of `order`: whole calls, and
+        with `last_alone` single steps from the whole call that would hold
+        the last row on."""
         epoch = jnp.int32(epoch)
         self._pipeline.reset()
         i = 0
@@ -195,29 +211,10 @@ class DeviceFeed:
 
     def train_step(self, state, metrics, inputs: StepRange, step):
         ctx = self._contexts[inputs.n]
-        if inputs.n == 1:
-            self._tail.wait()  # its programs, compiled on the thread
         if self.overlap:
-            out = self._pipeline.train(ctx, state, metrics, self.data, inputs.at, inputs.last,
-                                       step)
-        else:
-            out = sample_train_steps(ctx, state, metrics, self.data, inputs.at, step)
-        if inputs.n > 1 and not self._tail.started:
-            self._compile_tail(*out, inputs.at, step)
-        return out
-
-    def _compile_tail(self, state, metrics, at: Position, step) -> None:
-        """Starts compiling the one-step programs that end a pass, for
-        arguments like a whole call's outputs (papers100m, H100: 7.4 s of the
-        GNN's compiling were the tail's, before the first call compiled)."""
-        one = self._contexts[1]
-        if self.overlap:
-            ahead = self._pipeline.ahead
-            self._tail.start([
-                (overlapped_train_steps, (one, state, metrics, ahead, self.data, at, step)),
-                (train_on_rows, (one, state, metrics, ahead, step))])
-        else:
-            self._tail.start([(sample_train_steps, (one, state, metrics, self.data, at, step))])
+            return self._pipeline.train(ctx, state, metrics, self.data, inputs.at, inputs.last,
+                                        step)
+        return sample_train_steps(ctx, state, metrics, self.data, inputs.at, step)
 
     def eval_step(self, state, correct, inputs: StepRange):
         return sample_eval_steps(self._contexts[inputs.n], state, correct, self.data,
@@ -238,21 +235,20 @@ class DeviceFeed:
         feed's references to them, to the source's table and to rows read
         ahead: jax.jit keeps the step programs' static context, which holds
         the sampler, after the feed is gone."""
-        self._tail.wait()
         self.sampler.close()
         self.arrays = self.table = self.data = None
         self._pipeline.reset()
 
 
 def _epoch_order(sampler, width: int, arrays, nodes: jax.Array, epoch: jax.Array, *,
-                 shuffle: bool, whole: int) -> jax.Array:
+                 shuffle: bool, whole: int, extra: int) -> jax.Array:
     """int32[rows, width]: the sampler's seed order of an epoch over `nodes`
     (m of them), in rows of the global batch `width`, padded with -1 to
-    ceil(m / width) rows rounded up to a multiple of `whole`. The
-    permutation does not depend on the batch size, so a mesh of D devices
-    trains on the same global batches as one device."""
+    ceil(m / width) rows rounded up to a multiple of `whole`, then `extra`
+    rows of -1. The permutation does not depend on the batch size, so a
+    mesh of D devices trains on the same global batches as one device."""
     m = nodes.shape[0]
     flat = sampler.epoch_seeds(arrays, nodes, epoch, shuffle=shuffle).reshape(-1)[:m]
     steps = -(-m // width)
-    rows = -(-steps // whole) * whole
+    rows = -(-steps // whole) * whole + extra
     return jnp.concatenate([flat, jnp.full(rows * width - m, -1, jnp.int32)]).reshape(rows, width)

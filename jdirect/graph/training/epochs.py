@@ -65,6 +65,7 @@ def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
     for inputs, n in feed.epoch(nodes, epoch):
         metrics = step(inputs, metrics, epoch * count + done)
         in_flight.add(metrics)
+        n = min(n, count - done)  # a last call's steps of no seeds are none of the pass's
         done += n
         # The bar counts steps as they are dispatched (InFlight keeps
         # them a few calls ahead of the device at most), so it moves on

@@ -15,13 +15,15 @@ program below is that body under a schedule:
     the looped schedule with the read split at the source's `start` /
     `finish`, so batch i + 1's rows arrive during batch i's update.
 
-Each program is jitted (`.._jit.jit`) with its `StepContext` static (steps.py), so equal
-contexts share a compilation. Host-side holders of the programs: HostFeed
+Each program is jitted with its `StepContext` static (steps.py), so equal
+contexts share a compilation; the evaluation programs with `.._jit.jit`'s
+options. Host-side holders of the programs: HostFeed
 (feeds.py), DeviceFeed and its `Pipeline` (device_feed.py).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import jax
@@ -86,7 +88,7 @@ def over_batches(ctx: StepContext, one: Callable[[jax.Array, Batch, Any], Any], 
 
 
 # -- plain: a host-sampled batch on one device ------------------------------
-@jit(static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch, staged,
                step: jax.Array):
     """One update on a host-sampled `batch` (and, for a source that stages
@@ -101,7 +103,7 @@ def eval_step(ctx: StepContext, state, correct: jax.Array, table, batch: Batch,
     return judge(ctx, state, correct, table, batch, staged)
 
 
-@jit(static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def read_rows(source: type[FeatureSource], table: Any, input_nodes: jax.Array,
               staged: Any) -> jax.Array:
     """The rows of a host-sampled batch, as a training step reads them."""
@@ -115,7 +117,7 @@ def data_spec(ctx: StepContext, data: Any) -> tuple[Any, Any]:
     return ALL, ctx.source.spec(data[1])
 
 
-@jit(static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
                        step: jax.Array):
     """Steps i .. i + n - 1 after `at` on the devices of `ctx.mesh`: each
@@ -148,7 +150,7 @@ def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
                      out_specs=ALL)(state, correct, data, at)
 
 
-@jit(static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahead:
     """(rows, batch) of the batch j steps after `at`, as a training step
     samples and reads it, on every device of `ctx.mesh`: each array is the
@@ -164,7 +166,7 @@ def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahea
 
 
 # -- pipelined: the looped schedule, each read overlapping an update --------
-@jit(static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
                at: Position) -> tuple[Ahead, jax.Array]:
     """Batch `at` sampled on the devices of `ctx.mesh` and its rows read:
@@ -182,7 +184,7 @@ def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
                      out_specs=(SPLIT, ALL))(metrics, data, at)
 
 
-@jit(static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead,
                            data: Any, at: Position, step: jax.Array):
     """Steps i .. i + n - 1 after `at`, pipelined: step i + j updates on
@@ -218,7 +220,7 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
                      out_specs=(ALL, ALL, SPLIT))(state, metrics, ahead, data, at, step)
 
 
-@jit(static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def train_on_rows(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead, step: jax.Array):
     """The last step of a pipelined pass: an update on per-device rows
     already read (`SPLIT`, as `read_first` returns them)."""

@@ -173,18 +173,26 @@ def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key:
     cross-entropy over the global seed count (a psum), so the devices'
     losses, and their gradients (psum'd), add up to the global mean and its
     gradient (a mean of per-device means would overweight devices with
-    fewer seeds). Every device then applies the same update.
+    fewer seeds). Every device then applies the same update. A batch of no
+    seeds on every device leaves `state` unchanged.
     """
+    before = jax.tree.leaves(state)  # merge's variables may write through to `state`
     model, optimizer = nnx.merge(graphdef, state)
     keep = dropout_masks(model, batch, key)
     seeds = batch.seed_mask.sum().astype(jnp.float32)
+    total_seeds = _total(seeds, axis)
     (_, (logits, loss_sum)), grads = nnx.value_and_grad(
         _loss, argnums=(0, 1) if x_grad else 0, has_aux=True)(
-        model, x, batch, keep, _total(seeds, axis))
+        model, x, batch, keep, total_seeds)
     grads, input_grads = grads if x_grad else (grads, None)
     optimizer.update(model, _total(grads, axis))
+    # A step of no seeds (those that fill a pass's last call, DeviceFeed.epoch)
+    # leaves the state as it was: AdamW would still decay weights and moments.
+    after, tree = jax.tree.flatten(nnx.state((model, optimizer)))
+    new = jax.tree.unflatten(tree, [jnp.where(total_seeds > 0, a, b)
+                                    for a, b in zip(after, before, strict=True)])
     step_metrics = jnp.stack([loss_sum, _correct(logits, batch).astype(jnp.float32), seeds])
-    out = nnx.state((model, optimizer)), metrics.at[:3].add(_total(step_metrics, axis))
+    out = new, metrics.at[:3].add(_total(step_metrics, axis))
     return (*out, input_grads) if x_grad else out
 
 
