@@ -27,6 +27,8 @@ WRITE_HOST = "jdirect_write_host"
 WRITE_HOST_STATIC = "jdirect_write_host_static"
 # The fused sparse optimizer step (jdirect.embeddings on HostTables).
 SPARSE_UPDATE = "jdirect_sparse_update"
+# Sums of neighbours' rows over a CSR (jdirect.neighbor_sum).
+NEIGHBOR_SUM = "jdirect_neighbor_sum"
 
 # Target name -> handler symbol stem; the symbol is stem + "Cpu" or "Cuda".
 _TARGETS = {
@@ -39,6 +41,7 @@ _TARGETS = {
     WRITE_HOST: "JdirectWriteHost",
     WRITE_HOST_STATIC: "JdirectWriteHostStatic",
     SPARSE_UPDATE: "JdirectSparseUpdate",
+    NEIGHBOR_SUM: "JdirectNeighborSum",
 }
 
 _ERRLEN = 512

@@ -41,6 +41,30 @@ def test_the_device_loop_equals_the_windows_copied_from_the_host(graph, name, mo
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("on_device", [True, False])
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_summing_layers_add_their_edges_in_one_neighbor_sum_equal_to_the_windows(
+        graph, name, on_device, monkeypatch):
+    """GraphSAGE's and GCN's layers sum their edges with jdirect.neighbor_sum
+    (the CSR on the device, or a chunk's edges copied from the host), and
+    equal the windows of gathered rows they replace."""
+    model = build(name, 6, 8, 4, 3, dropout=0.5, seed=23)
+    x = jnp.asarray(graph.features)
+    if not on_device:
+        monkeypatch.setattr(_layer_tables, "device_csr", lambda graph, room, report: None)
+    calls = []
+    monkeypatch.setattr(_layer_steps, "neighbor_sum",
+                        lambda *a, **k: calls.append(1) or jdirect.neighbor_sum(*a, **k))
+    _layer_steps.layer_steps.cache_clear()  # trace anew with the patches
+    summed = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
+    assert calls, "no layer was summed by neighbor_sum"
+    monkeypatch.setattr(_layer_steps, "fused", lambda *a: False)
+    _layer_steps.layer_steps.cache_clear()
+    windows = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
+    _layer_steps.layer_steps.cache_clear()
+    np.testing.assert_allclose(logits(summed), logits(windows), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["sage", "gcn"])
 def test_host_outputs_take_the_device_loop_a_chunk_at_a_time(graph, name):
     """Room for the staged input and the CSR but for no 32-wide layer

@@ -1,7 +1,8 @@
 """The compiled steps of one layer of a layer-wise inference
 (`jdirect.graph.inference`) over chunks of destination nodes: project a
-chunk's source rows, open it from its nodes' own rows, reduce a window of
-its edges, close it into output rows; and the loops that run them on the
+chunk's source rows, open it from its nodes' own rows, reduce its edges
+(in one `jdirect.neighbor_sum` for a layer that sums them, else window by
+window), close it into output rows; and the loops that run them on the
 device, a chunk or a whole layer a call. Private to
 `jdirect.graph.inference`."""
 
@@ -16,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from ..gather import gather
+from ..neighbor_sum import neighbor_sum
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._jit import jit
@@ -62,20 +64,35 @@ class Steps:
             out = conv(params).finish(state, h_dst, s_dst)
             return (out if activation is None else activation(out)).astype(dtype)
 
-        def run(params, table, source, edges_from, hot, rows, offsets, edge_at):
+        def run(params, table, source, edges_from, hot, rows, csr, first):
             """(output rows, int32 reads of `hot` rows) of a chunk whose
-            node k is row rows[k] of `table` and has the chunk's edges
-            offsets[k] .. offsets[k + 1] - 1; edge_at(lo) gives the source
-            rows of its edges lo .. lo + window - 1 (past its edges: a row
-            past the table). Its windows run in a loop here."""
+            node k is row rows[k] of `table` and has the edges
+            indptr[first + k] .. indptr[first + k + 1] - 1 of the CSR
+            `csr` = (indptr, indices) (None: a model that reads no edges;
+            nodes past indptr's end: none). A layer whose `Conv` sums its
+            sources (`sums_sources`) over an array adds them in one
+            `jdirect.neighbor_sum`; any other runs its windows in a loop
+            here."""
+            layer = conv(params)
             h, s, state = open_(params, table, source, rows)
-            if edge_at is None:  # a model that reads no edges
+            if csr is None:
                 return close(params, h, s, state), jnp.int32(0)
-            count = offsets[-1]
+            indptr, indices = csr
+            ends = indptr[jnp.minimum(first + jnp.arange(size + 1, dtype=jnp.int32),
+                                      indptr.shape[0] - 1)]
+            offsets = ends - ends[0]
+            if fused(layer, edges_from, hot):
+                total, count = state
+                sums = neighbor_sum(edges_from, indptr, indices, first, size=size)
+                return close(params, h, s, (total + sums, count + jnp.diff(offsets).astype(
+                    jnp.float32))), jnp.int32(0)
+            count, n = offsets[-1], edges_from.shape[0]
 
             def one(w, carry):
                 state, hits = carry
-                nbrs = edge_at(w * window)
+                pos = w * window + jnp.arange(window, dtype=jnp.int32)
+                at = jnp.minimum(ends[0] + pos, indices.shape[0] - 1)
+                nbrs = jnp.where(pos < count, indices[at], n)  # past its edges: no row
                 state = reduce(params, state, s, edges_from, nbrs, offsets, w * window)
                 if hot is not None:
                     hits += cache_hits(hot, nbrs, count - w * window)
@@ -91,27 +108,15 @@ class Steps:
             indptr, indices; None: no edges) on the device."""
             n = table.shape[0]
             ids = a + jnp.arange(size, dtype=jnp.int32)
-            rows = jnp.where(ids < n, ids, n)
-            if csr is None:
-                return run(params, table, source, edges_from, hot, rows, None, None)
-            indptr, indices = csr
-            first = indptr[a]
-            offsets = indptr[jnp.minimum(a + jnp.arange(size + 1, dtype=jnp.int32), n)] - first
-
-            def edge_at(lo):
-                pos = lo + jnp.arange(window, dtype=jnp.int32)
-                at = jnp.minimum(first + pos, indices.shape[0] - 1)
-                return jnp.where(pos < offsets[-1], indices[at], n)
-
-            return run(params, table, source, edges_from, hot, rows, offsets, edge_at)
+            return run(params, table, source, edges_from, hot, jnp.where(ids < n, ids, n), csr, a)
 
         def copied(params, table, source, edges_from, hot, rows, offsets, nbrs):
-            """`run` over edges copied from the host: `nbrs` are the
-            source rows of the chunk's edges, padded past the table to
-            whole windows (None: a model that reads no edges)."""
-            return run(params, table, source, edges_from, hot, rows, offsets,
-                       None if nbrs is None
-                       else lambda lo: jax.lax.dynamic_slice_in_dim(nbrs, lo, window))
+            """`run` over edges copied from the host: the chunk's node k has
+            the edges offsets[k] .. offsets[k + 1] - 1 of `nbrs`, source
+            rows padded past the table to whole windows (None: a model
+            that reads no edges)."""
+            return run(params, table, source, edges_from, hot, rows,
+                       None if nbrs is None else (offsets, nbrs), jnp.int32(0))
 
         def layer(params, table, source, edges_from, csr, hot, out):
             """(`out` with every row computed by `chunk`, int32 `hot` reads):
@@ -127,6 +132,15 @@ class Steps:
 
         self.project, self.chunk, self.copied = (jit(f) for f in (project, chunk, copied))
         self.layer = jit(layer, donate_argnums=(6,))
+
+
+def fused(conv: Any, edges_from: Input, hot: jax.Array | None) -> bool:
+    """Whether a layer's edges are summed by one `jdirect.neighbor_sum`:
+    its `Conv` sums its sources and they are an array of float32 or
+    bfloat16 rows (other table kinds, and a device cache's hit count, go
+    through the windows' gathers)."""
+    return (conv.sums_sources and hot is None and isinstance(edges_from, jax.Array)
+            and np.dtype(edges_from.dtype) in (np.dtype(np.float32), np.dtype(jnp.bfloat16)))
 
 
 def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:

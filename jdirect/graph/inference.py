@@ -11,6 +11,14 @@ model's `Conv` (models/base.py) run over the CSR:
       state = reduce(state, rows of the window's sources)   # jdirect.gather
     table_out[a:b] = activation(finish(state))
 
+A layer whose `Conv` sums its sources (`sums_sources`: GraphSAGE, GCN)
+over a table that is an array (on the device, or staged there) adds all
+of a chunk's edges in one `jdirect.neighbor_sum` instead of windows: each
+edge's source row is read once and added in registers, with no
+[edges, width] buffer of gathered rows written and read back. Other layers
+(GAT, and inputs read from a host table or through a cache) run the
+windows.
+
 Chunks hold at most `chunk_nodes` nodes and windows at most `chunk_edges`
 edges, fewer where their bytes would exceed the working budget (below):
 the sizes are set per layer from its row widths, so wide rows get small

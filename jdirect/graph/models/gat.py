@@ -36,6 +36,7 @@ class GATConv(nnx.Module):
     """
 
     projects = True
+    sums_sources = False
 
     def __init__(self, din: int, dout: int, heads: int, *, concat: bool, rngs: nnx.Rngs):
         init = nnx.initializers.glorot_uniform()

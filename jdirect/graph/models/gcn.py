@@ -23,6 +23,7 @@ class GCNConv(nnx.Module):
     """h'_i = W mean(h_i, h_j for j in N(i)) + b (see the module doc)."""
 
     projects = False
+    sums_sources = True
 
     def __init__(self, din: int, dout: int, *, rngs: nnx.Rngs):
         self.lin = nnx.Linear(din, dout, rngs=rngs)

@@ -15,6 +15,7 @@ class Dense:
     edges for a model with `uses_neighbors` False)."""
 
     projects = False
+    sums_sources = False
 
     def __init__(self, layer: nnx.Linear):
         self.layer = layer

@@ -17,6 +17,7 @@ class SAGEConv(nnx.Module):
     with no neighbours gets W_self h_i + bias."""
 
     projects = False
+    sums_sources = True
 
     def __init__(self, din: int, dout: int, *, rngs: nnx.Rngs):
         self.self_lin = linear(din, dout, rngs=rngs)

@@ -1,0 +1,129 @@
+// The neighbour sum (jdirect.neighbor_sum), shared by the CPU and CUDA
+// backends: for k in [0, size), node = start + k,
+//   out[k] = sum over e in [indptr[node], indptr[node + 1]) of
+//            float32(table[indices[e]])
+// and a zero row where node is outside [0, len(indptr) - 1). An edge whose
+// id is outside [0, nrows) adds nothing, and edge positions are clipped to
+// [0, len(indices)), so a malformed CSR never reads outside its arrays or
+// the table. Each backend supplies a runner
+// (`ffi::Error run(const NeighborSumArgs&)`).
+#ifndef JDIRECT_FFI_NEIGHBOR_SUM_COMMON_H_
+#define JDIRECT_FFI_NEIGHBOR_SUM_COMMON_H_
+
+#include <cstdint>
+#include <string>
+
+#include "elements.h"
+#include "gather_common.h"  // TableShape, JDIRECT_DEFINE_HANDLER
+#include "index.h"          // JDIRECT_HD
+#include "xla/ffi/api/ffi.h"
+
+namespace jdirect {
+
+struct NeighborSumArgs {
+  const void* table;     // nrows x width elements: float32, or bfloat16 if bf16
+  bool bf16;
+  int64_t nrows;
+  int64_t width;         // elements of a row
+  const void* indptr;    // ndst + 1 offsets, int64 if indptr64 else int32
+  bool indptr64;
+  int64_t ndst;
+  const void* indices;   // nnz source ids, int64 if indices64 else int32
+  bool indices64;
+  int64_t nnz;
+  const void* start;     // the first node: one int64 if start64 else int32
+  bool start64;
+  float* out;            // size x width
+  int64_t size;
+};
+
+// The edge range [lo, hi) of `node`, clipped into [0, nnz).
+template <typename P>
+JDIRECT_HD void EdgeRange(const P* indptr, int64_t node, int64_t nnz, int64_t* lo,
+                          int64_t* hi) {
+  int64_t a = static_cast<int64_t>(indptr[node]);
+  int64_t b = static_cast<int64_t>(indptr[node + 1]);
+  a = a < 0 ? 0 : (a > nnz ? nnz : a);
+  b = b < a ? a : (b > nnz ? nnz : b);
+  *lo = a;
+  *hi = b;
+}
+
+// Calls fn(T{}, P{}, I{}): the table's element type, the offsets' and the
+// ids' integer types.
+template <typename Fn>
+void WithNeighborSumTypes(const NeighborSumArgs& a, Fn fn) {
+  auto ids = [&](auto t, auto p) {
+    if (a.indices64) return fn(t, p, int64_t{});
+    return fn(t, p, int32_t{});
+  };
+  auto offsets = [&](auto t) {
+    if (a.indptr64) return ids(t, int64_t{});
+    return ids(t, int32_t{});
+  };
+  if (a.bf16) return offsets(Bf16{});
+  return offsets(float{});
+}
+
+inline bool IsIndex(ffi::DataType t) {
+  return t == ffi::DataType::S32 || t == ffi::DataType::S64;
+}
+
+template <typename Runner>
+ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
+                       ffi::AnyBuffer indices, ffi::AnyBuffer start,
+                       ffi::Result<ffi::AnyBuffer> out) {
+  const auto bad = [](const char* what) {
+    return ffi::Error::InvalidArgument(std::string("jdirect neighbor_sum: ") + what);
+  };
+  if (table.element_type() != ffi::DataType::F32 &&
+      table.element_type() != ffi::DataType::BF16) {
+    return bad("the table must be float32 or bfloat16");
+  }
+  if (!IsIndex(indptr.element_type()) || indptr.dimensions().size() != 1 ||
+      indptr.element_count() < 1) {
+    return bad("indptr must be a non-empty int32 or int64 vector");
+  }
+  if (!IsIndex(indices.element_type()) || indices.dimensions().size() != 1) {
+    return bad("indices must be an int32 or int64 vector");
+  }
+  if (!IsIndex(start.element_type()) || start.element_count() != 1) {
+    return bad("start must be one int32 or int64");
+  }
+  int64_t nrows, row_bytes;
+  if (auto e = TableShape(table, &nrows, &row_bytes); e.failure()) return e;
+  const int64_t width = row_bytes / static_cast<int64_t>(ffi::ByteWidth(table.element_type()));
+  auto dims = out->dimensions();
+  if (out->element_type() != ffi::DataType::F32 || dims.size() < 1 ||
+      static_cast<int64_t>(out->element_count()) != dims[0] * width) {
+    return bad("the output must be float32 [size, *row]");
+  }
+  NeighborSumArgs a;
+  a.table = table.untyped_data();
+  a.bf16 = table.element_type() == ffi::DataType::BF16;
+  a.nrows = nrows;
+  a.width = width;
+  a.indptr = indptr.untyped_data();
+  a.indptr64 = indptr.element_type() == ffi::DataType::S64;
+  a.ndst = static_cast<int64_t>(indptr.element_count()) - 1;
+  a.indices = indices.untyped_data();
+  a.indices64 = indices.element_type() == ffi::DataType::S64;
+  a.nnz = static_cast<int64_t>(indices.element_count());
+  a.start = start.untyped_data();
+  a.start64 = start.element_type() == ffi::DataType::S64;
+  a.out = static_cast<float*>(out->untyped_data());
+  a.size = dims[0];
+  return run(a);
+}
+
+}  // namespace jdirect
+
+#define JDIRECT_BIND_NEIGHBOR_SUM(CTX)                \
+  xla::ffi::Ffi::Bind() CTX                           \
+      .Arg<xla::ffi::AnyBuffer>() /* table */         \
+      .Arg<xla::ffi::AnyBuffer>() /* indptr */        \
+      .Arg<xla::ffi::AnyBuffer>() /* indices */       \
+      .Arg<xla::ffi::AnyBuffer>() /* start */         \
+      .Ret<xla::ffi::AnyBuffer>() /* out */
+
+#endif  // JDIRECT_FFI_NEIGHBOR_SUM_COMMON_H_

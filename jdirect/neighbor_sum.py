@@ -1,0 +1,97 @@
+"""`neighbor_sum`: the sums of neighbours' rows over a CSR, in one kernel.
+
+A GNN layer's mean or sum aggregation written with jnp gathers every
+edge's source row into an [edges, width] buffer and segment-sums it: the
+rows are written and read once more than they need to be, and the buffer
+bounds how many edges a call can take. `neighbor_sum` reads each edge's
+source row and adds it into its destination's sum in registers (CUDA: a
+warp per destination, several rows in flight per warp; the CPU: a loop),
+so its memory is its output alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _ffi
+
+_ROWS = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
+_IDS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
+                 start: int | jax.Array = 0, *, size: int | None = None) -> jax.Array:
+    """float32[size, *table.shape[1:]]: each node's sum of its neighbours' rows.
+
+    Row k is node n = start + k of the CSR (indptr, indices):
+
+      out[k] = table[indices[indptr[n]:indptr[n + 1]]].astype(float32).sum(0)
+
+    and zeros where n is outside [0, len(indptr) - 1). An id outside
+    [0, len(table)) adds nothing (jnp.take's fill with 0, not a wrap), and
+    edge positions are clipped into [0, len(indices)], so no input reads
+    outside its arrays. Usable under `jax.jit` (`start` may be traced; then
+    `size` is needed); vmap runs one call per batch element.
+
+    Args:
+      table: [rows, ...] float32 or bfloat16 rows (a device or CPU jax.Array
+        or a NumPy array).
+      indptr: int32 or int64 [nodes + 1] offsets into `indices`, ascending.
+      indices: int32 or int64 [edges] source rows.
+      start: the first node (an int or an integer scalar array).
+      size: how many nodes; None: every node from `start` on (`start` must
+        then be an int).
+
+    Raises:
+      TypeError: a table that is not an array of float32 or bfloat16 (a
+        jdirect Table kind: read it with `gather`), or indptr, indices or
+        start that are not int32 or int64.
+      ValueError: a rank-0 table, indptr or indices not vectors, an empty
+        indptr, a negative `size`, or `size` None with a traced `start`.
+      RuntimeError: on a GPU, jdirect built without its CUDA library.
+    """
+    if not isinstance(table, (jax.Array, np.ndarray)):
+        raise TypeError(f"neighbor_sum reads a jax.Array or NumPy array, got "
+                        f"{type(table).__name__}")
+    table = jnp.asarray(table)
+    if np.dtype(table.dtype) not in _ROWS:
+        raise TypeError(f"neighbor_sum sums float32 or bfloat16 rows, got "
+                        f"{np.dtype(table.dtype).name}")
+    if table.ndim < 1:
+        raise ValueError("neighbor_sum needs a table of rank >= 1 (rows first)")
+    indptr, indices = _ids("indptr", indptr), _ids("indices", indices)
+    if indptr.shape[0] < 1:
+        raise ValueError("indptr must hold at least one offset (nodes + 1 of them)")
+    if not hasattr(start, "dtype"):
+        start = int(start)
+    elif np.dtype(start.dtype) not in _IDS or np.ndim(start) != 0:
+        raise TypeError(f"start must be an int or an int32/int64 scalar, got "
+                        f"{np.dtype(start.dtype).name}{list(np.shape(start))}")
+    if size is None:
+        if not isinstance(start, (int, np.integer)):
+            raise ValueError("neighbor_sum needs `size` when `start` is an array")
+        size = max(0, indptr.shape[0] - 1 - int(start))
+    size = int(size)
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    if jax.default_backend() == "gpu":
+        _ffi.require_cuda("jdirect.neighbor_sum on a GPU")
+    start = jnp.asarray(start, jnp.int32 if isinstance(start, int) else start.dtype)
+    out = jax.ShapeDtypeStruct((size,) + tuple(table.shape[1:]), jnp.float32)
+    call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM, out, vmap_method="sequential")
+    return call(table, indptr, indices, start)
+
+
+def _ids(name: str, x: Any) -> jax.Array:
+    """An int32/int64 vector as a jax.Array."""
+    if not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    if np.dtype(x.dtype) not in _IDS:
+        raise TypeError(f"{name} must be int32 or int64, got {np.dtype(x.dtype).name}")
+    if np.ndim(x) != 1:
+        raise ValueError(f"{name} must be a vector, got shape {list(np.shape(x))}")
+    return jnp.asarray(x)

@@ -1,0 +1,167 @@
+"""jdirect.neighbor_sum against NumPy: sums of neighbours' rows over a CSR.
+
+On a GPU machine these run the CUDA kernel (every vector width it picks:
+rows of 2, 4, 8 and 16-byte multiples), elsewhere the CPU twin.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jdirect
+
+
+def reference(table, indptr, indices, start, size):
+    """NumPy's float64 sums, the op's semantics written out."""
+    rows = np.asarray(table, np.float64).reshape(len(table), -1)
+    out = np.zeros((size, rows.shape[1]))
+    ndst, nnz = len(indptr) - 1, len(indices)
+    for k in range(size):
+        node = start + k
+        if not 0 <= node < ndst:
+            continue
+        lo = min(max(int(indptr[node]), 0), nnz)
+        hi = min(max(int(indptr[node + 1]), lo), nnz)
+        ids = np.asarray(indices[lo:hi], np.int64)
+        ids = ids[(ids >= 0) & (ids < len(table))]
+        out[k] = rows[ids].sum(0)
+    return out.reshape((size,) + np.shape(table)[1:])
+
+
+def random_csr(rng, nodes, rows, max_degree, index_dtype=np.int32):
+    degrees = rng.integers(0, max_degree + 1, nodes)
+    indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(index_dtype)
+    return indptr, rng.integers(0, rows, int(indptr[-1])).astype(index_dtype)
+
+
+def check(table, indptr, indices, start=0, size=None):
+    size = len(indptr) - 1 - start if size is None else size
+    got = np.asarray(jdirect.neighbor_sum(table, indptr, indices, start, size=size))
+    want = reference(np.asarray(jnp.asarray(table).astype(jnp.float32)), indptr, indices, start,
+                     size)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 100, 128, 256, 3703])
+def test_sums_match_numpy_for_every_row_width(dtype, width):
+    # Widths whose rows take 2, 4, 8 and 16-byte loads, a tile of 32 lanes
+    # and more than one, and a citation graph's 3,703 words.
+    rng = np.random.default_rng(width)
+    table = jnp.asarray(rng.standard_normal((300, width)), dtype)
+    indptr, indices = random_csr(rng, 120, 300, 70)
+    check(table, indptr, indices)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_int64_offsets_and_ids(index_dtype):
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((64, 5)).astype(np.float32)
+    indptr, indices = random_csr(rng, 40, 64, 9, index_dtype)
+    check(table, indptr, indices)
+    check(table, indptr.astype(np.int64), indices.astype(np.int32))
+
+
+def test_a_hub_isolated_nodes_and_a_graph_with_no_edges():
+    rng = np.random.default_rng(2)
+    table = rng.standard_normal((5000, 16)).astype(np.float32)
+    degrees = np.array([0, 4000, 0, 0, 33, 1, 0])  # a hub, isolated nodes, 32 + 1
+    indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int32)
+    indices = rng.integers(0, 5000, int(indptr[-1])).astype(np.int32)
+    check(table, indptr, indices)
+    out = jdirect.neighbor_sum(table, np.zeros(4, np.int32), np.zeros(0, np.int32))
+    np.testing.assert_array_equal(np.asarray(out), np.zeros((3, 16), np.float32))
+
+
+def test_nodes_outside_the_csr_get_zero_rows():
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((30, 4)).astype(np.float32)
+    indptr, indices = random_csr(rng, 10, 30, 5)
+    check(table, indptr, indices, start=7, size=8)   # 3 nodes, then 5 past the end
+    check(table, indptr, indices, start=-3, size=6)  # 3 before the first node
+    check(table, indptr, indices, start=20, size=2)  # none at all
+
+
+def test_ids_and_offsets_outside_their_arrays_read_nothing_outside():
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    indices = np.array([0, -1, 6, 2**31 - 1, 5, 1], np.int32)
+    # Node 1's range runs past the ids, node 2's backwards, node 3's before 0.
+    indptr = np.array([0, 3, 100, 2, -5], np.int32)
+    got = np.asarray(jdirect.neighbor_sum(table, indptr, indices))
+    np.testing.assert_array_equal(got, [table[0], table[5] + table[1], [0, 0], [0, 0]])
+    check(table, indptr, indices)
+
+
+def test_under_jit_with_a_traced_start_equals_segment_sums_of_jnp_take():
+    rng = np.random.default_rng(4)
+    table = jnp.asarray(rng.standard_normal((200, 24)), jnp.float32)
+    indptr, indices = random_csr(rng, 64, 200, 12)
+    step = jax.jit(lambda a: jdirect.neighbor_sum(table, indptr, indices, a, size=16))
+    seg = np.repeat(np.arange(64), np.diff(indptr))
+    want = jax.ops.segment_sum(jnp.take(table, indices, axis=0), seg, 64)
+    got = jnp.concatenate([step(jnp.int32(a)) for a in range(0, 64, 16)])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+def test_rows_of_higher_rank_keep_their_shape():
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((20, 3, 4)).astype(np.float32)
+    indptr, indices = random_csr(rng, 6, 20, 4)
+    assert jdirect.neighbor_sum(table, indptr, indices).shape == (6, 3, 4)
+    check(table, indptr, indices)
+
+
+def test_vmap_over_starts_runs_each():
+    rng = np.random.default_rng(6)
+    table = rng.standard_normal((40, 8)).astype(np.float32)
+    indptr, indices = random_csr(rng, 12, 40, 6)
+    got = jax.vmap(lambda a: jdirect.neighbor_sum(table, indptr, indices, a, size=4))(
+        jnp.array([0, 4, 8], jnp.int32))
+    np.testing.assert_allclose(np.asarray(got).reshape(12, 8),
+                               reference(table, indptr, indices, 0, 12), rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 60), st.integers(1, 40), st.integers(0, 50),
+       st.integers(-5, 45), st.integers(0, 2**16))
+def test_random_graphs(nodes, rows, width, max_degree, start, seed):
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((rows, width)).astype(np.float32)
+    indptr, indices = random_csr(rng, nodes, rows, max_degree)
+    check(table, indptr, indices, start, size=max(0, nodes - start) + 3)
+
+
+@pytest.mark.parametrize("table, indptr, indices, kwargs, error, match", [
+    (np.zeros((4, 2), np.float16), [0, 1], [0], {}, TypeError, "float32 or bfloat16"),
+    (np.zeros((4, 2), np.int32), [0, 1], [0], {}, TypeError, "float32 or bfloat16"),
+    ([[0.0, 1.0]], [0, 1], [0], {}, TypeError, "jax.Array or NumPy array"),
+    (np.zeros((), np.float32), [0, 1], [0], {}, ValueError, "rank >= 1"),
+    (np.zeros((4, 2), np.float32), np.array([0, 1], np.uint32), [0], {}, TypeError,
+     "indptr must be int32 or int64"),
+    (np.zeros((4, 2), np.float32), [0, 1], np.array([0.0]), {}, TypeError,
+     "indices must be int32 or int64"),
+    (np.zeros((4, 2), np.float32), [[0, 1]], [0], {}, ValueError, "indptr must be a vector"),
+    (np.zeros((4, 2), np.float32), np.zeros(0, np.int32), [0], {}, ValueError,
+     "at least one offset"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"size": -1}, ValueError, "size must be >= 0"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"start": jnp.int32(0)}, ValueError,
+     "needs `size`"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"start": jnp.float32(0), "size": 1},
+     TypeError, "start must be"),
+])
+def test_bad_input_is_refused_in_one_line(table, indptr, indices, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        jdirect.neighbor_sum(table, indptr, indices, **kwargs)
+
+
+def test_a_host_table_is_refused_with_a_pointer_to_gather():
+    table = jdirect.HostTable(np.zeros((4, 2), np.float32))
+    try:
+        with pytest.raises(TypeError, match="HostTable"):
+            jdirect.neighbor_sum(table, [0, 1], [0])
+    finally:
+        table.close()
