@@ -1,14 +1,20 @@
-// The CUDA neighbour sum (neighbor_sum_common.h): one warp per
-// (destination, column tile), its lanes across the row. A warp loads 32 of
-// the node's edge ids at once and then kEdges source rows before adding
-// any, so that each warp keeps several rows in flight: random rows from
-// device memory are bound by latency, not bytes, with one in flight.
+// The CUDA neighbour sum (neighbor_sum_common.h), in two kernels on one
+// stream. The first: one warp per (destination, column tile), its lanes
+// across the row, sums the node's first kWarpEdges edges and stores them.
+// A warp loads 32 of the node's edge ids at once and then kEdges source
+// rows before adding any, so that each warp keeps several rows in flight
+// (random rows are bound by latency, not bytes, with one in flight). The
+// second adds the rest of each node with more edges, split over the warps
+// of a block and summed across them in a fixed order: a power-law graph's
+// hubs (products' have ~50K edges) would otherwise hold one warp, and the
+// call, for milliseconds after every other node is done. Both are
+// deterministic (no atomics).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
 
-#include "gather_cuda.h"  // Blocks
+#include "gather_cuda.h"  // Blocks, MultiprocessorCount
 #include "neighbor_sum_common.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -16,18 +22,62 @@ namespace jdirect {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kEdges = 8;  // source rows a warp reads before it adds them
+constexpr int kEdges = 8;             // source rows a warp reads before it adds them
+constexpr int64_t kWarpEdges = 512;   // edges of a node the first kernel sums
+constexpr int kHubWarps = 16;         // warps that split the rest of a node's edges
+
+template <typename T, typename V>
+struct Rows {
+  static constexpr int kVec = sizeof(V) / sizeof(T);  // elements a lane reads a row
+  const T* __restrict__ table;
+  int64_t nrows;
+  int64_t width;
+};
+
+// Adds to `acc` (this lane's kVec columns from `col`) the rows of edges
+// e, e + 32 .. below `hi` in batches of 32 starting at `begin` and every
+// `stride` edges (a multiple of 32): each batch's ids in one load, its rows
+// kEdges at a time.
+template <typename T, typename V, typename I>
+__device__ __forceinline__ void AddEdges(const Rows<T, V>& rows, const I* __restrict__ indices,
+                                         int64_t begin, int64_t hi, int64_t stride, int64_t col,
+                                         int lane, float* acc) {
+  constexpr int kVec = Rows<T, V>::kVec;
+  for (int64_t e = begin; e < hi; e += stride) {
+    const int count = hi - e < 32 ? static_cast<int>(hi - e) : 32;
+    const long long mine = lane < count ? static_cast<long long>(indices[e + lane]) : -1;
+    for (int j = 0; j < count; j += kEdges) {
+      V loaded[kEdges];
+#pragma unroll
+      for (int u = 0; u < kEdges; ++u) {
+        // j + u <= 31: j is a multiple of kEdges below count <= 32.
+        const long long r = __shfl_sync(0xffffffffu, mine, j + u);
+        const bool ok = j + u < count && r >= 0 && r < rows.nrows && col < rows.width;
+        loaded[u] = ok ? *reinterpret_cast<const V*>(rows.table + r * rows.width + col) : V{};
+      }
+#pragma unroll
+      for (int u = 0; u < kEdges; ++u) {
+        T elems[kVec];
+        memcpy(elems, &loaded[u], sizeof(V));
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[v] += ToFloat(elems[v]);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ int64_t First(const void* start, bool start64) {
+  return start64 ? *static_cast<const int64_t*>(start) : *static_cast<const int32_t*>(start);
+}
 
 template <typename T, typename V, typename P, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    NeighborSumKernel(const T* __restrict__ table, int64_t nrows, int64_t width,
-                      const P* __restrict__ indptr, int64_t ndst,
-                      const I* __restrict__ indices, int64_t nnz, const void* start,
-                      bool start64, float* __restrict__ out, int64_t size, int64_t tiles) {
-  constexpr int kVec = sizeof(V) / sizeof(T);  // elements a lane reads a row
+    WarpSumKernel(Rows<T, V> rows, const P* __restrict__ indptr, int64_t ndst,
+                  const I* __restrict__ indices, int64_t nnz, const void* start, bool start64,
+                  float* __restrict__ out, int64_t size, int64_t tiles) {
+  constexpr int kVec = Rows<T, V>::kVec;
   const int lane = threadIdx.x & 31;
-  const int64_t first = start64 ? *static_cast<const int64_t*>(start)
-                                : *static_cast<const int32_t*>(start);
+  const int64_t first = First(start, start64);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
        item < size * tiles; item += warps) {
@@ -40,33 +90,68 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (node >= 0 && node < ndst) {  // uniform across the warp
       int64_t lo, hi;
       EdgeRange(indptr, node, nnz, &lo, &hi);
-      for (int64_t e = lo; e < hi; e += 32) {
-        const int count = hi - e < 32 ? static_cast<int>(hi - e) : 32;
-        const long long mine = lane < count ? static_cast<long long>(indices[e + lane]) : -1;
-        for (int j = 0; j < count; j += kEdges) {
-          V rows[kEdges];
-#pragma unroll
-          for (int u = 0; u < kEdges; ++u) {
-            // j + u <= 31: j is a multiple of kEdges below count <= 32.
-            const long long r = __shfl_sync(0xffffffffu, mine, j + u);
-            const bool ok = j + u < count && r >= 0 && r < nrows && col < width;
-            rows[u] = ok ? *reinterpret_cast<const V*>(table + r * width + col) : V{};
-          }
-#pragma unroll
-          for (int u = 0; u < kEdges; ++u) {
-            T elems[kVec];
-            memcpy(elems, &rows[u], sizeof(V));
-#pragma unroll
-            for (int v = 0; v < kVec; ++v) acc[v] += ToFloat(elems[v]);
-          }
-        }
-      }
+      AddEdges(rows, indices, lo, hi - lo > kWarpEdges ? lo + kWarpEdges : hi, 32, col, lane,
+               acc);
     }
-    if (col < width) {
-      float* dst = out + k * width + col;
+    if (col < rows.width) {
+      float* dst = out + k * rows.width + col;
 #pragma unroll
       for (int v = 0; v < kVec; ++v) dst[v] = acc[v];
     }
+  }
+}
+
+// The edges past each node's first kWarpEdges: a block per such node (the
+// block's threads first find them among blockDim.x nodes at a time), its
+// warps taking every kHubWarps-th batch of 32, then one thread per column
+// adds the warps' sums, in warp order, to what the first kernel stored.
+template <typename T, typename V, typename P, typename I>
+__global__ void __launch_bounds__(kHubWarps * 32)
+    HubSumKernel(Rows<T, V> rows, const P* __restrict__ indptr, int64_t ndst,
+                 const I* __restrict__ indices, int64_t nnz, const void* start, bool start64,
+                 float* __restrict__ out, int64_t size, int64_t tiles) {
+  constexpr int kVec = Rows<T, V>::kVec;
+  __shared__ float partial[kHubWarps][32 * kVec];
+  __shared__ int64_t hubs[kHubWarps * 32];
+  __shared__ int count;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t first = First(start, start64);
+  for (int64_t k0 = static_cast<int64_t>(blockIdx.x) * blockDim.x; k0 < size;
+       k0 += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    const int64_t k = k0 + threadIdx.x, node = first + k;
+    if (k < size && node >= 0 && node < ndst) {
+      int64_t lo, hi;
+      EdgeRange(indptr, node, nnz, &lo, &hi);
+      if (hi - lo > kWarpEdges) hubs[atomicAdd(&count, 1)] = k;  // any order: see below
+    }
+    __syncthreads();
+    // Each hub's sum is the same whichever order the hubs are taken in.
+    for (int h = 0; h < count; ++h) {
+      const int64_t hk = hubs[h];
+      int64_t lo, hi;
+      EdgeRange(indptr, first + hk, nnz, &lo, &hi);
+      for (int64_t tile = 0; tile < tiles; ++tile) {
+        const int64_t col = tile * 32 * kVec + lane * kVec;
+        float acc[kVec];
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[v] = 0.f;
+        AddEdges(rows, indices, lo + kWarpEdges + 32 * warp, hi, 32 * kHubWarps, col, lane, acc);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) partial[warp][lane * kVec + v] = acc[v];
+        __syncthreads();
+        for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x) {
+          const int64_t at = tile * 32 * kVec + c;
+          if (at >= rows.width) continue;
+          float sum = 0.f;
+          for (int w = 0; w < kHubWarps; ++w) sum += partial[w][c];
+          out[hk * rows.width + at] += sum;
+        }
+        __syncthreads();
+      }
+    }
+    __syncthreads();  // every thread is done with `count` before it is reset
   }
 }
 
@@ -91,11 +176,17 @@ struct CudaRunner {
   void Launch(const NeighborSumArgs& a) const {
     constexpr int64_t kVec = sizeof(V) / sizeof(T);
     const int64_t tiles = (a.width + 32 * kVec - 1) / (32 * kVec);
-    const unsigned blocks = Blocks(a.size * tiles, kWarpsPerBlock, 0);
-    NeighborSumKernel<T, V, P, I><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-        static_cast<const T*>(a.table), a.nrows, a.width, static_cast<const P*>(a.indptr),
-        a.ndst, static_cast<const I*>(a.indices), a.nnz, a.start, a.start64, a.out, a.size,
-        tiles);
+    const Rows<T, V> rows{static_cast<const T*>(a.table), a.nrows, a.width};
+    const auto* indptr = static_cast<const P*>(a.indptr);
+    const auto* indices = static_cast<const I*>(a.indices);
+    WarpSumKernel<T, V, P, I><<<Blocks(a.size * tiles, kWarpsPerBlock, 0),
+                                kWarpsPerBlock * 32, 0, stream>>>(
+        rows, indptr, a.ndst, indices, a.nnz, a.start, a.start64, a.out, a.size, tiles);
+    if (a.nnz > kWarpEdges) {  // else no node has edges past the first kernel's
+      const unsigned blocks = Blocks(a.size, kHubWarps * 32, 2 * MultiprocessorCount());
+      HubSumKernel<T, V, P, I><<<blocks, kHubWarps * 32, 0, stream>>>(
+          rows, indptr, a.ndst, indices, a.nnz, a.start, a.start64, a.out, a.size, tiles);
+    }
   }
 
   ffi::Error operator()(const NeighborSumArgs& a) const {

@@ -66,12 +66,28 @@ def test_int64_offsets_and_ids(index_dtype):
     check(table, indptr.astype(np.int64), indices.astype(np.int32))
 
 
-def test_a_hub_isolated_nodes_and_a_graph_with_no_edges():
-    rng = np.random.default_rng(2)
-    table = rng.standard_normal((5000, 16)).astype(np.float32)
-    degrees = np.array([0, 4000, 0, 0, 33, 1, 0])  # a hub, isolated nodes, 32 + 1
+@pytest.mark.parametrize("dtype, width", [(np.float32, 16), (np.float32, 300),
+                                          (jnp.bfloat16, 264)])
+def test_hubs_split_over_many_warps_equal_numpy(dtype, width):
+    """Nodes with more than the first kernel's 512 edges (the GPU adds the
+    rest in a second kernel, a block per node): several in one group of
+    512 nodes, others in later groups, rows of one and of several tiles."""
+    rng = np.random.default_rng(width)
+    table = jnp.asarray(rng.standard_normal((5000, width)), dtype)
+    degrees = rng.integers(0, 8, 1500)
+    degrees[[1, 2, 700, 1499]] = [600, 4000, 513, 2000]
     indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int32)
     indices = rng.integers(0, 5000, int(indptr[-1])).astype(np.int32)
+    check(table, indptr, indices)
+    check(table, indptr, indices, start=600, size=1000)  # a hub at row 100, one past the end
+
+
+def test_isolated_nodes_and_a_graph_with_no_edges():
+    rng = np.random.default_rng(2)
+    table = rng.standard_normal((50, 16)).astype(np.float32)
+    degrees = np.array([0, 40, 0, 0, 33, 1, 0])  # isolated nodes, 32 + 1
+    indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int32)
+    indices = rng.integers(0, 50, int(indptr[-1])).astype(np.int32)
     check(table, indptr, indices)
     out = jdirect.neighbor_sum(table, np.zeros(4, np.int32), np.zeros(0, np.int32))
     np.testing.assert_array_equal(np.asarray(out), np.zeros((3, 16), np.float32))

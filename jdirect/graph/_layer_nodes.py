@@ -106,6 +106,7 @@ def padded(rows: np.ndarray, size: int, fill: int) -> np.ndarray:
     """int32[size]: `rows`, then `fill` (a row id past the table: read as zeros)."""
     if rows.shape[0] == size and rows.dtype == np.int32:
         return rows  # a full window of an int32 CSR: a view, no copy
-    out = np.full(size, fill, np.int32)
+    out = np.empty(size, np.int32)  # each entry written once: papers100M copies 13 GB a layer
     out[: rows.shape[0]] = rows
+    out[rows.shape[0]:] = fill
     return out
