@@ -124,6 +124,8 @@ ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer i
       .Arg<xla::ffi::AnyBuffer>() /* indptr */        \
       .Arg<xla::ffi::AnyBuffer>() /* indices */       \
       .Arg<xla::ffi::AnyBuffer>() /* start */         \
-      .Ret<xla::ffi::AnyBuffer>() /* out */
+      .Ret<xla::ffi::AnyBuffer>() /* out */            \
+      .Ret<xla::ffi::AnyBuffer>() /* hubs: int32[size + 1], the GPU's list of nodes */ \
+                                  /* with more edges than a warp sums; CPU: unused */
 
 #endif  // JDIRECT_FFI_NEIGHBOR_SUM_COMMON_H_

@@ -41,7 +41,8 @@ struct CpuRunner {
 };
 
 ffi::Error Run(ffi::AnyBuffer table, ffi::AnyBuffer indptr, ffi::AnyBuffer indices,
-               ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out) {
+               ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out,
+               ffi::Result<ffi::AnyBuffer> /*hubs*/) {
   return NeighborSum(CpuRunner{}, table, indptr, indices, start, out);
 }
 

@@ -1,14 +1,16 @@
 // The CUDA neighbour sum (neighbor_sum_common.h), in two kernels on one
 // stream. The first: one warp per (destination, column tile), its lanes
-// across the row, sums the node's first kWarpEdges edges and stores them.
-// A warp loads 32 of the node's edge ids at once and then kEdges source
-// rows before adding any, so that each warp keeps several rows in flight
-// (random rows are bound by latency, not bytes, with one in flight). The
-// second adds the rest of each node with more edges, split over the warps
-// of a block and summed across them in a fixed order: a power-law graph's
-// hubs (products' have ~50K edges) would otherwise hold one warp, and the
-// call, for milliseconds after every other node is done. Both are
-// deterministic (no atomics).
+// across the row, sums the node's first kWarpEdges edges and stores them;
+// it also lists the nodes with more edges (hubs). A warp loads 32 of the
+// node's edge ids at once and then kEdges source rows before adding any, so
+// that each warp keeps several rows in flight (random rows are bound by
+// latency, not bytes, with one in flight). The second kernel adds the rest
+// of each listed node, a block per node (blocks take the list's nodes in
+// turn), its edges split over the block's warps and their sums added in
+// warp order: a power-law graph's hubs (products' have ~50K edges) would
+// otherwise hold one warp, and the call, for milliseconds after every other
+// node is done. Results do not depend on the list's order (each hub is
+// summed by one block in a fixed order): no float atomics.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -74,7 +76,8 @@ template <typename T, typename V, typename P, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WarpSumKernel(Rows<T, V> rows, const P* __restrict__ indptr, int64_t ndst,
                   const I* __restrict__ indices, int64_t nnz, const void* start, bool start64,
-                  float* __restrict__ out, int64_t size, int64_t tiles) {
+                  float* __restrict__ out, int64_t size, int64_t tiles,
+                  int32_t* __restrict__ hubs) {
   constexpr int kVec = Rows<T, V>::kVec;
   const int lane = threadIdx.x & 31;
   const int64_t first = First(start, start64);
@@ -90,8 +93,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (node >= 0 && node < ndst) {  // uniform across the warp
       int64_t lo, hi;
       EdgeRange(indptr, node, nnz, &lo, &hi);
-      AddEdges(rows, indices, lo, hi - lo > kWarpEdges ? lo + kWarpEdges : hi, 32, col, lane,
-               acc);
+      const bool hub = hi - lo > kWarpEdges;
+      AddEdges(rows, indices, lo, hub ? lo + kWarpEdges : hi, 32, col, lane, acc);
+      // hubs[0] counts the list hubs[1..]; k < size <= 2**31 - 2 (Python checks).
+      if (hub && lane == 0 && item - k * tiles == 0) {
+        hubs[1 + atomicAdd(hubs, 1)] = static_cast<int32_t>(k);
+      }
     }
     if (col < rows.width) {
       float* dst = out + k * rows.width + col;
@@ -101,57 +108,40 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// The edges past each node's first kWarpEdges: a block per such node (the
-// block's threads first find them among blockDim.x nodes at a time), its
-// warps taking every kHubWarps-th batch of 32, then one thread per column
-// adds the warps' sums, in warp order, to what the first kernel stored.
+// The edges past each listed node's first kWarpEdges (see the file's
+// comment), added to what the first kernel stored.
 template <typename T, typename V, typename P, typename I>
 __global__ void __launch_bounds__(kHubWarps * 32)
-    HubSumKernel(Rows<T, V> rows, const P* __restrict__ indptr, int64_t ndst,
-                 const I* __restrict__ indices, int64_t nnz, const void* start, bool start64,
-                 float* __restrict__ out, int64_t size, int64_t tiles) {
+    HubSumKernel(Rows<T, V> rows, const P* __restrict__ indptr, const I* __restrict__ indices,
+                 int64_t nnz, const void* start, bool start64, float* __restrict__ out,
+                 int64_t tiles, const int32_t* __restrict__ hubs) {
   constexpr int kVec = Rows<T, V>::kVec;
   __shared__ float partial[kHubWarps][32 * kVec];
-  __shared__ int64_t hubs[kHubWarps * 32];
-  __shared__ int count;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t first = First(start, start64);
-  for (int64_t k0 = static_cast<int64_t>(blockIdx.x) * blockDim.x; k0 < size;
-       k0 += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (threadIdx.x == 0) count = 0;
-    __syncthreads();
-    const int64_t k = k0 + threadIdx.x, node = first + k;
-    if (k < size && node >= 0 && node < ndst) {
-      int64_t lo, hi;
-      EdgeRange(indptr, node, nnz, &lo, &hi);
-      if (hi - lo > kWarpEdges) hubs[atomicAdd(&count, 1)] = k;  // any order: see below
-    }
-    __syncthreads();
-    // Each hub's sum is the same whichever order the hubs are taken in.
-    for (int h = 0; h < count; ++h) {
-      const int64_t hk = hubs[h];
-      int64_t lo, hi;
-      EdgeRange(indptr, first + hk, nnz, &lo, &hi);
-      for (int64_t tile = 0; tile < tiles; ++tile) {
-        const int64_t col = tile * 32 * kVec + lane * kVec;
-        float acc[kVec];
+  const int32_t count = hubs[0];
+  for (int32_t h = blockIdx.x; h < count; h += gridDim.x) {
+    const int64_t k = hubs[1 + h];
+    int64_t lo, hi;
+    EdgeRange(indptr, first + k, nnz, &lo, &hi);
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t col = tile * 32 * kVec + lane * kVec;
+      float acc[kVec];
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) acc[v] = 0.f;
-        AddEdges(rows, indices, lo + kWarpEdges + 32 * warp, hi, 32 * kHubWarps, col, lane, acc);
+      for (int v = 0; v < kVec; ++v) acc[v] = 0.f;
+      AddEdges(rows, indices, lo + kWarpEdges + 32 * warp, hi, 32 * kHubWarps, col, lane, acc);
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) partial[warp][lane * kVec + v] = acc[v];
-        __syncthreads();
-        for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x) {
-          const int64_t at = tile * 32 * kVec + c;
-          if (at >= rows.width) continue;
-          float sum = 0.f;
-          for (int w = 0; w < kHubWarps; ++w) sum += partial[w][c];
-          out[hk * rows.width + at] += sum;
-        }
-        __syncthreads();
+      for (int v = 0; v < kVec; ++v) partial[warp][lane * kVec + v] = acc[v];
+      __syncthreads();
+      for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x) {
+        const int64_t at = tile * 32 * kVec + c;
+        if (at >= rows.width) continue;
+        float sum = 0.f;
+        for (int w = 0; w < kHubWarps; ++w) sum += partial[w][c];
+        out[k * rows.width + at] += sum;
       }
+      __syncthreads();
     }
-    __syncthreads();  // every thread is done with `count` before it is reset
   }
 }
 
@@ -171,6 +161,7 @@ int LoadBytes(const NeighborSumArgs& a) {
 
 struct CudaRunner {
   cudaStream_t stream;
+  int32_t* hubs;  // the hub list: a count, then up to `size` positions
 
   template <typename T, typename V, typename P, typename I>
   void Launch(const NeighborSumArgs& a) const {
@@ -179,13 +170,14 @@ struct CudaRunner {
     const Rows<T, V> rows{static_cast<const T*>(a.table), a.nrows, a.width};
     const auto* indptr = static_cast<const P*>(a.indptr);
     const auto* indices = static_cast<const I*>(a.indices);
+    if (a.nnz > kWarpEdges) cudaMemsetAsync(hubs, 0, sizeof(int32_t), stream);
     WarpSumKernel<T, V, P, I><<<Blocks(a.size * tiles, kWarpsPerBlock, 0),
                                 kWarpsPerBlock * 32, 0, stream>>>(
-        rows, indptr, a.ndst, indices, a.nnz, a.start, a.start64, a.out, a.size, tiles);
+        rows, indptr, a.ndst, indices, a.nnz, a.start, a.start64, a.out, a.size, tiles,
+        a.nnz > kWarpEdges ? hubs : nullptr);
     if (a.nnz > kWarpEdges) {  // else no node has edges past the first kernel's
-      const unsigned blocks = Blocks(a.size, kHubWarps * 32, 2 * MultiprocessorCount());
-      HubSumKernel<T, V, P, I><<<blocks, kHubWarps * 32, 0, stream>>>(
-          rows, indptr, a.ndst, indices, a.nnz, a.start, a.start64, a.out, a.size, tiles);
+      HubSumKernel<T, V, P, I><<<4 * MultiprocessorCount(), kHubWarps * 32, 0, stream>>>(
+          rows, indptr, indices, a.nnz, a.start, a.start64, a.out, tiles, hubs);
     }
   }
 
@@ -212,8 +204,15 @@ struct CudaRunner {
 };
 
 ffi::Error Run(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
-               ffi::AnyBuffer indices, ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out) {
-  return NeighborSum(CudaRunner{stream}, table, indptr, indices, start, out);
+               ffi::AnyBuffer indices, ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out,
+               ffi::Result<ffi::AnyBuffer> hubs) {
+  if (out->dimensions().size() < 1 || hubs->element_type() != ffi::DataType::S32 ||
+      static_cast<int64_t>(hubs->element_count()) != out->dimensions()[0] + 1) {
+    return ffi::Error::InvalidArgument("jdirect neighbor_sum: the hub list must be int32 "
+                                       "[size + 1]");
+  }
+  return NeighborSum(CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())}, table,
+                     indptr, indices, start, out);
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
         jdirect Table kind: read it with `gather`), or indptr, indices or
         start that are not int32 or int64.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
-        indptr, a negative `size`, or `size` None with a traced `start`.
+        indptr, a `size` outside [0, 2**31 - 1), or `size` None with a
+        traced `start`.
       RuntimeError: on a GPU, jdirect built without its CUDA library.
     """
     if not isinstance(table, (jax.Array, np.ndarray)):
@@ -76,14 +77,18 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
             raise ValueError("neighbor_sum needs `size` when `start` is an array")
         size = max(0, indptr.shape[0] - 1 - int(start))
     size = int(size)
-    if size < 0:
-        raise ValueError(f"size must be >= 0, got {size}")
+    if not 0 <= size < 2**31 - 1:
+        raise ValueError(f"size must be in [0, 2**31 - 1), got {size}")
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("jdirect.neighbor_sum on a GPU")
     start = jnp.asarray(start, jnp.int32 if isinstance(start, int) else start.dtype)
-    out = jax.ShapeDtypeStruct((size,) + tuple(table.shape[1:]), jnp.float32)
+    # The second result is the GPU's list of the nodes with more edges than
+    # one warp sums (a count, then positions): XLA allocates it, so its
+    # lifetime follows the program's stream.
+    out = (jax.ShapeDtypeStruct((size,) + tuple(table.shape[1:]), jnp.float32),
+           jax.ShapeDtypeStruct((size + 1,), jnp.int32))
     call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM, out, vmap_method="sequential")
-    return call(table, indptr, indices, start)
+    return call(table, indptr, indices, start)[0]
 
 
 def _ids(name: str, x: Any) -> jax.Array:
