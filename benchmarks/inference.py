@@ -19,6 +19,9 @@ the one before it for their neighbourhood when small). It reports:
                memory at its bandwidth (a device copy's rate measured in
                the same run, or --device-gbps); see jdirect.graph.inference
   vs_floor     s / floor_s
+  layers       per layer of the last run: its seconds (from its start,
+               staging included, until its output is complete), its link
+               bytes, its own floor and the ratio to it
   tables       where each table lived (device or host), its rows and dtype
 Each timing is printed with its floor and the ratio to it. Prints a
 table, writes JSON and a PNG. Examples:
@@ -124,16 +127,29 @@ def run(model, graph, features, args, budget: int | None, link: float | None,
         print_profile(f"{model.__class__.__name__}, budget {budget}", profile)
     moved = report.bytes_read + report.bytes_written
     s = statistics.median(times[1:]) if len(times) > 1 else times[0]
-    floor = moved / (link * 1e9) if link else None
-    edges = (edge_bytes(model, graph, table_dtype or graph.features.dtype)
-             if args.nodes == "all" and device else None)
-    if floor is not None and edges is not None:
-        floor += edges / (device * 1e9)
+    per_layer = (edge_bytes(model, graph, table_dtype or graph.features.dtype)
+                 if args.nodes == "all" and device else None)
+    edges = None if per_layer is None else sum(per_layer)
+    floor = floor_s(moved, edges, link, device)
+    # The last run's layers, each against its own floor.
+    layers = [dict(s=t, link_gb=b / 1e9, floor_s=f, vs_floor=t / f if f else None)
+              for (t, b), e in zip(report.layers, per_layer or [None] * len(report.layers))
+              for f in [floor_s(b, e, link, device)]]
     return dict(first_s=times[0], s=s, read_gb=report.bytes_read / 1e9,
                 written_gb=report.bytes_written / 1e9,
                 edge_gb=None if edges is None else edges / 1e9, floor_s=floor,
                 vs_floor=s / floor if floor else None,
-                nodes_per_s=graph.num_nodes / s, tables=report.tables, profile=profile)
+                nodes_per_s=graph.num_nodes / s, tables=report.tables, layers=layers,
+                profile=profile)
+
+
+def floor_s(moved: int, edges: int | None, link: float | None,
+            device: float | None) -> float | None:
+    """Seconds to move `moved` bytes over the link plus, where known, read
+    `edges` bytes of edge rows from device memory (None without a link rate)."""
+    if not link:
+        return None
+    return moved / (link * 1e9) + (edges / (device * 1e9) if edges is not None else 0.0)
 
 
 def main() -> None:
@@ -178,16 +194,16 @@ def main() -> None:
     plot(records, args.json.with_suffix(".png"))
 
 
-def edge_bytes(model, graph, table_dtype) -> int:
-    """Bytes the edges of every layer read over every node: one row an edge
-    of the table its windows read (layer 0: the features, a projecting
-    layer: its source rows of `table_dtype`; later: the hidden tables)."""
-    total = 0
+def edge_bytes(model, graph, table_dtype) -> list[int]:
+    """Per layer, the bytes its edges read over every node: one row an edge
+    of the table it reads (layer 0: the features, a projecting layer: its
+    source rows of `table_dtype`; later: the hidden tables)."""
+    out = []
     for i, conv in enumerate(model.convs):
         width = conv.source_dim if conv.projects else conv.in_dim
         dtype = graph.features.dtype if i == 0 and not conv.projects else table_dtype
-        total += graph.num_edges * width * np.dtype(dtype).itemsize
-    return total
+        out.append(graph.num_edges * width * np.dtype(dtype).itemsize)
+    return out
 
 
 def copy_gbps(reps: int) -> float:
@@ -207,8 +223,14 @@ def timing_line(rec: dict, link: float | None, device: float | None) -> str:
     floor = ("no floor: no link rate (CPU backend; pass --link-gbps)" if rec["floor_s"] is None
              else f"floor {rec['floor_s']:.3f} s ({moved:.1f} GB over the link at {link:.1f} "
                   f"GB/s{edges}), {rec['vs_floor']:.2f}x floor")
+    layers = "; ".join(
+        f"{i + 1}: {layer['s']:.3f} s" + ("" if layer["floor_s"] is None else
+                                         f" (floor {layer['floor_s']:.3f} s, "
+                                         f"{layer['vs_floor']:.1f}x)")
+        for i, layer in enumerate(rec["layers"]))
     return (f"{rec['model']} budget {rec['budget']}: {rec['s']:.3f} s (first run "
-            f"{rec['first_s']:.2f} s); {floor}\n  tables: {'; '.join(rec['tables'])}")
+            f"{rec['first_s']:.2f} s); {floor}\n  layers of the last run: {layers}"
+            f"\n  tables: {'; '.join(rec['tables'])}")
 
 
 def plot(records: list[dict], path: Path) -> None:

@@ -321,6 +321,19 @@ def test_sampled_forward_with_every_neighbour_equals_full_inference(graph, name)
                                atol=1e-4)
 
 
+def test_the_report_splits_time_and_link_bytes_by_layer(graph):
+    """One (seconds, link bytes) entry a layer; the bytes add up to the
+    report's totals (host tables: every layer moves some)."""
+    model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=8)
+    with jdirect.HostTable(graph.features) as features:
+        result = layerwise(model, graph, features, device_budget=0)
+    report = result.report
+    result.close()
+    assert len(report.layers) == 3
+    assert all(seconds > 0 and moved > 0 for seconds, moved in report.layers)
+    assert sum(moved for _, moved in report.layers) == report.bytes_read + report.bytes_written
+
+
 def test_accuracy_and_evaluate(graph):
     model = build("gcn", 6, 8, 4, 2, dropout=0.5, seed=7)
     want = reference(model, graph, graph.features).argmax(-1)

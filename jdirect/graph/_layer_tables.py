@@ -35,11 +35,16 @@ class Report:
       bytes_read: bytes read from host memory by the device (host input
         rows gathered or staged, the CSR copied whole or window by window).
       bytes_written: bytes written from the device to host tables.
+      layers: per layer, input side first, (seconds, bytes read + written
+        over the link): wall time from the layer's start until its output
+        table is complete (each layer ends waiting for the device), and
+        its share of bytes_read + bytes_written.
     """
 
     tables: list[str] = dataclasses.field(default_factory=list)
     bytes_read: int = 0
     bytes_written: int = 0
+    layers: list[tuple[float, int]] = dataclasses.field(default_factory=list)
 
 
 def rows_of(table: Input, span: jax.Array, size: int) -> jax.Array:

@@ -117,6 +117,7 @@ the default budget is then the host memory available).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Sequence
 
 import jax
@@ -258,6 +259,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                disable=None if progress else True)
     for i, (conv, dst, (size, window)) in enumerate(
             zip(convs, planned.destinations, planned.plan.chunks)):
+        started, moved = time.perf_counter(), report.bytes_read + report.bytes_written
         last = i + 1 == len(convs)
         dtype = logits_dtype if last else hidden_dtype
         steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype,
@@ -321,6 +323,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         if tables.on_host(edges_from):  # the cache's hits crossed no link
             report.bytes_read -= hits * tables.link_row_bytes(edges_from)
         done = out.done()
+        report.layers.append((time.perf_counter() - started,
+                              report.bytes_read + report.bytes_written - moved))
         if edges_from is not table and edges_from is not source:
             tables.release(edges_from, True, done)  # the cache's device memory
         tables.release(table, owned, done)
