@@ -62,10 +62,28 @@ def kernel_profile(fn: Callable[[], object], reps: int, top: int = 12) -> dict:
                     (event.start_ns, event.start_ns + event.duration_ns, event.name))
     device = sum(totals.values())
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    host = [p for p in data.planes if p.name == "/host:CPU"] if devices else []
     return dict(wall_ms=1e3 * wall, device_ms=device / 1e6 / reps, kernels=[
         dict(name=name, calls=calls[name] / reps, ms=ns / 1e6 / reps,
              share=ns / device if device else 0.0) for name, ns in ranked],
-        timeline=timeline(spans, reps))
+        timeline=timeline(spans, reps), host=host_spans(host, reps, top))
+
+
+def host_spans(planes: list, reps: int, top: int) -> list[dict]:
+    """The host's traced spans (JAX's dispatch, PjRt's transfers and
+    launches, XLA's runtime) by total time per call of fn, the `top` names:
+    where a call whose device sits idle spends its host time. Spans nest
+    (a dispatch contains its transfers), so the times overlap and do not
+    add up; they rank."""
+    totals: dict[str, int] = collections.defaultdict(int)
+    calls: dict[str, int] = collections.Counter()
+    for plane in planes:
+        for line in plane.lines:
+            for event in line.events:
+                totals[event.name] += event.duration_ns
+                calls[event.name] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    return [dict(name=name, calls=calls[name] / reps, ms=ns / 1e6 / reps) for name, ns in ranked]
 
 
 def _union_ns(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -125,3 +143,7 @@ def print_profile(title: str, prof: dict) -> None:
             name = stream["name"].replace("/device:", "")
             print(f"      {name[:40]:40s} busy {stream['busy_ms']:9.3f} ms: "
                   + "; ".join(f"{k['name'][:40]} {k['ms']:.2f}" for k in stream["kernels"]))
+    if prof.get("host"):
+        print("    host spans (nested: they overlap):")
+        for k in prof["host"]:
+            print(f"    {k['ms']:9.4f} ms  x{k['calls']:<6.4g} {k['name'][:90]}")
