@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       EdgeRange(indptr, node, nnz, &lo, &hi);
       const bool hub = hi - lo > kWarpEdges;
       AddEdges(rows, indices, lo, hub ? lo + kWarpEdges : hi, 32, col, lane, acc);
-      // hubs[0] counts the list hubs[1..]; k < size <= 2**31 - 2 (Python checks).
+      // hubs[0] counts the list hubs[1..]; k < size < 2**31 - 1 (Run checks).
       if (hub && lane == 0 && item - k * tiles == 0) {
         hubs[1 + atomicAdd(hubs, 1)] = static_cast<int32_t>(k);
       }
@@ -206,10 +206,13 @@ struct CudaRunner {
 ffi::Error Run(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
                ffi::AnyBuffer indices, ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out,
                ffi::Result<ffi::AnyBuffer> hubs) {
-  if (out->dimensions().size() < 1 || hubs->element_type() != ffi::DataType::S32 ||
+  // The hub list holds int32 positions: size < 2**31 - 1 (Python checks it;
+  // a hand-built call must not wrap them into writes before `out`).
+  if (out->dimensions().size() < 1 || out->dimensions()[0] >= INT32_MAX ||
+      hubs->element_type() != ffi::DataType::S32 ||
       static_cast<int64_t>(hubs->element_count()) != out->dimensions()[0] + 1) {
     return ffi::Error::InvalidArgument("jdirect neighbor_sum: the hub list must be int32 "
-                                       "[size + 1]");
+                                       "[size + 1] with size < 2**31 - 1");
   }
   return NeighborSum(CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())}, table,
                      indptr, indices, start, out);

@@ -14,14 +14,14 @@ from .table import Table, as_table
 _INT32 = np.iinfo(np.int32)
 
 
-def _as_indices(idx: Any) -> jax.Array:
+def _as_indices(idx: Any, name: str = "indices") -> jax.Array:
     """int32/int64 indices as a jax.Array. Values that are not jax arrays
     must fit the index type JAX will use (int32 unless x64 is on): jnp
     refuses Python ints that do not fit, and jdirect refuses NumPy int64
-    values that would be truncated too."""
+    values that would be truncated too. `name` names them in errors."""
     if hasattr(idx, "dtype"):
         if np.dtype(idx.dtype) not in (np.int32, np.int64):
-            raise TypeError(f"indices must be int32 or int64, got {np.dtype(idx.dtype).name}")
+            raise TypeError(f"{name} must be int32 or int64, got {np.dtype(idx.dtype).name}")
         if isinstance(idx, (jax.Array, jax.core.Tracer)):
             return idx
         host = np.asarray(idx)
@@ -32,12 +32,12 @@ def _as_indices(idx: Any) -> jax.Array:
         if host.dtype == np.uint64:  # NumPy's choice for ints in [2**63, 2**64)
             raise OverflowError(f"index {host.max()} does not fit in int64")
         if host.dtype.kind != "i":
-            raise TypeError(f"indices must be int32 or int64, got {host.dtype.name}")
+            raise TypeError(f"{name} must be int32 or int64, got {host.dtype.name}")
     if not jax.config.jax_enable_x64 and host.dtype == np.int64:
         outside = (host < _INT32.min) | (host > _INT32.max)
         if outside.any():
             raise OverflowError(
-                f"index {host[outside].flat[0]} does not fit in int32, the index type while "
+                f"{name} value {host[outside].flat[0]} does not fit in int32, the index type while "
                 "jax_enable_x64 is off (jnp.take refuses it too); enable x64 for int64 indices")
     return jnp.asarray(host)
 

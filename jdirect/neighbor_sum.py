@@ -1,12 +1,13 @@
-"""`neighbor_sum`: the sums of neighbours' rows over a CSR, in one kernel.
+"""`neighbor_sum`: the sums of neighbours' rows over a CSR, in one call.
 
 A GNN layer's mean or sum aggregation written with jnp gathers every
 edge's source row into an [edges, width] buffer and segment-sums it: the
 rows are written and read once more than they need to be, and the buffer
 bounds how many edges a call can take. `neighbor_sum` reads each edge's
-source row and adds it into its destination's sum in registers (CUDA: a
-warp per destination, several rows in flight per warp; the CPU: a loop),
-so its memory is its output alone.
+source row and adds it into its node's sum in registers (CUDA: a warp per
+node and column tile for a node's first 512 edges, a block for the rest of
+each larger one; the CPU: a loop), so its memory is its output and a list
+of the large nodes (int32, one per node).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _ffi
+from .gather import _as_indices
 
 _ROWS = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
 _IDS = (np.dtype(np.int32), np.dtype(np.int64))
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
@@ -32,32 +35,40 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
       out[k] = table[indices[indptr[n]:indptr[n + 1]]].astype(float32).sum(0)
 
     and zeros where n is outside [0, len(indptr) - 1). An id outside
-    [0, len(table)) adds nothing (jnp.take's fill with 0, not a wrap), and
-    edge positions are clipped into [0, len(indices)], so no input reads
-    outside its arrays. Usable under `jax.jit` (`start` may be traced; then
-    `size` is needed); vmap runs one call per batch element.
+    [0, len(table)) adds nothing; negative ids too (unlike jnp.take, which
+    counts them from the end). Edge positions are clipped into
+    [0, len(indices)], so no input reads outside its arrays. Usable under
+    `jax.jit` (`start` may be traced); vmap runs one call per batch
+    element; not differentiable. The order in which a node's rows are
+    added is fixed (results are deterministic) and may differ from a
+    sequential sum's by float rounding.
 
     Args:
       table: [rows, ...] float32 or bfloat16 rows (a device or CPU jax.Array
         or a NumPy array).
-      indptr: int32 or int64 [nodes + 1] offsets into `indices`, ascending.
+      indptr: int32 or int64 [nodes + 1] offsets into `indices`, ascending
+        (values past int32 need jax_enable_x64, as for `jdirect.gather`).
       indices: int32 or int64 [edges] source rows.
-      start: the first node (an int or an integer scalar array).
+      start: the first node: an int, or an int32/int64 scalar array.
       size: how many nodes; None: every node from `start` on (`start` must
         then be an int).
 
     Raises:
       TypeError: a table that is not an array of float32 or bfloat16 (a
-        jdirect Table kind: read it with `gather`), or indptr, indices or
-        start that are not int32 or int64.
+        jdirect Table kind: read its rows with `jdirect.gather`), indptr or
+        indices that are not int32 or int64, or a `start` that is not an
+        integer.
+      OverflowError: indptr, indices or `start` values past int32 while
+        jax_enable_x64 is off.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
-        indptr, a `size` outside [0, 2**31 - 1), or `size` None with a
-        traced `start`.
+        indptr, a `size` outside [0, 2**31 - 1), or `size` None with an
+        array `start`.
       RuntimeError: on a GPU, jdirect built without its CUDA library.
     """
     if not isinstance(table, (jax.Array, np.ndarray)):
         raise TypeError(f"neighbor_sum reads a jax.Array or NumPy array, got "
-                        f"{type(table).__name__}")
+                        f"{type(table).__name__} (read a jdirect table's rows with "
+                        f"jdirect.gather)")
     table = jnp.asarray(table)
     if np.dtype(table.dtype) not in _ROWS:
         raise TypeError(f"neighbor_sum sums float32 or bfloat16 rows, got "
@@ -67,21 +78,18 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     indptr, indices = _ids("indptr", indptr), _ids("indices", indices)
     if indptr.shape[0] < 1:
         raise ValueError("indptr must hold at least one offset (nodes + 1 of them)")
-    if not hasattr(start, "dtype"):
-        start = int(start)
-    elif np.dtype(start.dtype) not in _IDS or np.ndim(start) != 0:
-        raise TypeError(f"start must be an int or an int32/int64 scalar, got "
-                        f"{np.dtype(start.dtype).name}{list(np.shape(start))}")
+    start = _start(start)
     if size is None:
-        if not isinstance(start, (int, np.integer)):
+        if not isinstance(start, int):
             raise ValueError("neighbor_sum needs `size` when `start` is an array")
-        size = max(0, indptr.shape[0] - 1 - int(start))
+        size = max(0, indptr.shape[0] - 1 - start)
     size = int(size)
-    if not 0 <= size < 2**31 - 1:
+    if not 0 <= size < _INT32_MAX:
         raise ValueError(f"size must be in [0, 2**31 - 1), got {size}")
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("jdirect.neighbor_sum on a GPU")
-    start = jnp.asarray(start, jnp.int32 if isinstance(start, int) else start.dtype)
+    if isinstance(start, int):
+        start = jnp.asarray(start, jnp.int32 if abs(start) <= _INT32_MAX else jnp.int64)
     # The second result is the GPU's list of the nodes with more edges than
     # one warp sums (a count, then positions): XLA allocates it, so its
     # lifetime follows the program's stream.
@@ -91,12 +99,27 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     return call(table, indptr, indices, start)[0]
 
 
+def _start(start: Any) -> int | jax.Array:
+    """`start` as a Python int or an int32/int64 scalar array."""
+    if isinstance(start, (bool, np.bool_)):
+        raise TypeError(f"start must be an integer, got {start!r}")
+    if isinstance(start, (int, np.integer)):
+        start = int(start)
+        if abs(start) > _INT32_MAX and not jax.config.jax_enable_x64:
+            raise OverflowError(f"start {start} does not fit in int32, the index type while "
+                                "jax_enable_x64 is off; enable x64 for int64 node ids")
+        return start
+    if not isinstance(start, (jax.Array, np.ndarray)):
+        raise TypeError(f"start must be an integer, got {type(start).__name__}")
+    if np.dtype(start.dtype) not in _IDS or np.ndim(start) != 0:
+        raise TypeError(f"start must be an int or an int32/int64 scalar, got "
+                        f"{np.dtype(start.dtype).name}{list(np.shape(start))}")
+    return jnp.asarray(start)
+
+
 def _ids(name: str, x: Any) -> jax.Array:
-    """An int32/int64 vector as a jax.Array."""
-    if not hasattr(x, "dtype"):
-        x = np.asarray(x)
-    if np.dtype(x.dtype) not in _IDS:
-        raise TypeError(f"{name} must be int32 or int64, got {np.dtype(x.dtype).name}")
-    if np.ndim(x) != 1:
-        raise ValueError(f"{name} must be a vector, got shape {list(np.shape(x))}")
-    return jnp.asarray(x)
+    """An int32/int64 vector as a jax.Array (`jdirect.gather`'s checks)."""
+    x = _as_indices(x, name)
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be a vector, got shape {list(x.shape)}")
+    return x

@@ -58,12 +58,20 @@ def test_sums_match_numpy_for_every_row_width(dtype, width):
 
 
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_int64_offsets_and_ids(index_dtype):
+def test_int64_offsets_ids_and_start_under_x64(index_dtype):
+    """The kernels' int64 variants: with x64 on, int64 arrays stay int64."""
     rng = np.random.default_rng(1)
     table = rng.standard_normal((64, 5)).astype(np.float32)
     indptr, indices = random_csr(rng, 40, 64, 9, index_dtype)
-    check(table, indptr, indices)
-    check(table, indptr.astype(np.int64), indices.astype(np.int32))
+    with jax.enable_x64(True):
+        check(table, indptr, indices)
+        check(table, indptr.astype(np.int64), indices.astype(np.int32), start=3, size=30)
+        got = jdirect.neighbor_sum(table, indptr.astype(np.int64), indices,
+                                   jnp.asarray(5, jnp.int64), size=4)
+        np.testing.assert_allclose(np.asarray(got), reference(table, indptr, indices, 5, 4),
+                                   rtol=1e-5, atol=1e-5)
+        far = jdirect.neighbor_sum(table, indptr, indices, 2**31, size=2)  # an int64 start
+        np.testing.assert_array_equal(np.asarray(far), np.zeros((2, 5), np.float32))
 
 
 @pytest.mark.parametrize("dtype, width", [(np.float32, 16), (np.float32, 300),
@@ -168,16 +176,32 @@ def test_random_graphs(nodes, rows, width, max_degree, start, seed):
      "needs `size`"),
     (np.zeros((4, 2), np.float32), [0, 1], [0], {"start": jnp.float32(0), "size": 1},
      TypeError, "start must be"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"start": 1.5}, TypeError,
+     "start must be an integer"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"start": True}, TypeError,
+     "start must be an integer"),
 ])
 def test_bad_input_is_refused_in_one_line(table, indptr, indices, kwargs, error, match):
     with pytest.raises(error, match=match):
         jdirect.neighbor_sum(table, indptr, indices, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [
+    {"indptr": np.array([0, 2**31], np.int64), "indices": [0]},
+    {"indptr": [0, 1], "indices": np.array([2**32], np.int64)},
+    {"indptr": [0, 1], "indices": [0], "start": 2**31},
+])
+def test_values_past_int32_are_refused_while_x64_is_off(kwargs):
+    """Regression: int64 offsets past 2**31 (a CSR of papers100M's 3.2B
+    edges) were truncated to int32 and summed the wrong rows, silently."""
+    with jax.enable_x64(False), pytest.raises(OverflowError, match="does not fit in int32"):
+        jdirect.neighbor_sum(np.ones((4, 2), np.float32), **kwargs)
+
+
 def test_a_host_table_is_refused_with_a_pointer_to_gather():
     table = jdirect.HostTable(np.zeros((4, 2), np.float32))
     try:
-        with pytest.raises(TypeError, match="HostTable"):
+        with pytest.raises(TypeError, match="HostTable .*jdirect.gather"):
             jdirect.neighbor_sum(table, [0, 1], [0])
     finally:
         table.close()

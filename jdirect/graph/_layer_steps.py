@@ -73,7 +73,6 @@ class Steps:
             sources (`sums_sources`) over an array adds them in one
             `jdirect.neighbor_sum`; any other runs its windows in a loop
             here."""
-            layer = conv(params)
             h, s, state = open_(params, table, source, rows)
             if csr is None:
                 return close(params, h, s, state), jnp.int32(0)
@@ -81,7 +80,7 @@ class Steps:
             ends = indptr[jnp.minimum(first + jnp.arange(size + 1, dtype=jnp.int32),
                                       indptr.shape[0] - 1)]
             offsets = ends - ends[0]
-            if fused(layer, edges_from, hot):
+            if fused(conv(params), edges_from):  # a device cache (`hot`) is no array
                 total, count = state
                 sums = neighbor_sum(edges_from, indptr, indices, first, size=size)
                 return close(params, h, s, (total + sums, count + jnp.diff(offsets).astype(
@@ -134,12 +133,15 @@ class Steps:
         self.layer = jit(layer, donate_argnums=(6,))
 
 
-def fused(conv: Any, edges_from: Input, hot: jax.Array | None) -> bool:
+def fused(conv: Any, edges_from: Input) -> bool:
     """Whether a layer's edges are summed by one `jdirect.neighbor_sum`:
-    its `Conv` sums its sources and they are an array of float32 or
-    bfloat16 rows (other table kinds, and a device cache's hit count, go
-    through the windows' gathers)."""
-    return (conv.sums_sources and hot is None and isinstance(edges_from, jax.Array)
+    its `Conv` sums its sources (`sums_sources`; a Conv without the
+    attribute does not) and they are a device array of float32 or bfloat16
+    rows. Other table kinds (a HostTable, a cache over one) and pinned_host
+    arrays go through the windows' gathers, whose host reads are ordered
+    for the link (`jdirect.gather`)."""
+    return (getattr(conv, "sums_sources", False) and isinstance(edges_from, jax.Array)
+            and jax.typeof(edges_from).memory_space != jax.memory.Space.Host
             and np.dtype(edges_from.dtype) in (np.dtype(np.float32), np.dtype(jnp.bfloat16)))
 
 

@@ -110,17 +110,17 @@ class Conv(Protocol):
       source_dim: width of `source(h)`'s rows.
       projects: whether `source` is more than the identity (layer-wise
         inference then writes a table of sources before aggregating).
-      sums_sources: whether `reduce` is `add_sums` (its state is the float32
-        sums of the edges' source rows and their float32 counts):
-        layer-wise inference then adds a chunk's edges with one
-        `jdirect.neighbor_sum` instead of windows of gathered rows.
+    A Conv may also set `sums_sources` (a class attribute; absent: False):
+    its `reduce` is `add_sums` (its state is the float32 sums of the edges'
+    source rows and their float32 counts), so layer-wise inference adds a
+    chunk's edges with one `jdirect.neighbor_sum` instead of windows of
+    gathered rows.
     """
 
     in_dim: int
     out_dim: int
     source_dim: int
     projects: ClassVar[bool]
-    sums_sources: ClassVar[bool]
 
     def source(self, h: jax.Array) -> jax.Array:
         ...
