@@ -7,7 +7,8 @@ host memory where those reads are fastest. `write_rows(table, idx, rows)`
 (`table.at[idx].set/add`) writes rows back into a HostTable in place;
 `jdirect.embeddings` trains embedding tables whose rows live in host
 memory; `neighbor_sum(table, indptr, indices)` sums each node's neighbours'
-rows over a CSR in one kernel (full-graph GNN layers); `save_tables` and `restore_tables` checkpoint host tables in pieces.
+rows over a CSR in one kernel (full-graph GNN layers); `save_tables` and
+`restore_tables` checkpoint host tables in pieces.
 """
 
 from . import _ffi  # registers the FFI targets
@@ -28,8 +29,8 @@ from . import embeddings  # after the table kinds and writes it builds on
 
 __all__ = ["CachedTable", "HostTable", "Int8Table", "PartitionedCache", "Pending", "Table",
            "TableCheckpointError", "build_info", "decode_rows", "embeddings", "gather",
-           "gather_done", "gather_start", "has_cuda", "host_empty", "neighbor_sum", "quantize_rows",
-           "replicated", "restore_tables", "save_tables", "write_rows"]
+           "gather_done", "gather_start", "has_cuda", "host_empty", "neighbor_sum",
+           "quantize_rows", "replicated", "restore_tables", "save_tables", "write_rows"]
 
 has_cuda = _ffi.has_cuda
 __version__ = "0.1.0"

@@ -21,7 +21,8 @@ import numpy as np
 from . import _ffi
 from .gather import _as_indices
 
-_ROWS = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
+# The row types the kernels sum (layer-wise inference asks before it calls).
+ROW_DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
 _IDS = (np.dtype(np.int32), np.dtype(np.int64))
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -70,7 +71,7 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
                         f"{type(table).__name__} (read a jdirect table's rows with "
                         f"jdirect.gather)")
     table = jnp.asarray(table)
-    if np.dtype(table.dtype) not in _ROWS:
+    if np.dtype(table.dtype) not in ROW_DTYPES:
         raise TypeError(f"neighbor_sum sums float32 or bfloat16 rows, got "
                         f"{np.dtype(table.dtype).name}")
     if table.ndim < 1:

@@ -17,12 +17,12 @@ import numpy as np
 from flax import nnx
 
 from ..gather import gather
-from ..neighbor_sum import neighbor_sum
+from ..neighbor_sum import ROW_DTYPES, neighbor_sum
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._jit import jit
 from ._layer_tables import Input, Report
-from .models.base import Edges
+from .models.base import Edges, add_row_sums
 
 
 class Steps:
@@ -81,10 +81,9 @@ class Steps:
                                       indptr.shape[0] - 1)]
             offsets = ends - ends[0]
             if fused(conv(params), edges_from):  # a device cache (`hot`) is no array
-                total, count = state
                 sums = neighbor_sum(edges_from, indptr, indices, first, size=size)
-                return close(params, h, s, (total + sums, count + jnp.diff(offsets).astype(
-                    jnp.float32))), jnp.int32(0)
+                state = add_row_sums(state, sums, jnp.diff(offsets).astype(jnp.float32))
+                return close(params, h, s, state), jnp.int32(0)
             count, n = offsets[-1], edges_from.shape[0]
 
             def one(w, carry):
@@ -142,7 +141,7 @@ def fused(conv: Any, edges_from: Input) -> bool:
     for the link (`jdirect.gather`)."""
     return (getattr(conv, "sums_sources", False) and isinstance(edges_from, jax.Array)
             and jax.typeof(edges_from).memory_space != jax.memory.Space.Host
-            and np.dtype(edges_from.dtype) in (np.dtype(np.float32), np.dtype(jnp.bfloat16)))
+            and np.dtype(edges_from.dtype) in ROW_DTYPES)
 
 
 def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:

@@ -226,8 +226,17 @@ def linear(din: int, dout: int, *, rngs: nnx.Rngs, use_bias: bool = True) -> nnx
 def add_sums(state: tuple[jax.Array, jax.Array], edges: Edges) -> tuple[jax.Array, jax.Array]:
     """`reduce` of a sum-and-count aggregate (mean aggregators): adds the
     edges' float32 rows and their number per destination."""
+    return add_row_sums(state, edges.total(edges.rows.astype(jnp.float32)), edges.count())
+
+
+def add_row_sums(state: tuple[jax.Array, jax.Array], sums: jax.Array,
+                 counts: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A sum-and-count aggregate (`add_sums`' state: float32 [n, width]
+    sums, float32 [n] counts) with per-destination `sums` of edge rows over
+    `counts` edges added: what layer-wise inference adds from one
+    `jdirect.neighbor_sum` for a Conv that `sums_sources`."""
     total, count = state
-    return total + edges.total(edges.rows.astype(jnp.float32)), count + edges.count()
+    return total + sums, count + counts
 
 
 def sampling_fanouts(model: GNNModel | type, fanouts: Sequence[int]) -> tuple[int, ...]:
