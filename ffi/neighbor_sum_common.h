@@ -25,8 +25,9 @@ struct NeighborSumArgs {
   bool bf16;
   int64_t nrows;
   int64_t width;         // elements of a row
-  const void* indptr;    // ndst + 1 offsets, int64 if indptr64 else int32
-  bool indptr64;
+  const void* indptr;    // ndst + 1 offsets of type indptr_type: int32, uint32
+                         // (edges past int32 without 64-bit types) or int64
+  ffi::DataType indptr_type;
   int64_t ndst;
   const void* indices;   // nnz source ids, int64 if indices64 else int32
   bool indices64;
@@ -36,6 +37,11 @@ struct NeighborSumArgs {
   float* out;            // size x width
   int64_t size;
 };
+
+// The first node: `start` holds one int64 if start64, else one int32.
+JDIRECT_HD int64_t FirstNode(const void* start, bool start64) {
+  return start64 ? *static_cast<const int64_t*>(start) : *static_cast<const int32_t*>(start);
+}
 
 // The edge range [lo, hi) of `node`, clipped into [0, nnz).
 template <typename P>
@@ -58,7 +64,8 @@ void WithNeighborSumTypes(const NeighborSumArgs& a, Fn fn) {
     return fn(t, p, int32_t{});
   };
   auto offsets = [&](auto t) {
-    if (a.indptr64) return ids(t, int64_t{});
+    if (a.indptr_type == ffi::DataType::S64) return ids(t, int64_t{});
+    if (a.indptr_type == ffi::DataType::U32) return ids(t, uint32_t{});
     return ids(t, int32_t{});
   };
   if (a.bf16) return offsets(Bf16{});
@@ -80,9 +87,9 @@ ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer i
       table.element_type() != ffi::DataType::BF16) {
     return bad("the table must be float32 or bfloat16");
   }
-  if (!IsIndex(indptr.element_type()) || indptr.dimensions().size() != 1 ||
-      indptr.element_count() < 1) {
-    return bad("indptr must be a non-empty int32 or int64 vector");
+  if (!(IsIndex(indptr.element_type()) || indptr.element_type() == ffi::DataType::U32) ||
+      indptr.dimensions().size() != 1 || indptr.element_count() < 1) {
+    return bad("indptr must be a non-empty int32, uint32 or int64 vector");
   }
   if (!IsIndex(indices.element_type()) || indices.dimensions().size() != 1) {
     return bad("indices must be an int32 or int64 vector");
@@ -104,7 +111,7 @@ ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer i
   a.nrows = nrows;
   a.width = width;
   a.indptr = indptr.untyped_data();
-  a.indptr64 = indptr.element_type() == ffi::DataType::S64;
+  a.indptr_type = indptr.element_type();
   a.ndst = static_cast<int64_t>(indptr.element_count()) - 1;
   a.indices = indices.untyped_data();
   a.indices64 = indices.element_type() == ffi::DataType::S64;

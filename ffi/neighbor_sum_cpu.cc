@@ -13,8 +13,7 @@ void SumRows(const NeighborSumArgs& a) {
   const T* table = static_cast<const T*>(a.table);
   const P* indptr = static_cast<const P*>(a.indptr);
   const I* indices = static_cast<const I*>(a.indices);
-  const int64_t start = a.start64 ? *static_cast<const int64_t*>(a.start)
-                                  : *static_cast<const int32_t*>(a.start);
+  const int64_t start = FirstNode(a.start, a.start64);
   std::memset(a.out, 0, sizeof(float) * a.size * a.width);
   for (int64_t k = 0; k < a.size; ++k) {
     const int64_t node = start + k;

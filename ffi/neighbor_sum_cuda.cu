@@ -68,10 +68,6 @@ __device__ __forceinline__ void AddEdges(const Rows<T, V>& rows, const I* __rest
   }
 }
 
-__device__ __forceinline__ int64_t First(const void* start, bool start64) {
-  return start64 ? *static_cast<const int64_t*>(start) : *static_cast<const int32_t*>(start);
-}
-
 template <typename T, typename V, typename P, typename I>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     WarpSumKernel(Rows<T, V> rows, const P* __restrict__ indptr, int64_t ndst,
@@ -80,7 +76,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                   int32_t* __restrict__ hubs) {
   constexpr int kVec = Rows<T, V>::kVec;
   const int lane = threadIdx.x & 31;
-  const int64_t first = First(start, start64);
+  const int64_t first = FirstNode(start, start64);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
        item < size * tiles; item += warps) {
@@ -118,7 +114,7 @@ __global__ void __launch_bounds__(kHubWarps * 32)
   constexpr int kVec = Rows<T, V>::kVec;
   __shared__ float partial[kHubWarps][32 * kVec];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t first = First(start, start64);
+  const int64_t first = FirstNode(start, start64);
   const int32_t count = hubs[0];
   for (int32_t h = blockIdx.x; h < count; h += gridDim.x) {
     const int64_t k = hubs[1 + h];

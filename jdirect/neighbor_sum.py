@@ -47,18 +47,25 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     Args:
       table: [rows, ...] float32 or bfloat16 rows (a device or CPU jax.Array
         or a NumPy array).
-      indptr: int32 or int64 [nodes + 1] offsets into `indices`, ascending
-        (values past int32 need jax_enable_x64, as for `jdirect.gather`).
+      indptr: int32, uint32 or int64 [nodes + 1] offsets into `indices`,
+        ascending (int64 values past int32 need jax_enable_x64, as for
+        `jdirect.gather`; uint32 holds offsets up to 2**32 - 1 without it).
       indices: int32 or int64 [edges] source rows.
+
+    The CSR may live in a GPU's `pinned_host` memory (jax.device_put with
+    memory_kind="pinned_host"): its offsets and ids are then read over
+    the link, zero-copy, in the order they are stored (each once), while
+    the rows come from `table`. A graph whose CSR does not fit beside its
+    rows on the device is summed this way at the device's speed.
       start: the first node: an int, or an int32/int64 scalar array.
       size: how many nodes; None: every node from `start` on (`start` must
         then be an int).
 
     Raises:
       TypeError: a table that is not an array of float32 or bfloat16 (a
-        jdirect Table kind: read its rows with `jdirect.gather`), indptr or
-        indices that are not int32 or int64, or a `start` that is not an
-        integer.
+        jdirect Table kind: read its rows with `jdirect.gather`), indptr
+        that is not int32, uint32 or int64, indices that are not int32 or
+        int64, or a `start` that is not an integer.
       OverflowError: indptr, indices or `start` values past int32 while
         jax_enable_x64 is off.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
@@ -76,7 +83,7 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
                         f"{np.dtype(table.dtype).name}")
     if table.ndim < 1:
         raise ValueError("neighbor_sum needs a table of rank >= 1 (rows first)")
-    indptr, indices = _ids("indptr", indptr), _ids("indices", indices)
+    indptr, indices = _offsets(indptr), _ids("indices", indices)
     if indptr.shape[0] < 1:
         raise ValueError("indptr must hold at least one offset (nodes + 1 of them)")
     start = _start(start)
@@ -116,6 +123,18 @@ def _start(start: Any) -> int | jax.Array:
         raise TypeError(f"start must be an int or an int32/int64 scalar, got "
                         f"{np.dtype(start.dtype).name}{list(np.shape(start))}")
     return jnp.asarray(start)
+
+
+def _offsets(indptr: Any) -> jax.Array:
+    """indptr as a jax.Array vector: int32 or int64 (`_ids`), or uint32."""
+    if not hasattr(indptr, "dtype") or np.dtype(indptr.dtype) in _IDS:
+        return _ids("indptr", indptr)
+    if np.dtype(indptr.dtype) != np.uint32:
+        raise TypeError(f"indptr must be int32, uint32 or int64, got "
+                        f"{np.dtype(indptr.dtype).name}")
+    if np.ndim(indptr) != 1:
+        raise ValueError(f"indptr must be a vector, got shape {list(np.shape(indptr))}")
+    return jnp.asarray(indptr)
 
 
 def _ids(name: str, x: Any) -> jax.Array:

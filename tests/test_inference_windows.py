@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 import jdirect
-from jdirect.graph import _layer_steps, _layer_tables, inference
+from jdirect.graph import _layer_csr, _layer_steps, _layer_tables, inference
 from jdirect.graph.inference import layerwise
 from jdirect.graph.models import MODELS, build
 from test_inference import logits, make_graph, reference
@@ -34,31 +34,42 @@ def test_the_device_loop_equals_the_windows_copied_from_the_host(graph, name, mo
     model = build(name, 6, 8, 4, 3, dropout=0.5, seed=21)
     x = jnp.asarray(graph.features)
     looped = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
-    monkeypatch.setattr(_layer_tables, "device_csr", lambda graph, room, report: None)
+    monkeypatch.setattr(_layer_csr, "on_device", lambda graph, room, report: None)
+    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda graph, room: None)
     copied = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     np.testing.assert_allclose(logits(looped), logits(copied), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(logits(looped), reference(model, graph, graph.features),
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("on_device", [True, False])
+@pytest.mark.parametrize("csr", ["device", "host memory", "copied"])
 @pytest.mark.parametrize("name", ["sage", "gcn"])
 def test_summing_layers_add_their_edges_in_one_neighbor_sum_equal_to_the_windows(
-        graph, name, on_device, monkeypatch):
+        graph, name, csr, monkeypatch):
     """GraphSAGE's and GCN's layers sum their edges with jdirect.neighbor_sum
-    (the CSR on the device, or a chunk's edges copied from the host), and
-    equal the windows of gathered rows they replace."""
+    (the CSR on the device, in pinned host memory, or a chunk's edges
+    copied from the host), and equal the windows of gathered rows they
+    replace."""
     model = build(name, 6, 8, 4, 3, dropout=0.5, seed=23)
     x = jnp.asarray(graph.features)
-    if not on_device:
-        monkeypatch.setattr(_layer_tables, "device_csr", lambda graph, room, report: None)
+    placed = []
+    if csr != "device":
+        monkeypatch.setattr(_layer_csr, "on_device", lambda graph, room, report: None)
+    if csr == "copied":
+        monkeypatch.setattr(_layer_csr, "in_host_memory", lambda graph, room: None)
+    else:
+        made = _layer_csr.in_host_memory
+        monkeypatch.setattr(_layer_csr, "in_host_memory",
+                            lambda *a: placed.append(1) or made(*a))
     calls = []
     monkeypatch.setattr(_layer_steps, "neighbor_sum",
                         lambda *a, **k: calls.append(1) or jdirect.neighbor_sum(*a, **k))
     _layer_steps.layer_steps.cache_clear()  # trace anew with the patches
     summed = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     assert calls, "no layer was summed by neighbor_sum"
-    monkeypatch.setattr(_layer_steps, "fused", lambda *a: False)
+    assert bool(placed) == (csr == "host memory")
+    for module in (_layer_steps, inference):  # the windows, with no CSR in host memory
+        monkeypatch.setattr(module, "fused", lambda *a: False)
     _layer_steps.layer_steps.cache_clear()
     windows = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     _layer_steps.layer_steps.cache_clear()
@@ -77,6 +88,27 @@ def test_host_outputs_take_the_device_loop_a_chunk_at_a_time(graph, name):
     assert isinstance(result.logits, jdirect.HostTable)
     staged = graph.num_nodes * 6 * 4
     assert result.report.bytes_read == staged + csr_bytes(graph)  # no window crossed the link
+    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                               rtol=1e-4, atol=1e-4)
+    result.close()
+
+
+def test_a_csr_too_large_for_the_device_is_read_from_host_memory_each_layer(
+        graph, monkeypatch):
+    """Room for each staged input and the degrees but not the CSR: a
+    summing model's layers read the CSR from pinned host memory, placed
+    once, one call a chunk (host outputs), each layer counting its bytes
+    over the link."""
+    model = build("sage", 6, 4, 32, 2, dropout=0.5, seed=25)
+    staged, hidden, degrees = (graph.num_nodes * w * 4 for w in (6, 4, 1))
+    made = _layer_csr.in_host_memory
+    placed = []
+    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: placed.append(1) or made(*a))
+    with jdirect.HostTable(graph.features) as features:
+        result = layerwise(model, graph, features, device_budget=staged + degrees,
+                           chunk_nodes=16, chunk_edges=20)
+    assert isinstance(result.logits, jdirect.HostTable) and len(placed) == 1
+    assert result.report.bytes_read == staged + hidden + 2 * csr_bytes(graph)
     np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
                                rtol=1e-4, atol=1e-4)
     result.close()
@@ -130,8 +162,8 @@ def test_the_device_loop_stays_within_the_planned_working_memory(graph, name):
     table = jax.ShapeDtypeStruct((n, 64), jnp.float32)
     source = (jax.ShapeDtypeStruct((n, conv.source_dim), jnp.float32)
               if conv.projects else None)
-    csr = (jax.ShapeDtypeStruct((n + 1,), jnp.int32),
-           jax.ShapeDtypeStruct((graph.num_edges,), jnp.int32))
+    csr = _layer_csr.Csr(jax.ShapeDtypeStruct((n + 1,), jnp.int32),
+                         jax.ShapeDtypeStruct((graph.num_edges,), jnp.int32))
     out = jax.ShapeDtypeStruct((n, conv.out_dim), jnp.float32)
     edges_from = table if source is None else source
     ids = [jax.ShapeDtypeStruct((m,), jnp.int32) for m in (size, size + 1, window)]

@@ -74,6 +74,37 @@ def test_int64_offsets_ids_and_start_under_x64(index_dtype):
         np.testing.assert_array_equal(np.asarray(far), np.zeros((2, 5), np.float32))
 
 
+def test_uint32_offsets_are_read_unsigned():
+    """uint32 offsets (a CSR of 2**31 to 2**32 - 1 edges without x64):
+    an offset past int32 is a large position, clipped to the edge count,
+    not a negative one."""
+    rng = np.random.default_rng(2)
+    table = rng.standard_normal((50, 6)).astype(np.float32)
+    indptr, indices = random_csr(rng, 30, 50, 8)
+    check(table, indptr.astype(np.uint32), indices)
+    check(table, indptr.astype(np.uint32), indices, start=7, size=9)
+    far = np.array([0, 3, 2**32 - 1, 2**32 - 1], np.uint32)  # node 1: edges 3 .. the last
+    check(table, far, indices)
+
+
+@pytest.mark.parametrize("indptr_dtype", [np.int32, np.uint32])
+def test_a_csr_in_pinned_host_memory_sums_like_one_on_the_device(indptr_dtype):
+    """Layer-wise inference's placement of a CSR too large for the device:
+    offsets and ids in pinned_host memory, read zero-copy on a GPU."""
+    rng = np.random.default_rng(3)
+    table = jnp.asarray(rng.standard_normal((400, 40)), jnp.bfloat16)
+    indptr, indices = random_csr(rng, 200, 400, 900)  # hubs past a warp's 512 edges
+    host = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind="pinned_host")
+    indptr_h = jax.device_put(indptr.astype(indptr_dtype), host)
+    indices_h = jax.device_put(indices, host)
+    check(table, indptr_h, indices_h)
+    at = jax.jit(lambda p, i, s: jdirect.neighbor_sum(table, p, i, s, size=64))
+    for start in (0, 150):
+        np.testing.assert_array_equal(
+            np.asarray(at(indptr_h, indices_h, jnp.int32(start))),
+            np.asarray(jdirect.neighbor_sum(table, indptr, indices, start, size=64)))
+
+
 @pytest.mark.parametrize("dtype, width", [(np.float32, 16), (np.float32, 300),
                                           (jnp.bfloat16, 264)])
 def test_hubs_split_over_many_warps_equal_numpy(dtype, width):
@@ -164,8 +195,10 @@ def test_random_graphs(nodes, rows, width, max_degree, start, seed):
     (np.zeros((4, 2), np.int32), [0, 1], [0], {}, TypeError, "float32 or bfloat16"),
     ([[0.0, 1.0]], [0, 1], [0], {}, TypeError, "jax.Array or NumPy array"),
     (np.zeros((), np.float32), [0, 1], [0], {}, ValueError, "rank >= 1"),
-    (np.zeros((4, 2), np.float32), np.array([0, 1], np.uint32), [0], {}, TypeError,
-     "indptr must be int32 or int64"),
+    (np.zeros((4, 2), np.float32), np.array([0, 1], np.uint64), [0], {}, TypeError,
+     "indptr must be int32, uint32 or int64"),
+    (np.zeros((4, 2), np.float32), np.array([[0, 1]], np.uint32), [0], {}, ValueError,
+     "indptr must be a vector"),
     (np.zeros((4, 2), np.float32), [0, 1], np.array([0.0]), {}, TypeError,
      "indices must be int32 or int64"),
     (np.zeros((4, 2), np.float32), [[0, 1]], [0], {}, ValueError, "indptr must be a vector"),

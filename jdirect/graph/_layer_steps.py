@@ -21,6 +21,7 @@ from ..neighbor_sum import ROW_DTYPES, neighbor_sum
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._jit import jit
+from ._layer_csr import Csr
 from ._layer_tables import Input, Report
 from .models.base import Edges, add_row_sums
 
@@ -67,23 +68,31 @@ class Steps:
         def run(params, table, source, edges_from, hot, rows, csr, first):
             """(output rows, int32 reads of `hot` rows) of a chunk whose
             node k is row rows[k] of `table` and has the edges
-            indptr[first + k] .. indptr[first + k + 1] - 1 of the CSR
-            `csr` = (indptr, indices) (None: a model that reads no edges;
-            nodes past indptr's end: none). A layer whose `Conv` sums its
-            sources (`sums_sources`) over an array adds them in one
-            `jdirect.neighbor_sum`; any other runs its windows in a loop
-            here."""
+            indptr[first + k] .. indptr[first + k + 1] - 1 of the CSR `csr`
+            (a `_layer_csr.Csr`; None: a model that reads no edges; nodes
+            past indptr's end: none). A layer whose `Conv` sums its sources
+            (`sums_sources`) over an array adds them in one
+            `jdirect.neighbor_sum`, the only reader of a CSR in host
+            memory; any other runs its windows in a loop here."""
             h, s, state = open_(params, table, source, rows)
             if csr is None:
                 return close(params, h, s, state), jnp.int32(0)
-            indptr, indices = csr
+            indptr, indices, degrees = csr
+            if fused(conv(params), edges_from):  # a device cache (`hot`) is no array
+                sums = neighbor_sum(edges_from, indptr, indices, first, size=size)
+                if degrees is None:
+                    at = jnp.minimum(first + jnp.arange(size + 1, dtype=jnp.int32),
+                                     indptr.shape[0] - 1)
+                    counts = jnp.diff(indptr[at])
+                else:
+                    ids = first + jnp.arange(size, dtype=jnp.int32)
+                    counts = jnp.where(ids < degrees.shape[0],
+                                       degrees[jnp.minimum(ids, degrees.shape[0] - 1)], 0)
+                state = add_row_sums(state, sums, counts.astype(jnp.float32))
+                return close(params, h, s, state), jnp.int32(0)
             ends = indptr[jnp.minimum(first + jnp.arange(size + 1, dtype=jnp.int32),
                                       indptr.shape[0] - 1)]
             offsets = ends - ends[0]
-            if fused(conv(params), edges_from):  # a device cache (`hot`) is no array
-                sums = neighbor_sum(edges_from, indptr, indices, first, size=size)
-                state = add_row_sums(state, sums, jnp.diff(offsets).astype(jnp.float32))
-                return close(params, h, s, state), jnp.int32(0)
             count, n = offsets[-1], edges_from.shape[0]
 
             def one(w, carry):
@@ -102,8 +111,8 @@ class Steps:
 
         def chunk(params, table, source, edges_from, csr, hot, a):
             """`run` for nodes a .. a + size - 1 (past the last node:
-            padding) of a layer over every node, its CSR `csr` (int32
-            indptr, indices; None: no edges) on the device."""
+            padding) of a layer over every node, over the graph's CSR `csr`
+            (None: no edges)."""
             n = table.shape[0]
             ids = a + jnp.arange(size, dtype=jnp.int32)
             return run(params, table, source, edges_from, hot, jnp.where(ids < n, ids, n), csr, a)
@@ -114,7 +123,7 @@ class Steps:
             rows padded past the table to whole windows (None: a model
             that reads no edges)."""
             return run(params, table, source, edges_from, hot, rows,
-                       None if nbrs is None else (offsets, nbrs), jnp.int32(0))
+                       None if nbrs is None else Csr(offsets, nbrs), jnp.int32(0))
 
         def layer(params, table, source, edges_from, csr, hot, out):
             """(`out` with every row computed by `chunk`, int32 `hot` reads):
@@ -152,10 +161,10 @@ def cache_hits(hot: jax.Array, nbrs: jax.Array, count: jax.Array) -> jax.Array:
 
 
 def every_node(steps: Steps, params: Any, report: Report, table: Input, source: Input | None,
-               edges_from: Input, csr: tuple[jax.Array, jax.Array] | None,
+               edges_from: Input, csr: Csr | None,
                hot: jax.Array | None, out: tables.Output, dst: layer_nodes.Nodes) -> int:
-    """Runs a layer over every node (`dst`; its CSR `csr` on the device, or
-    None for a model that reads no edges) into `out`: one call for a device
+    """Runs a layer over every node (`dst`; the graph's CSR `csr`, or None
+    for a model that reads no edges) into `out`: one call for a device
     table, one a chunk for a host one. Counts its reads' link bytes in
     `report`, every edge's as crossing; returns the edges' reads of `hot`
     rows (the device cache's), which did not."""

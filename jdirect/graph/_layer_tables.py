@@ -300,15 +300,3 @@ def release(table: Input, owned: bool, after: Any = None) -> None:
         table.close()  # a cache: its cache only, never the table it wraps
     elif isinstance(table, jax.Array):
         table.delete()
-
-
-def device_csr(graph: Graph, room: float,
-                report: Report) -> tuple[jax.Array, jax.Array] | None:
-    """The graph's CSR (indptr, indices) as int32 device arrays, copied once
-    (counted in `report`), where its edges have int32 positions and its
-    bytes fit `room`; else None (windows are then copied from the host)."""
-    if not 0 < graph.num_edges < 2**31 or not fits_device(graph.csr_bytes32, room):
-        return None
-    report.bytes_read += graph.csr_bytes32
-    return (jnp.asarray(graph.indptr.astype(np.int32)),
-            jnp.asarray(graph.indices.astype(np.int32, copy=False)))

@@ -33,11 +33,14 @@ fit the device budget after the layer's tables), runs both loops on the
 device in one call (one a chunk where its output is a host table): chunks
 are `chunk_nodes` consecutive nodes, each window's sources are read from
 the device CSR inside the call, and the host waits for the device once a
-layer. Otherwise (a CSR too large, a layer restricted to some nodes)
-each chunk's edge sources are built on the host and copied with it, one
-call a chunk whose windows loop on the device (4 bytes an edge of the
-chunk beside the working memory below, padded to a power of two of
-windows so that few shapes compile).
+layer. A summed layer over every node whose CSR does not fit so (papers100M's
+3.2B edges) runs the same way with the CSR in pinned host memory, which
+the neighbour sum reads over the link (`_layer_csr`). Otherwise (a layer
+restricted to some nodes, a CSR that fits neither) each chunk's edge
+sources are built on the host and copied with it, one call a chunk whose
+windows loop on the device (4 bytes an edge of the chunk beside the
+working memory below, padded to a power of two of windows so that few
+shapes compile).
 
 The floor of a layer over every node: each edge reads one row of the
 table its windows read (the layer's input, or GAT's source rows), from
@@ -128,10 +131,11 @@ from tqdm.auto import tqdm
 
 from ..gather import gather
 from ..host_table import HostTable
+from . import _layer_csr as layer_csr
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
 from ._layer_plan import Plan, plan, run_plan
-from ._layer_steps import copied_chunks, every_node, layer_steps
+from ._layer_steps import copied_chunks, every_node, fused, layer_steps
 from ._layer_tables import Input, Report
 from .data import Graph
 
@@ -254,7 +258,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     graphdef, params = nnx.split(model)
     report = Report()
     table, owned, src = features, False, layer_nodes.Nodes(graph)
-    csr: tuple[jax.Array, jax.Array] | None = None  # the graph's CSR on the device
+    csr: layer_csr.Csr | None = None  # the graph's CSR, where the steps read it
     bar = tqdm(total=len(convs), desc="layer-wise inference", unit="layer", leave=False,
                disable=None if progress else True)
     for i, (conv, dst, (size, window)) in enumerate(
@@ -264,18 +268,19 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         dtype = logits_dtype if last else hidden_dtype
         steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype,
                             window)
-        # A layer over every node reads the CSR on the device where it fits
-        # after its tables: its chunks and windows then run in one loop on
-        # the device. The CSR stays for the next layer where all the tables
-        # that layer may place on the device fit beside it.
+        # A layer over every node reads the CSR where `_layer_csr` places
+        # it. One on the device stays for the next layer where all the
+        # tables that layer may place on the device fit beside it; one in
+        # host memory (4 bytes a node of the device's) while layers run
+        # over every node.
         every = dst.ids is None and src.ids is None
         need = planned.plan.table_bytes[i] + (
             tables.nbytes(table.shape, table.dtype) if not owned and tables.on_host(table) else 0)
-        if csr is not None and (not every or need + graph.csr_bytes32 > budget):
-            for array in csr:
-                tables.release(array, True, table)
+        if csr is not None and (not every or (not csr.in_host_memory
+                                              and need + graph.csr_bytes32 > budget)):
+            layer_csr.release(csr, table)
             csr = None
-        csr_bytes = 0 if csr is None else graph.csr_bytes32
+        csr_bytes = 0 if csr is None else csr.device_bytes(graph)
         ranges = layer_nodes.chunks(src, size)  # rows of the input's table
         # Rows this layer reads from its input: its nodes' own, then every
         # edge's (or, projecting, every input row once).
@@ -304,10 +309,21 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             source = out.done()
         out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
                             (dst.rows, conv.out_dim), dtype, budget - spent, report)
-        if every and model.uses_neighbors and csr is None:
-            csr = tables.device_csr(graph, budget - spent - out.device_bytes, report)
-            spent += 0 if csr is None else graph.csr_bytes32
         edges_from, hot = table if source is None else source, None
+        # A CSR in host memory is read by the neighbour sum only (`fused`;
+        # a host input read through a cache, below, is never summed so).
+        summed = fused(conv, edges_from)
+        if csr is not None and csr.in_host_memory and not summed:
+            layer_csr.release(csr, table)
+            spent, csr = spent - csr.device_bytes(graph), None
+        if every and model.uses_neighbors and csr is None:
+            room = budget - spent - out.device_bytes
+            csr = layer_csr.on_device(graph, room, report)
+            if csr is None and summed:
+                csr = layer_csr.in_host_memory(graph, room)
+            spent += 0 if csr is None else csr.device_bytes(graph)
+        if csr is not None and csr.in_host_memory:
+            report.bytes_read += graph.csr_bytes32  # read over the link each layer
         if source is None and model.uses_neighbors and reads > src.rows:
             edges_from, hot = tables.cache_hottest(
                 f"layer {i} input", table, _degrees(graph, src),
@@ -337,8 +353,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
         out = staged = source = edges_from = hot = done = None
         bar.update(1)
     bar.close()
-    for array in csr or ():
-        tables.release(array, True, table)
+    layer_csr.release(csr, table)
     return Result(table, report, planned.nodes)
 
 
