@@ -21,7 +21,8 @@ the one before it for their neighbourhood when small). It reports:
   vs_floor     s / floor_s
   layers       per layer of the last run: its seconds (from its start,
                staging included, until its output is complete), its link
-               bytes, its own floor and the ratio to it
+               bytes, its own floor and the ratio to it, and where it
+               read its edges (jdirect.graph.inference.Report.edges)
   tables       where each table lived (device or host), its rows and dtype
 Each timing is printed with its floor and the ratio to it. Prints a
 table, writes JSON and a PNG. Examples:
@@ -46,7 +47,7 @@ import numpy as np
 
 import jdirect
 from jdirect.graph import load_dataset
-from jdirect.graph.inference import layerwise
+from jdirect.graph.inference import CHUNK_EDGES, CHUNK_NODES, layerwise
 from jdirect.graph.models import build
 from _common import (finish_figure, graph_bytes, host_memory_line, host_peak_gb, memory_peaks,
                      print_table, run_meta, timed, write_json)
@@ -74,8 +75,8 @@ def parse_args() -> argparse.Namespace:
                    help="logits of every node, or of the val and test nodes only (default: "
                         "eval for papers100m, whose float32 logits of every node would be "
                         "76 GB, else all)")
-    p.add_argument("--chunk-nodes", type=int, default=65_536)
-    p.add_argument("--chunk-edges", type=int, default=1 << 20)
+    p.add_argument("--chunk-nodes", type=int, default=CHUNK_NODES)
+    p.add_argument("--chunk-edges", type=int, default=CHUNK_EDGES)
     p.add_argument("--budgets", default="auto",
                    help="device budgets in GB, comma-separated; 'auto' = layerwise's default")
     p.add_argument("--reps", type=int, default=3, help="runs per setting, the first included")
@@ -132,8 +133,9 @@ def run(model, graph, features, args, budget: int | None, link: float | None,
     edges = None if per_layer is None else sum(per_layer)
     floor = floor_s(moved, edges, link, device)
     # The last run's layers, each against its own floor.
-    layers = [dict(s=t, link_gb=b / 1e9, floor_s=f, vs_floor=t / f if f else None)
-              for (t, b), e in zip(report.layers, per_layer or [None] * len(report.layers))
+    layers = [dict(s=t, link_gb=b / 1e9, floor_s=f, vs_floor=t / f if f else None, edges=where)
+              for (t, b), e, where in zip(report.layers, per_layer or [None] * len(report.layers),
+                                          report.edges)
               for f in [floor_s(b, e, link, device)]]
     return dict(first_s=times[0], s=s, read_gb=report.bytes_read / 1e9,
                 written_gb=report.bytes_written / 1e9,
@@ -224,7 +226,7 @@ def timing_line(rec: dict, link: float | None, device: float | None) -> str:
              else f"floor {rec['floor_s']:.3f} s ({moved:.1f} GB over the link at {link:.1f} "
                   f"GB/s{edges}), {rec['vs_floor']:.2f}x floor")
     layers = "; ".join(
-        f"{i + 1}: {layer['s']:.3f} s" + ("" if layer["floor_s"] is None else
+        f"{i + 1} ({layer['edges']}): {layer['s']:.3f} s" + ("" if layer["floor_s"] is None else
                                          f" (floor {layer['floor_s']:.3f} s, "
                                          f"{layer['vs_floor']:.1f}x)")
         for i, layer in enumerate(rec["layers"]))

@@ -99,6 +99,18 @@ inline ffi::Error TableShape(ffi::AnyBuffer table, int64_t* nrows,
   return ffi::Error::Success();
 }
 
+// Reads a table handle operand: the CUDA backend's lives in host memory
+// (gather_cuda.h's HostHandle), the CPU's is read in place (HandleOnCpu).
+using HandleReader = ffi::Error (*)(ffi::Buffer<ffi::S32>, int32_t*);
+
+inline ffi::Error HandleOnCpu(ffi::Buffer<ffi::S32> handle, int32_t* value) {
+  if (handle.element_count() != 1) {
+    return ffi::Error::InvalidArgument("jdirect: a HostTable handle has exactly one element");
+  }
+  *value = handle.typed_data()[0];
+  return ffi::Error::Success();
+}
+
 // Checks a HostTable lease against the shape the program was traced for.
 inline ffi::Error CheckLease(const TableLease& lease, int64_t nrows,
                              int64_t row_bytes) {

@@ -76,23 +76,15 @@ inline bool IsIndex(ffi::DataType t) {
   return t == ffi::DataType::S32 || t == ffi::DataType::S64;
 }
 
-template <typename Runner>
-ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
-                       ffi::AnyBuffer indices, ffi::AnyBuffer start,
-                       ffi::Result<ffi::AnyBuffer> out) {
+// Checks the table, `start` and the output, and fills their fields of `a`.
+inline ffi::Error RowsAndOutput(ffi::AnyBuffer table, ffi::AnyBuffer start,
+                                ffi::Result<ffi::AnyBuffer>& out, NeighborSumArgs* a) {
   const auto bad = [](const char* what) {
     return ffi::Error::InvalidArgument(std::string("jdirect neighbor_sum: ") + what);
   };
   if (table.element_type() != ffi::DataType::F32 &&
       table.element_type() != ffi::DataType::BF16) {
     return bad("the table must be float32 or bfloat16");
-  }
-  if (!(IsIndex(indptr.element_type()) || indptr.element_type() == ffi::DataType::U32) ||
-      indptr.dimensions().size() != 1 || indptr.element_count() < 1) {
-    return bad("indptr must be a non-empty int32, uint32 or int64 vector");
-  }
-  if (!IsIndex(indices.element_type()) || indices.dimensions().size() != 1) {
-    return bad("indices must be an int32 or int64 vector");
   }
   if (!IsIndex(start.element_type()) || start.element_count() != 1) {
     return bad("start must be one int32 or int64");
@@ -105,22 +97,78 @@ ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer i
       static_cast<int64_t>(out->element_count()) != dims[0] * width) {
     return bad("the output must be float32 [size, *row]");
   }
+  a->table = table.untyped_data();
+  a->bf16 = table.element_type() == ffi::DataType::BF16;
+  a->nrows = nrows;
+  a->width = width;
+  a->start = start.untyped_data();
+  a->start64 = start.element_type() == ffi::DataType::S64;
+  a->out = static_cast<float*>(out->untyped_data());
+  a->size = dims[0];
+  return ffi::Error::Success();
+}
+
+inline bool IsOffset(ffi::DataType t) { return IsIndex(t) || t == ffi::DataType::U32; }
+
+// The CSR from array operands.
+template <typename Runner>
+ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
+                       ffi::AnyBuffer indices, ffi::AnyBuffer start,
+                       ffi::Result<ffi::AnyBuffer> out) {
+  if (!IsOffset(indptr.element_type()) || indptr.dimensions().size() != 1 ||
+      indptr.element_count() < 1) {
+    return ffi::Error::InvalidArgument(
+        "jdirect neighbor_sum: indptr must be a non-empty int32, uint32 or int64 vector");
+  }
+  if (!IsIndex(indices.element_type()) || indices.dimensions().size() != 1) {
+    return ffi::Error::InvalidArgument(
+        "jdirect neighbor_sum: indices must be an int32 or int64 vector");
+  }
   NeighborSumArgs a;
-  a.table = table.untyped_data();
-  a.bf16 = table.element_type() == ffi::DataType::BF16;
-  a.nrows = nrows;
-  a.width = width;
+  if (auto e = RowsAndOutput(table, start, out, &a); e.failure()) return e;
   a.indptr = indptr.untyped_data();
   a.indptr_type = indptr.element_type();
   a.ndst = static_cast<int64_t>(indptr.element_count()) - 1;
   a.indices = indices.untyped_data();
   a.indices64 = indices.element_type() == ffi::DataType::S64;
   a.nnz = static_cast<int64_t>(indices.element_count());
-  a.start = start.untyped_data();
-  a.start64 = start.element_type() == ffi::DataType::S64;
-  a.out = static_cast<float*>(out->untyped_data());
-  a.size = dims[0];
   return run(a);
+}
+
+// The CSR from two registered host tables (HostTables of the offsets and
+// the ids, read in place): their handle operands, and the element types
+// (XLA's type numbers) and lengths the program was traced for. The leases
+// span the runner and `record(indptr_handle, indices_handle)`, which on a
+// GPU records the tables' events after the launch (close() waits for them).
+template <typename Runner, typename Recorder>
+ffi::Error NeighborSumHost(const Runner& run, HandleReader read_handle, Recorder record,
+                           ffi::AnyBuffer table, ffi::Buffer<ffi::S32> indptr_handle,
+                           ffi::Buffer<ffi::S32> indices_handle, ffi::AnyBuffer start,
+                           ffi::Result<ffi::AnyBuffer> out, int64_t indptr_type,
+                           int64_t indptr_rows, int64_t indices_type, int64_t indices_rows) {
+  const auto p_type = static_cast<ffi::DataType>(indptr_type);
+  const auto i_type = static_cast<ffi::DataType>(indices_type);
+  if (!IsOffset(p_type) || !IsIndex(i_type) || indptr_rows < 1 || indices_rows < 0) {
+    return ffi::Error::InvalidArgument(
+        "jdirect neighbor_sum: a host CSR needs int32, uint32 or int64 offsets (at least "
+        "one) and int32 or int64 ids");
+  }
+  int32_t hp, hi;
+  if (auto e = read_handle(indptr_handle, &hp); e.failure()) return e;
+  if (auto e = read_handle(indices_handle, &hi); e.failure()) return e;
+  TableLease offsets(hp), ids(hi);
+  if (auto e = CheckLease(offsets, indptr_rows, ffi::ByteWidth(p_type)); e.failure()) return e;
+  if (auto e = CheckLease(ids, indices_rows, ffi::ByteWidth(i_type)); e.failure()) return e;
+  NeighborSumArgs a;
+  if (auto e = RowsAndOutput(table, start, out, &a); e.failure()) return e;
+  a.indptr = offsets.view().data;
+  a.indptr_type = p_type;
+  a.ndst = indptr_rows - 1;
+  a.indices = ids.view().data;
+  a.indices64 = i_type == ffi::DataType::S64;
+  a.nnz = indices_rows;
+  if (auto e = run(a); e.failure()) return e;
+  return record(hp, hi);
 }
 
 }  // namespace jdirect
@@ -134,5 +182,18 @@ ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer i
       .Ret<xla::ffi::AnyBuffer>() /* out */            \
       .Ret<xla::ffi::AnyBuffer>() /* hubs: int32[size + 1], the GPU's list of nodes */ \
                                   /* with more edges than a warp sums; CPU: unused */
+
+#define JDIRECT_BIND_NEIGHBOR_SUM_HOST(CTX)                           \
+  xla::ffi::Ffi::Bind() CTX                                          \
+      .Arg<xla::ffi::AnyBuffer>() /* table */                        \
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* indptr's handle */  \
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>() /* indices' handle */  \
+      .Arg<xla::ffi::AnyBuffer>() /* start */                        \
+      .Ret<xla::ffi::AnyBuffer>() /* out */                          \
+      .Ret<xla::ffi::AnyBuffer>() /* hubs, as JDIRECT_BIND_NEIGHBOR_SUM's */ \
+      .Attr<int64_t>("indptr_type")                                  \
+      .Attr<int64_t>("indptr_rows")                                  \
+      .Attr<int64_t>("indices_type")                                 \
+      .Attr<int64_t>("indices_rows")
 
 #endif  // JDIRECT_FFI_NEIGHBOR_SUM_COMMON_H_

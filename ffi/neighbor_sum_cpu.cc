@@ -45,7 +45,20 @@ ffi::Error Run(ffi::AnyBuffer table, ffi::AnyBuffer indptr, ffi::AnyBuffer indic
   return NeighborSum(CpuRunner{}, table, indptr, indices, start, out);
 }
 
+ffi::Error RunHost(ffi::AnyBuffer table, ffi::Buffer<ffi::S32> indptr_handle,
+                   ffi::Buffer<ffi::S32> indices_handle, ffi::AnyBuffer start,
+                   ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> /*hubs*/,
+                   int64_t indptr_type, int64_t indptr_rows, int64_t indices_type,
+                   int64_t indices_rows) {
+  // The sum is done when it returns: nothing to record for close().
+  const auto done = [](int32_t, int32_t) { return ffi::Error::Success(); };
+  return NeighborSumHost(CpuRunner{}, HandleOnCpu, done, table, indptr_handle, indices_handle,
+                         start, out, indptr_type, indptr_rows, indices_type, indices_rows);
+}
+
 }  // namespace
 }  // namespace jdirect
 
 JDIRECT_DEFINE_HANDLER(JdirectNeighborSumCpu, jdirect::Run, JDIRECT_BIND_NEIGHBOR_SUM());
+JDIRECT_DEFINE_HANDLER(JdirectNeighborSumHostCpu, jdirect::RunHost,
+                       JDIRECT_BIND_NEIGHBOR_SUM_HOST());

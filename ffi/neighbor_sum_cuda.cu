@@ -18,6 +18,7 @@
 
 #include "gather_cuda.h"  // Blocks, MultiprocessorCount
 #include "neighbor_sum_common.h"
+#include "table_events.h"  // RecordTableRead
 #include "xla/ffi/api/ffi.h"
 
 namespace jdirect {
@@ -199,19 +200,39 @@ struct CudaRunner {
   }
 };
 
-ffi::Error Run(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
-               ffi::AnyBuffer indices, ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out,
-               ffi::Result<ffi::AnyBuffer> hubs) {
-  // The hub list holds int32 positions: size < 2**31 - 1 (Python checks it;
-  // a hand-built call must not wrap them into writes before `out`).
+// The hub list holds int32 positions: size < 2**31 - 1 (Python checks it;
+// a hand-built call must not wrap them into writes before `out`).
+ffi::Error CheckHubs(ffi::Result<ffi::AnyBuffer>& out, ffi::Result<ffi::AnyBuffer>& hubs) {
   if (out->dimensions().size() < 1 || out->dimensions()[0] >= INT32_MAX ||
       hubs->element_type() != ffi::DataType::S32 ||
       static_cast<int64_t>(hubs->element_count()) != out->dimensions()[0] + 1) {
     return ffi::Error::InvalidArgument("jdirect neighbor_sum: the hub list must be int32 "
                                        "[size + 1] with size < 2**31 - 1");
   }
+  return ffi::Error::Success();
+}
+
+ffi::Error Run(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
+               ffi::AnyBuffer indices, ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out,
+               ffi::Result<ffi::AnyBuffer> hubs) {
+  if (auto e = CheckHubs(out, hubs); e.failure()) return e;
   return NeighborSum(CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())}, table,
                      indptr, indices, start, out);
+}
+
+ffi::Error RunHost(cudaStream_t stream, ffi::AnyBuffer table,
+                   ffi::Buffer<ffi::S32> indptr_handle, ffi::Buffer<ffi::S32> indices_handle,
+                   ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out,
+                   ffi::Result<ffi::AnyBuffer> hubs, int64_t indptr_type, int64_t indptr_rows,
+                   int64_t indices_type, int64_t indices_rows) {
+  if (auto e = CheckHubs(out, hubs); e.failure()) return e;
+  const auto record = [stream](int32_t offsets, int32_t ids) {
+    if (auto e = RecordTableRead(offsets, stream); e.failure()) return e;
+    return RecordTableRead(ids, stream);
+  };
+  return NeighborSumHost(CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())},
+                         HostHandle, record, table, indptr_handle, indices_handle, start, out,
+                         indptr_type, indptr_rows, indices_type, indices_rows);
 }
 
 }  // namespace
@@ -219,3 +240,6 @@ ffi::Error Run(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
 
 JDIRECT_DEFINE_HANDLER(JdirectNeighborSumCuda, jdirect::Run,
                        JDIRECT_BIND_NEIGHBOR_SUM(.Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
+JDIRECT_DEFINE_HANDLER(JdirectNeighborSumHostCuda, jdirect::RunHost,
+                       JDIRECT_BIND_NEIGHBOR_SUM_HOST(
+                           .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));

@@ -104,9 +104,6 @@ struct SparseUpdateArgs {
   int32_t handles[1 + kMaxSlots];
 };
 
-// Reads a table handle operand (the CUDA backend's is in host memory).
-using HandleReader = ffi::Error (*)(ffi::Buffer<ffi::S32>, int32_t*);
-
 // The handler's body. `handles` has one entry per table (the table, then
 // its slots): > 0 a handle fixed in the program, 0 the next one-element
 // handle operand at the front of `rest`; the operands after those (the

@@ -51,15 +51,6 @@ struct CpuUpdater {
   }
 };
 
-ffi::Error ReadHandle(ffi::Buffer<ffi::S32> handle, int32_t* value) {
-  if (handle.element_count() != 1) {
-    return ffi::Error::InvalidArgument(
-        "jdirect sparse_update: a HostTable handle has exactly one element");
-  }
-  *value = handle.typed_data()[0];
-  return ffi::Error::Success();
-}
-
 ffi::Error SparseUpdate(ffi::AnyBuffer keys, ffi::Buffer<ffi::F32> grads, ffi::AnyBuffer rows,
                         ffi::Buffer<ffi::F32> scalars, ffi::RemainingArgs rest,
                         ffi::Result<ffi::Buffer<ffi::S32>> token, int64_t rule,
@@ -69,7 +60,7 @@ ffi::Error SparseUpdate(ffi::AnyBuffer keys, ffi::Buffer<ffi::F32> grads, ffi::A
     return ffi::Error::InvalidArgument("jdirect: a write's token has exactly one element");
   }
   token->typed_data()[0] = 0;
-  return SparseUpdateTables(CpuUpdater{}, ReadHandle, keys, grads, rows, scalars, rest, rule,
+  return SparseUpdateTables(CpuUpdater{}, HandleOnCpu, keys, grads, rows, scalars, rest, rule,
                             handles, nrows, dim, b1, b2, eps);
 }
 

@@ -27,8 +27,10 @@ WRITE_HOST = "jdirect_write_host"
 WRITE_HOST_STATIC = "jdirect_write_host_static"
 # The fused sparse optimizer step (jdirect.embeddings on HostTables).
 SPARSE_UPDATE = "jdirect_sparse_update"
-# Sums of neighbours' rows over a CSR (jdirect.neighbor_sum).
+# Sums of neighbours' rows over a CSR (jdirect.neighbor_sum): array operands,
+# or HostTables' handle operands.
 NEIGHBOR_SUM = "jdirect_neighbor_sum"
+NEIGHBOR_SUM_HOST = "jdirect_neighbor_sum_host"
 
 # Target name -> handler symbol stem; the symbol is stem + "Cpu" or "Cuda".
 _TARGETS = {
@@ -42,6 +44,7 @@ _TARGETS = {
     WRITE_HOST_STATIC: "JdirectWriteHostStatic",
     SPARSE_UPDATE: "JdirectSparseUpdate",
     NEIGHBOR_SUM: "JdirectNeighborSum",
+    NEIGHBOR_SUM_HOST: "JdirectNeighborSumHost",
 }
 
 _ERRLEN = 512

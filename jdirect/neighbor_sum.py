@@ -20,10 +20,14 @@ import numpy as np
 
 from . import _ffi
 from .gather import _as_indices
+from .host_table import HostTable
 
 # The row types the kernels sum (layer-wise inference asks before it calls).
 ROW_DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
 _IDS = (np.dtype(np.int32), np.dtype(np.int64))
+_OFFSETS = (np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.int64))
+# XLA's element type numbers (xla_data.proto), as the host CSR's handler reads them.
+_XLA_TYPES = {np.dtype(np.int32): 4, np.dtype(np.int64): 5, np.dtype(np.uint32): 8}
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -52,11 +56,15 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
         `jdirect.gather`; uint32 holds offsets up to 2**32 - 1 without it).
       indices: int32 or int64 [edges] source rows.
 
-    The CSR may live in a GPU's `pinned_host` memory (jax.device_put with
-    memory_kind="pinned_host"): its offsets and ids are then read over
-    the link, zero-copy, in the order they are stored (each once), while
-    the rows come from `table`. A graph whose CSR does not fit beside its
-    rows on the device is summed this way at the device's speed.
+    The CSR may stay in host memory: indptr and indices both
+    `jdirect.HostTable` vectors (the graph's NumPy arrays pinned in place,
+    no copy; int64 ones need no x64 here, since no array of them is made)
+    or `pinned_host` jax.Arrays. GPU threads then read its offsets and ids
+    over the link, zero-copy, in the order they are stored (each once),
+    while the rows come from `table`: a graph whose CSR does not fit beside
+    its rows on the device is summed this way at the device's speed. Under
+    jit, pass the HostTables as arguments (as for `jdirect.gather`, a
+    closed-over table's handle would become a device constant).
       start: the first node: an int, or an int32/int64 scalar array.
       size: how many nodes; None: every node from `start` on (`start` must
         then be an int).
@@ -65,11 +73,12 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
       TypeError: a table that is not an array of float32 or bfloat16 (a
         jdirect Table kind: read its rows with `jdirect.gather`), indptr
         that is not int32, uint32 or int64, indices that are not int32 or
-        int64, or a `start` that is not an integer.
+        int64, one of them a HostTable and the other not, or a `start`
+        that is not an integer.
       OverflowError: indptr, indices or `start` values past int32 while
         jax_enable_x64 is off.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
-        indptr, a `size` outside [0, 2**31 - 1), or `size` None with an
+        indptr, a closed HostTable, a `size` outside [0, 2**31 - 1), or `size` None with an
         array `start`.
       RuntimeError: on a GPU, jdirect built without its CUDA library.
     """
@@ -83,7 +92,11 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
                         f"{np.dtype(table.dtype).name}")
     if table.ndim < 1:
         raise ValueError("neighbor_sum needs a table of rank >= 1 (rows first)")
-    indptr, indices = _offsets(indptr), _ids("indices", indices)
+    host = isinstance(indptr, HostTable) or isinstance(indices, HostTable)
+    if host:
+        _check_host_csr(indptr, indices)
+    else:
+        indptr, indices = _offsets(indptr), _ids("indices", indices)
     if indptr.shape[0] < 1:
         raise ValueError("indptr must hold at least one offset (nodes + 1 of them)")
     start = _start(start)
@@ -103,8 +116,32 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     # lifetime follows the program's stream.
     out = (jax.ShapeDtypeStruct((size,) + tuple(table.shape[1:]), jnp.float32),
            jax.ShapeDtypeStruct((size + 1,), jnp.int32))
-    call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM, out, vmap_method="sequential")
-    return call(table, indptr, indices, start)[0]
+    if not host:
+        call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM, out, vmap_method="sequential")
+        return call(table, indptr, indices, start)[0]
+    # The sum reads the tables after their writes dispatched before it.
+    start = indptr.after_writes(indices.after_writes(start))
+    call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM_HOST, out, vmap_method="sequential")
+    return call(table, indptr._handle, indices._handle, start,
+                indptr_type=_XLA_TYPES[indptr.dtype], indptr_rows=indptr.shape[0],
+                indices_type=_XLA_TYPES[indices.dtype], indices_rows=indices.shape[0])[0]
+
+
+def _check_host_csr(indptr: Any, indices: Any) -> None:
+    """Raises unless indptr and indices are open HostTable vectors of
+    offsets and ids the kernels read."""
+    if not (isinstance(indptr, HostTable) and isinstance(indices, HostTable)):
+        raise TypeError(f"indptr and indices must both be HostTables or both arrays, got "
+                        f"{type(indptr).__name__} and {type(indices).__name__}")
+    for name, t, kinds in (("indptr", indptr, _OFFSETS), ("indices", indices, _IDS)):
+        if t.closed:
+            raise ValueError(f"the {name} HostTable is closed")
+        if len(t.shape) != 1:
+            raise ValueError(f"{name} must be a vector, got shape {list(t.shape)}")
+        if t.dtype not in kinds:
+            raise TypeError(f"{name} must be " + " or ".join(k.name for k in kinds)
+                            + f", got {t.dtype.name}")
+        t.check_unwritten("jdirect.neighbor_sum")
 
 
 def _start(start: Any) -> int | jax.Array:

@@ -105,6 +105,46 @@ def test_a_csr_in_pinned_host_memory_sums_like_one_on_the_device(indptr_dtype):
             np.asarray(jdirect.neighbor_sum(table, indptr, indices, start, size=64)))
 
 
+@pytest.mark.parametrize("indptr_dtype, index_dtype", [(np.int32, np.int32),
+                                                       (np.uint32, np.int32),
+                                                       (np.int64, np.int64)])
+def test_a_csr_of_host_tables_sums_like_arrays_without_a_copy(indptr_dtype, index_dtype):
+    """HostTables over the graph's own arrays (pinned in place; int64 ones
+    need no x64, as no array of them is made), eagerly and as jit arguments."""
+    rng = np.random.default_rng(4)
+    table = jnp.asarray(rng.standard_normal((300, 24)), jnp.float32)
+    indptr, indices = random_csr(rng, 150, 300, 700, index_dtype)
+    indptr = indptr.astype(indptr_dtype)
+    with jax.enable_x64(False), jdirect.HostTable(indptr) as p, \
+            jdirect.HostTable(indices) as i:
+        got = np.asarray(jdirect.neighbor_sum(table, p, i, 2, size=140))
+        np.testing.assert_allclose(got, reference(table, indptr, indices, 2, 140),
+                                   rtol=1e-5, atol=1e-4)
+        at = jax.jit(lambda p, i, s: jdirect.neighbor_sum(table, p, i, s, size=64))
+        for start in (0, 100):
+            np.testing.assert_array_equal(
+                np.asarray(at(p, i, jnp.int32(start))),
+                np.asarray(jdirect.neighbor_sum(table, indptr.astype(np.int32),
+                                                indices.astype(np.int32), start, size=64)))
+
+
+def test_a_host_csr_is_refused_mixed_closed_or_of_the_wrong_shape_or_type():
+    table = np.ones((4, 2), np.float32)
+    with jdirect.HostTable(np.array([0, 1], np.int32)) as p:
+        with pytest.raises(TypeError, match="both be HostTables or both arrays"):
+            jdirect.neighbor_sum(table, p, [0])
+        with jdirect.HostTable(np.zeros((1, 1), np.int32)) as i, \
+                pytest.raises(ValueError, match="indices must be a vector"):
+            jdirect.neighbor_sum(table, p, i)
+        with jdirect.HostTable(np.zeros(1, np.float32)) as i, \
+                pytest.raises(TypeError, match="indices must be int32 or int64, got float32"):
+            jdirect.neighbor_sum(table, p, i)
+        i = jdirect.HostTable(np.zeros(1, np.int32))
+        i.close()
+        with pytest.raises(ValueError, match="indices HostTable is closed"):
+            jdirect.neighbor_sum(table, p, i)
+
+
 @pytest.mark.parametrize("dtype, width", [(np.float32, 16), (np.float32, 300),
                                           (jnp.bfloat16, 264)])
 def test_hubs_split_over_many_warps_equal_numpy(dtype, width):

@@ -18,6 +18,7 @@ import jdirect
 from jdirect import placement
 from jdirect.graph import _layer_steps, _layer_tables, inference, load_ogb_node, load_reddit
 from jdirect.graph.data.csr import Graph, csr_from_edges
+from jdirect.graph.inference import CHUNK_EDGES, CHUNK_NODES
 from jdirect.graph.metrics import FULL
 from jdirect.graph.models import build
 from test_cli import train_graphsage
@@ -141,17 +142,17 @@ def test_chunk_working_memory_bounds_what_xla_allocates(name):
 def test_rows_of_products_and_papers100m_keep_the_default_chunks_on_a_gpu(monkeypatch):
     """On an 80 GB GPU with 75 GB free, 256-wide rows (products' and
     papers100M's hidden layers; their inputs are 100 and 128 wide) and
-    GAT's 696-wide last layer keep the default 65,536 nodes and 2**20
+    GAT's 696-wide last layer keep the default 2**18 nodes and 2**20
     edges; 3,703-wide rows get windows sized by their bytes."""
     monkeypatch.setattr(placement, "device_free_bytes", lambda: 75 * 10**9)
     monkeypatch.setattr(placement, "device_block_bytes", lambda: None)
     budget = _layer_tables.working_budget(None)
     assert budget == _layer_tables.WORKING_MAX
     for width in (100, 128, 256, 696):
-        assert _layer_tables.chunk_shape(65_536, 1 << 20, width, width, budget) == (
-            65_536, 1 << 20)
-    nodes, edges = _layer_tables.chunk_shape(65_536, 1 << 20, 3703, 3703, budget)
-    assert edges < 1 << 20 and _layer_tables.working_bytes(edges, nodes, 3703, 3703) <= budget
+        assert _layer_tables.chunk_shape(CHUNK_NODES, CHUNK_EDGES, width, width, budget) == (
+            CHUNK_NODES, CHUNK_EDGES)
+    nodes, edges = _layer_tables.chunk_shape(CHUNK_NODES, CHUNK_EDGES, 3703, 3703, budget)
+    assert edges < CHUNK_EDGES and _layer_tables.working_bytes(edges, nodes, 3703, 3703) <= budget
     # Less free memory: half of it, less the GEMM workspace.
     monkeypatch.setattr(placement, "device_free_bytes", lambda: 10**9)
     assert _layer_tables.working_budget(None) == 10**9 // 2 - _layer_tables.GEMM_WORKSPACE

@@ -1,11 +1,13 @@
 """Where a layer-wise inference over every node reads the graph's CSR
 (`jdirect.graph.inference`): in device memory, copied once, where it fits
 after the layer's tables and its edges have int32 positions; else, for a
-layer whose edges one `jdirect.neighbor_sum` sums, in pinned host memory,
-read by the kernel over the link in stored order (each offset and id once
-a layer: papers100M's 13 GB, 0.24 s at 55 GB/s), so that a graph
-too large for the device still runs in one call a chunk instead of copying
-each chunk's edges from the host. Private to `jdirect.graph.inference`.
+layer whose edges one `jdirect.neighbor_sum` sums, in host memory: the
+graph's own arrays pinned in place as HostTables (papers100M's 13 GB in
+0.4 s, where a copy into pinned memory took 10 s), read by the kernel
+over the link in stored order (each offset and id once a layer: 0.24 s
+at 55 GB/s), so that a graph too large for the device still runs in one
+call a chunk instead of copying each chunk's edges from the host.
+Private to `jdirect.graph.inference`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import host_memory
+from ..host_table import HostTable
 from . import _layer_tables as tables
 from ._layer_tables import Report
 from .data import Graph
@@ -26,16 +28,17 @@ class Csr(NamedTuple):
     """The graph's CSR as the steps read it (a pytree).
 
     Attributes:
-      indptr: int32[num_nodes + 1] on the device, or uint32 in pinned host
-        memory (offsets up to 2**32 - 1 without jax_enable_x64).
-      indices: int32[num_edges] source node ids, beside indptr.
+      indptr: int32[num_nodes + 1] on the device, or a HostTable of the
+        graph's own offsets (int64: no array of them is made).
+      indices: [num_edges] source node ids, beside indptr (int32 on the
+        device, the graph's own in a HostTable).
       degrees: None on the device (the steps difference indptr); for a CSR
         in host memory, int32[num_nodes] on the device, each node's edge
         count (a device program computes nothing from host memory).
     """
 
-    indptr: jax.Array
-    indices: jax.Array
+    indptr: jax.Array | HostTable
+    indices: jax.Array | HostTable
     degrees: jax.Array | None = None
 
     @property
@@ -44,6 +47,11 @@ class Csr(NamedTuple):
 
     def device_bytes(self, graph: Graph) -> int:
         return 4 * graph.num_nodes if self.in_host_memory else graph.csr_bytes32
+
+    @property
+    def link_bytes(self) -> int:
+        """Bytes a layer reads over the link from a CSR in host memory (0 on the device)."""
+        return self.indptr.nbytes + self.indices.nbytes if self.in_host_memory else 0
 
 
 def on_device(graph: Graph, room: float, report: Report) -> Csr | None:
@@ -58,26 +66,28 @@ def on_device(graph: Graph, room: float, report: Report) -> Csr | None:
 
 
 def in_host_memory(graph: Graph, room: float) -> Csr | None:
-    """The graph's CSR copied into pinned host memory (uint32 offsets, int32
-    ids) with its degrees on the device, where it has 1 to 2**32 - 1 edges,
-    the degrees fit `room` device bytes and the copy fits the host memory
-    available; else None (each chunk's edges are then copied from the host).
-    A layer that reads it counts its bytes (`graph.csr_bytes32`) as crossing
-    the link."""
-    if not 0 < graph.num_edges < 2**32 or not tables.fits_device(4 * graph.num_nodes, room):
+    """The graph's own CSR arrays as HostTables (pinned in place, no copy)
+    with its degrees on the device, where the degrees fit `room` device
+    bytes and the arrays can be pinned; else None (each chunk's edges are
+    then copied from the host). A layer that reads it counts its bytes
+    (`Csr.link_bytes`) as crossing the link."""
+    if graph.num_edges < 1 or not tables.fits_device(4 * graph.num_nodes, room):
         return None
     try:
-        host_memory.check_host_room(graph.csr_bytes32, "the CSR in pinned host memory")
-    except MemoryError:
+        indptr = HostTable(graph.indptr)
+    except (TypeError, ValueError, RuntimeError):  # not pinnable (e.g. not C-contiguous)
         return None
-    pinned = jax.sharding.SingleDeviceSharding(jax.local_devices()[0], memory_kind="pinned_host")
-    degrees = jnp.asarray(np.diff(graph.indptr).astype(np.int32))
-    return Csr(jax.device_put(graph.indptr.astype(np.uint32), pinned),
-               jax.device_put(graph.indices.astype(np.int32, copy=False), pinned), degrees)
+    try:
+        indices = HostTable(graph.indices)
+    except (TypeError, ValueError, RuntimeError):
+        indptr.close()
+        return None
+    return Csr(indptr, indices, jnp.asarray(np.diff(graph.indptr).astype(np.int32)))
 
 
 def release(csr: Csr | None, after: object) -> None:
-    """Frees `csr`'s arrays once `after` (arrays computed from them) is ready."""
+    """Frees `csr`'s device arrays and closes its HostTables (the graph's
+    arrays stay), once `after` (arrays computed from them) is ready."""
     for array in csr or ():
         if array is not None:
             tables.release(array, True, after)

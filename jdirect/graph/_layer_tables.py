@@ -39,12 +39,16 @@ class Report:
         over the link): wall time from the layer's start until its output
         table is complete (each layer ends waiting for the device), and
         its share of bytes_read + bytes_written.
+      edges: per layer, where its steps read its edges: "device CSR",
+        "host CSR" (pinned host memory, over the link), "copied" (each
+        chunk's, from the host) or "none" (a model that reads no edges).
     """
 
     tables: list[str] = dataclasses.field(default_factory=list)
     bytes_read: int = 0
     bytes_written: int = 0
     layers: list[tuple[float, int]] = dataclasses.field(default_factory=list)
+    edges: list[str] = dataclasses.field(default_factory=list)
 
 
 def rows_of(table: Input, span: jax.Array, size: int) -> jax.Array:

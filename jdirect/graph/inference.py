@@ -90,13 +90,13 @@ largest at most `chunk_nodes` and `chunk_edges` (and the layer's own node
 and edge counts) whose working memory fits `working_budget`: by default
 half the device's free memory less XLA's 32 MiB GEMM workspace, at most
 16 GiB (the CPU backend: 1 GiB).
-The defaults (B = 65,536, E = 2**20) take 4.7 GB at w = 256 (2.1 and
-2.6 GB at products' and papers100M's 100- and 128-wide inputs, 12.8 GB at
-GAT's 696-wide last layer for 172 classes), so on a GPU they run unchanged
-for such rows whenever 26 GB are free; the CPU's 1 GiB takes 14,926 nodes
-and 238,822 edges at w = 256. Rows 3,703 wide (a citation graph's words)
-get 16,565-edge windows in 1 GiB, 265,046 in 16 GiB, where 2**20 edges
-would take 68 GB. `plan` says before any work whether a run fits, and the chunk
+The defaults (B = 2**18, E = 2**20: CHUNK_NODES, CHUNK_EDGES) take 5.9 GB
+at w = 256 (2.3 and 3.0 GB at products' and papers100M's 100- and
+128-wide inputs, 16.1 GB at GAT's 696-wide last layer for 172 classes),
+so on a GPU they run unchanged for such rows whenever 33 GB are free; the
+CPU's 1 GiB takes 47,527 nodes and 190,110 edges at w = 256. Rows 3,703
+wide (a citation graph's words) get 13,178-edge windows in 1 GiB, 210,843
+in 16 GiB, where 2**20 edges would take 68 GB. `plan` says before any work whether a run fits, and the chunk
 sizes it will use.
 
 JAX's default allocator keeps a pool whose free pieces do not merge around
@@ -134,12 +134,13 @@ from ..host_table import HostTable
 from . import _layer_csr as layer_csr
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
-from ._layer_plan import Plan, plan, run_plan
+from ._layer_plan import CHUNK_EDGES, CHUNK_NODES, Plan, plan, run_plan
 from ._layer_steps import copied_chunks, every_node, fused, layer_steps
 from ._layer_tables import Input, Report
 from .data import Graph
 
-__all__ = ["Plan", "Report", "Result", "accuracy", "evaluate", "layerwise", "logits_of", "plan"]
+__all__ = ["CHUNK_EDGES", "CHUNK_NODES", "Plan", "Report", "Result", "accuracy", "evaluate",
+           "layerwise", "logits_of", "plan"]
 
 
 @dataclasses.dataclass
@@ -188,7 +189,7 @@ class Result:
 
 
 def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
-              chunk_nodes: int = 65_536, chunk_edges: int = 1 << 20,
+              chunk_nodes: int = CHUNK_NODES, chunk_edges: int = CHUNK_EDGES,
               device_budget: int | None = None, working_budget: int | None = None,
               table_dtype: Any = None, logits_dtype: Any = np.float32,
               progress: bool = False) -> Result:
@@ -323,13 +324,15 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 csr = layer_csr.in_host_memory(graph, room)
             spent += 0 if csr is None else csr.device_bytes(graph)
         if csr is not None and csr.in_host_memory:
-            report.bytes_read += graph.csr_bytes32  # read over the link each layer
+            report.bytes_read += csr.link_bytes  # read over the link each layer
         if source is None and model.uses_neighbors and reads > src.rows:
             edges_from, hot = tables.cache_hottest(
                 f"layer {i} input", table, _degrees(graph, src),
                 budget - spent - out.device_bytes, report)
         hot = None if hot is None else jnp.asarray(hot)
         bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
+        report.edges.append("none" if not model.uses_neighbors else "copied" if csr is None
+                            else "host CSR" if csr.in_host_memory else "device CSR")
         if every and (csr is not None or not model.uses_neighbors):
             hits = every_node(steps, params, report, table, source, edges_from, csr, hot, out,
                               dst)
