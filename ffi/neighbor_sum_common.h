@@ -138,8 +138,10 @@ ffi::Error NeighborSum(const Runner& run, ffi::AnyBuffer table, ffi::AnyBuffer i
 // The CSR from two registered host tables (HostTables of the offsets and
 // the ids, read in place): their handle operands, and the element types
 // (XLA's type numbers) and lengths the program was traced for. The leases
-// span the runner and `record(indptr_handle, indices_handle)`, which on a
-// GPU records the tables' events after the launch (close() waits for them).
+// span the runner and `record(indptr_handle, indices_handle, failed)`,
+// which on a GPU records both tables' events after the launch (close()
+// waits for them) and, where the launch or a record failed, waits for the
+// stream itself: a kernel may be queued that close() would not wait for.
 template <typename Runner, typename Recorder>
 ffi::Error NeighborSumHost(const Runner& run, HandleReader read_handle, Recorder record,
                            ffi::AnyBuffer table, ffi::Buffer<ffi::S32> indptr_handle,
@@ -167,8 +169,9 @@ ffi::Error NeighborSumHost(const Runner& run, HandleReader read_handle, Recorder
   a.indices = ids.view().data;
   a.indices64 = i_type == ffi::DataType::S64;
   a.nnz = indices_rows;
-  if (auto e = run(a); e.failure()) return e;
-  return record(hp, hi);
+  ffi::Error ran = run(a);
+  ffi::Error recorded = record(hp, hi, ran.failure());
+  return ran.failure() ? ran : recorded;
 }
 
 }  // namespace jdirect

@@ -51,7 +51,7 @@ ffi::Error RunHost(ffi::AnyBuffer table, ffi::Buffer<ffi::S32> indptr_handle,
                    int64_t indptr_type, int64_t indptr_rows, int64_t indices_type,
                    int64_t indices_rows) {
   // The sum is done when it returns: nothing to record for close().
-  const auto done = [](int32_t, int32_t) { return ffi::Error::Success(); };
+  const auto done = [](int32_t, int32_t, bool) { return ffi::Error::Success(); };
   return NeighborSumHost(CpuRunner{}, HandleOnCpu, done, table, indptr_handle, indices_handle,
                          start, out, indptr_type, indptr_rows, indices_type, indices_rows);
 }

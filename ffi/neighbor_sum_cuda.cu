@@ -226,9 +226,11 @@ ffi::Error RunHost(cudaStream_t stream, ffi::AnyBuffer table,
                    ffi::Result<ffi::AnyBuffer> hubs, int64_t indptr_type, int64_t indptr_rows,
                    int64_t indices_type, int64_t indices_rows) {
   if (auto e = CheckHubs(out, hubs); e.failure()) return e;
-  const auto record = [stream](int32_t offsets, int32_t ids) {
-    if (auto e = RecordTableRead(offsets, stream); e.failure()) return e;
-    return RecordTableRead(ids, stream);
+  const auto record = [stream](int32_t offsets, int32_t ids, bool failed) {
+    ffi::Error first = RecordTableRead(offsets, stream);
+    ffi::Error second = RecordTableRead(ids, stream);
+    if (failed || first.failure() || second.failure()) cudaStreamSynchronize(stream);
+    return first.failure() ? first : second;
   };
   return NeighborSumHost(CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())},
                          HostHandle, record, table, indptr_handle, indices_handle, start, out,

@@ -282,12 +282,7 @@ class HostTable(RegisteredTable, WritableTable):
         else:
             rows = start_registered(handle, self.shape, self.dtype, self.memory, idx, request,
                                     cache, max_blocks)
-        read = rows.rows if isinstance(rows, Pending) else rows
-        if isinstance(read, jax.core.Tracer):
-            # Reads of other traces are dropped: they are finished, or
-            # belong to an enclosing trace whose writes cannot take them.
-            trace = trace_state()
-            self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, read)]
+        self.note_read(rows.rows if isinstance(rows, Pending) else rows)
         return rows
 
     def restore_donated(self) -> None:

@@ -55,19 +55,20 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
         ascending (int64 values past int32 need jax_enable_x64, as for
         `jdirect.gather`; uint32 holds offsets up to 2**32 - 1 without it).
       indices: int32 or int64 [edges] source rows.
-
-    The CSR may stay in host memory: indptr and indices both
-    `jdirect.HostTable` vectors (the graph's NumPy arrays pinned in place,
-    no copy; int64 ones need no x64 here, since no array of them is made)
-    or `pinned_host` jax.Arrays. GPU threads then read its offsets and ids
-    over the link, zero-copy, in the order they are stored (each once),
-    while the rows come from `table`: a graph whose CSR does not fit beside
-    its rows on the device is summed this way at the device's speed. Under
-    jit, pass the HostTables as arguments (as for `jdirect.gather`, a
-    closed-over table's handle would become a device constant).
       start: the first node: an int, or an int32/int64 scalar array.
       size: how many nodes; None: every node from `start` on (`start` must
         then be an int).
+
+    The CSR may stay in host memory: indptr and indices both
+    `jdirect.HostTable` vectors (the graph's NumPy arrays pinned in place,
+    no copy; int64 ones need no x64 here, since no array of them is made;
+    a `start` past int32 still does) or `pinned_host` jax.Arrays. GPU
+    threads then read its offsets and ids over the link, zero-copy, in the
+    order they are stored (each once), while the rows come from `table`: a
+    graph whose CSR does not fit beside its rows on the device is summed
+    this way at the device's speed. Under jit, pass the HostTables as
+    arguments: closed over, they are refused (their handles are operands;
+    `jdirect.gather` also takes closed-over tables).
 
     Raises:
       TypeError: a table that is not an array of float32 or bfloat16 (a
@@ -78,8 +79,9 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
       OverflowError: indptr, indices or `start` values past int32 while
         jax_enable_x64 is off.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
-        indptr, a closed HostTable, a `size` outside [0, 2**31 - 1), or `size` None with an
-        array `start`.
+        indptr, a closed HostTable or one closed over by a traced function,
+        a `size` outside [0, 2**31 - 1), or `size` None with an array
+        `start`.
       RuntimeError: on a GPU, jdirect built without its CUDA library.
     """
     if not isinstance(table, (jax.Array, np.ndarray)):
@@ -94,7 +96,7 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
         raise ValueError("neighbor_sum needs a table of rank >= 1 (rows first)")
     host = isinstance(indptr, HostTable) or isinstance(indices, HostTable)
     if host:
-        _check_host_csr(indptr, indices)
+        _check_host_csr(indptr, indices, table, start)
     else:
         indptr, indices = _offsets(indptr), _ids("indices", indices)
     if indptr.shape[0] < 1:
@@ -119,23 +121,33 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     if not host:
         call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM, out, vmap_method="sequential")
         return call(table, indptr, indices, start)[0]
-    # The sum reads the tables after their writes dispatched before it.
+    # The sum reads the tables after their writes dispatched before it, and
+    # later writes in this trace follow it (as `jdirect.gather`'s reads).
     start = indptr.after_writes(indices.after_writes(start))
     call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM_HOST, out, vmap_method="sequential")
-    return call(table, indptr._handle, indices._handle, start,
+    sums = call(table, indptr._handle, indices._handle, start,
                 indptr_type=_XLA_TYPES[indptr.dtype], indptr_rows=indptr.shape[0],
                 indices_type=_XLA_TYPES[indices.dtype], indices_rows=indices.shape[0])[0]
+    indptr.note_read(sums)
+    indices.note_read(sums)
+    return sums
 
 
-def _check_host_csr(indptr: Any, indices: Any) -> None:
+def _check_host_csr(indptr: Any, indices: Any, table: jax.Array, start: Any) -> None:
     """Raises unless indptr and indices are open HostTable vectors of
-    offsets and ids the kernels read."""
+    offsets and ids the kernels read, passed into any trace that `table`
+    or `start` belongs to."""
     if not (isinstance(indptr, HostTable) and isinstance(indices, HostTable)):
         raise TypeError(f"indptr and indices must both be HostTables or both arrays, got "
                         f"{type(indptr).__name__} and {type(indices).__name__}")
+    traced = any(isinstance(x, jax.core.Tracer) for x in (table, start))
     for name, t, kinds in (("indptr", indptr, _OFFSETS), ("indices", indices, _IDS)):
         if t.closed:
             raise ValueError(f"the {name} HostTable is closed")
+        if traced and not isinstance(t._handle, jax.core.Tracer):
+            raise ValueError(f"the {name} HostTable is closed over by a traced function: pass "
+                             "the HostTables as its arguments (their handles are operands)")
+        t.restore_donated()
         if len(t.shape) != 1:
             raise ValueError(f"{name} must be a vector, got shape {list(t.shape)}")
         if t.dtype not in kinds:

@@ -73,6 +73,15 @@ class WritableTable(abc.ABC):
             return idx
         return idx ^ self._after.astype(idx.dtype)
 
+    def note_read(self, rows: jax.Array) -> None:
+        """Keeps `rows`, computed by a read of this version inside a trace,
+        for that trace's later writes to follow (`reads_to_follow`). Reads
+        of other traces are dropped: they are finished, or belong to an
+        enclosing trace whose writes cannot take them."""
+        if isinstance(rows, jax.core.Tracer):
+            trace = trace_state()
+            self._reads = [(t, r) for t, r in self._reads if t == trace] + [(trace, rows)]
+
     def reads_to_follow(self) -> tuple[jax.Array, ...]:
         """Rows read from this version in the current trace: a write of it
         takes them as operands, so that it cannot run before those reads

@@ -34,11 +34,18 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys, monkeypatch):
     assert saved["config"]["dataset"] == "tiny" and saved["environment"]["jax"]
     assert saved["total_s"] > 0
     assert {"epoch_s", "loss", "train_acc", "val_acc"} <= set(saved["sage"]["history"][0])
+    # Where the full-split evaluation's time went, layer by layer.
+    layers = saved["sage"]["full_eval_layers"]
+    assert len(layers) == len(saved["config"]["fanouts"]) and all(
+        layer["s"] > 0 and layer["edges"] in ("device CSR", "host CSR", "copied")
+        for layer in layers)
+    assert {layer["edges"] for layer in saved["mlp"]["full_eval_layers"]} == {"none"}
     # By default every local device trains (one on a CPU).
     devices = jax.device_count()
     assert saved["sage"]["devices"] == devices and saved["sage"]["processes"] == 1
     printed = capsys.readouterr().out
     assert "best sampled validation" in printed and "sage - mlp" in printed
+    assert "(full split; layers 1 (" in printed
     assert f"devices: {devices} in 1 process(es)" in printed
 
 

@@ -35,7 +35,7 @@ def test_the_device_loop_equals_the_windows_copied_from_the_host(graph, name, mo
     x = jnp.asarray(graph.features)
     looped = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     monkeypatch.setattr(_layer_csr, "on_device", lambda graph, room, report: None)
-    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda graph, room: None)
+    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: None)
     copied = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     np.testing.assert_allclose(logits(looped), logits(copied), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(logits(looped), reference(model, graph, graph.features),
@@ -56,7 +56,7 @@ def test_summing_layers_add_their_edges_in_one_neighbor_sum_equal_to_the_windows
     if csr != "device":
         monkeypatch.setattr(_layer_csr, "on_device", lambda graph, room, report: None)
     if csr == "copied":
-        monkeypatch.setattr(_layer_csr, "in_host_memory", lambda graph, room: None)
+        monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: None)
     else:
         made = _layer_csr.in_host_memory
         monkeypatch.setattr(_layer_csr, "in_host_memory",
@@ -68,6 +68,8 @@ def test_summing_layers_add_their_edges_in_one_neighbor_sum_equal_to_the_windows
     summed = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     assert calls, "no layer was summed by neighbor_sum"
     assert bool(placed) == (csr == "host memory")
+    assert summed.report.edges == [{"device": "device CSR", "host memory": "host CSR",
+                                    "copied": "copied"}[csr]] * 3
     for module in (_layer_steps, inference):  # the windows, with no CSR in host memory
         monkeypatch.setattr(module, "fused", lambda *a: False)
     _layer_steps.layer_steps.cache_clear()
@@ -109,10 +111,34 @@ def test_a_csr_too_large_for_the_device_is_read_from_host_memory_each_layer(
                            chunk_nodes=16, chunk_edges=20)
     assert isinstance(result.logits, jdirect.HostTable) and len(placed) == 1
     csr = graph.indptr.nbytes + graph.indices.nbytes  # the graph's own, pinned in place
-    assert result.report.bytes_read == staged + hidden + 2 * csr
+    assert result.report.bytes_read == staged + hidden + degrees + 2 * csr
     np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
                                rtol=1e-4, atol=1e-4)
     result.close()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_host_csr_is_closed_after_the_run_and_after_an_error(graph, monkeypatch, fails):
+    """The graph's arrays are not left pinned: the CSR's HostTables close
+    when the run ends, and when a layer raises."""
+    made = _layer_csr.in_host_memory
+    placed = []
+    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: placed.append(made(*a))
+                        or placed[-1])
+    if fails:
+        def broken(*a, **k):
+            raise RuntimeError("a layer failed")
+        monkeypatch.setattr(inference, "every_node", broken)
+    model = build("sage", 6, 4, 32, 2, dropout=0.5, seed=26)
+    budget = graph.num_nodes * (6 + 1) * 4  # the staged input and the degrees
+    with jdirect.HostTable(graph.features) as features:
+        if fails:
+            with pytest.raises(RuntimeError, match="a layer failed"):
+                layerwise(model, graph, features, device_budget=budget, chunk_nodes=16)
+        else:
+            layerwise(model, graph, features, device_budget=budget, chunk_nodes=16).close()
+    csr, = placed
+    assert csr.indptr.closed and csr.indices.closed
 
 
 def test_the_csr_is_copied_to_the_device_once(graph):

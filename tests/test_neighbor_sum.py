@@ -128,6 +128,36 @@ def test_a_csr_of_host_tables_sums_like_arrays_without_a_copy(indptr_dtype, inde
                                                 indices.astype(np.int32), start, size=64)))
 
 
+def test_a_host_csr_closed_after_compiling_or_closed_over_is_refused():
+    table = jnp.ones((4, 2), jnp.float32)
+    p = jdirect.HostTable(np.array([0, 2, 3], np.int32))
+    i = jdirect.HostTable(np.array([0, 1, 3], np.int32))
+    at = jax.jit(lambda p, i, s: jdirect.neighbor_sum(table, p, i, s, size=2))
+    np.testing.assert_array_equal(np.asarray(at(p, i, jnp.int32(0))), [[2, 2], [1, 1]])
+    with pytest.raises(ValueError, match="closed over by a traced function"):
+        jax.jit(lambda s: jdirect.neighbor_sum(table, p, i, s, size=2))(jnp.int32(0))
+    i.close()
+    # The compiled call's handler finds the table closed: reported at the
+    # call on the CPU, when the result is read on a GPU (as gather's).
+    with pytest.raises(Exception, match="is closed"):
+        jax.block_until_ready(at(p, i, jnp.int32(0)))
+    p.close()
+
+
+def test_a_hand_built_host_csr_call_whose_lengths_differ_from_its_tables_is_refused():
+    """The handler checks the leased tables against the traced lengths and
+    types: a mismatched call reads nothing."""
+    from jdirect import _ffi
+    with jdirect.HostTable(np.array([0, 1], np.int32)) as p, \
+            jdirect.HostTable(np.array([0], np.int32)) as i:
+        out = (jax.ShapeDtypeStruct((1, 2), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.int32))
+        call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM_HOST, out)
+        with pytest.raises(Exception, match="does not match"):
+            jax.block_until_ready(call(jnp.ones((4, 2), jnp.float32), p._handle, i._handle,
+                                       jnp.int32(0), indptr_type=4, indptr_rows=2,
+                                       indices_type=4, indices_rows=1000)[0])
+
+
 def test_a_host_csr_is_refused_mixed_closed_or_of_the_wrong_shape_or_type():
     table = np.ones((4, 2), np.float32)
     with jdirect.HostTable(np.array([0, 1], np.int32)) as p:

@@ -65,29 +65,38 @@ def on_device(graph: Graph, room: float, report: Report) -> Csr | None:
                jnp.asarray(graph.indices.astype(np.int32, copy=False)))
 
 
-def in_host_memory(graph: Graph, room: float) -> Csr | None:
+def in_host_memory(graph: Graph, room: float, report: Report) -> Csr | None:
     """The graph's own CSR arrays as HostTables (pinned in place, no copy)
-    with its degrees on the device, where the degrees fit `room` device
-    bytes and the arrays can be pinned; else None (each chunk's edges are
-    then copied from the host). A layer that reads it counts its bytes
-    (`Csr.link_bytes`) as crossing the link."""
+    with its degrees on the device (copied once, counted in `report`),
+    where the degrees fit `room` device bytes and the arrays can be pinned;
+    else None (each chunk's edges are then copied from the host). A layer
+    that reads it counts its bytes (`Csr.link_bytes`) as crossing the link."""
     if graph.num_edges < 1 or not tables.fits_device(4 * graph.num_nodes, room):
         return None
+    degrees = jnp.asarray(np.diff(graph.indptr).astype(np.int32))
+    pinned: list[HostTable] = []
     try:
-        indptr = HostTable(graph.indptr)
+        for array in (graph.indptr, graph.indices):
+            pinned.append(HostTable(array))
     except (TypeError, ValueError, RuntimeError):  # not pinnable (e.g. not C-contiguous)
+        for table in pinned:
+            table.close()
+        degrees.delete()
         return None
-    try:
-        indices = HostTable(graph.indices)
-    except (TypeError, ValueError, RuntimeError):
-        indptr.close()
-        return None
-    return Csr(indptr, indices, jnp.asarray(np.diff(graph.indptr).astype(np.int32)))
+    report.bytes_read += degrees.nbytes
+    return Csr(pinned[0], pinned[1], degrees)
 
 
 def release(csr: Csr | None, after: object) -> None:
     """Frees `csr`'s device arrays and closes its HostTables (the graph's
-    arrays stay), once `after` (arrays computed from them) is ready."""
+    arrays stay), once `after` (arrays computed from them; None: at once,
+    as after an error) is ready: every member, even where one raises."""
+    error = None
     for array in csr or ():
-        if array is not None:
-            tables.release(array, True, after)
+        try:
+            if array is not None:
+                tables.release(array, True, after)
+        except BaseException as e:  # the others are still released
+            error = error or e
+    if error is not None:
+        raise error

@@ -96,8 +96,8 @@ at w = 256 (2.3 and 3.0 GB at products' and papers100M's 100- and
 so on a GPU they run unchanged for such rows whenever 33 GB are free; the
 CPU's 1 GiB takes 47,527 nodes and 190,110 edges at w = 256. Rows 3,703
 wide (a citation graph's words) get 13,178-edge windows in 1 GiB, 210,843
-in 16 GiB, where 2**20 edges would take 68 GB. `plan` says before any work whether a run fits, and the chunk
-sizes it will use.
+in 16 GiB, where 2**20 edges would take 68 GB. `plan` says before any work
+whether a run fits, and the chunk sizes it will use.
 
 JAX's default allocator keeps a pool whose free pieces do not merge around
 a buffer still in use: on an 80 GB H100, after papers100M's 28 GB staged
@@ -262,99 +262,104 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     csr: layer_csr.Csr | None = None  # the graph's CSR, where the steps read it
     bar = tqdm(total=len(convs), desc="layer-wise inference", unit="layer", leave=False,
                disable=None if progress else True)
-    for i, (conv, dst, (size, window)) in enumerate(
-            zip(convs, planned.destinations, planned.plan.chunks)):
-        started, moved = time.perf_counter(), report.bytes_read + report.bytes_written
-        last = i + 1 == len(convs)
-        dtype = logits_dtype if last else hidden_dtype
-        steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype,
-                            window)
-        # A layer over every node reads the CSR where `_layer_csr` places
-        # it. One on the device stays for the next layer where all the
-        # tables that layer may place on the device fit beside it; one in
-        # host memory (4 bytes a node of the device's) while layers run
-        # over every node.
-        every = dst.ids is None and src.ids is None
-        need = planned.plan.table_bytes[i] + (
-            tables.nbytes(table.shape, table.dtype) if not owned and tables.on_host(table) else 0)
-        if csr is not None and (not every or (not csr.in_host_memory
-                                              and need + graph.csr_bytes32 > budget)):
-            layer_csr.release(csr, table)
-            csr = None
-        csr_bytes = 0 if csr is None else csr.device_bytes(graph)
-        ranges = layer_nodes.chunks(src, size)  # rows of the input's table
-        # Rows this layer reads from its input: its nodes' own, then every
-        # edge's (or, projecting, every input row once).
-        reads = dst.rows + (src.rows if conv.projects
-                            else dst.num_edges if model.uses_neighbors else 0)
-        if (tables.on_host(table) and reads > src.rows
-                and tables.fits_device(tables.nbytes(table.shape, table.dtype),
-                                       budget - csr_bytes)):
-            staged = tables.Output(f"layer {i} input (staged)", table.shape, table.dtype,
-                                   budget - csr_bytes, report)
-            for a, b in ranges:
-                staged.write(a, b, tables.read(size, table, tables.span(a, b)))
-            report.bytes_read += src.rows * tables.link_row_bytes(table)
-            tables.release(table, owned, staged.table)
-            table, owned = staged.done(), True
-        spent = csr_bytes + (tables.nbytes(table.shape, table.dtype)
-                             if owned and not tables.on_host(table) else 0)
-        source = None
-        if conv.projects:
-            out = tables.Output(f"layer {i + 1} sources", (src.rows, conv.source_dim),
-                                hidden_dtype, budget - spent, report)
-            spent += out.device_bytes
-            for a, b in ranges:
-                out.write(a, b, steps.project(params, table, tables.span(a, b)))
-            tables.count_reads(report, (table, src.rows))
-            source = out.done()
-        out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
-                            (dst.rows, conv.out_dim), dtype, budget - spent, report)
-        edges_from, hot = table if source is None else source, None
-        # A CSR in host memory is read by the neighbour sum only (`fused`;
-        # a host input read through a cache, below, is never summed so).
-        summed = fused(conv, edges_from)
-        if csr is not None and csr.in_host_memory and not summed:
-            layer_csr.release(csr, table)
-            spent, csr = spent - csr.device_bytes(graph), None
-        if every and model.uses_neighbors and csr is None:
-            room = budget - spent - out.device_bytes
-            csr = layer_csr.on_device(graph, room, report)
-            if csr is None and summed:
-                csr = layer_csr.in_host_memory(graph, room)
-            spent += 0 if csr is None else csr.device_bytes(graph)
-        if csr is not None and csr.in_host_memory:
-            report.bytes_read += csr.link_bytes  # read over the link each layer
-        if source is None and model.uses_neighbors and reads > src.rows:
-            edges_from, hot = tables.cache_hottest(
-                f"layer {i} input", table, _degrees(graph, src),
-                budget - spent - out.device_bytes, report)
-        hot = None if hot is None else jnp.asarray(hot)
-        bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
-        report.edges.append("none" if not model.uses_neighbors else "copied" if csr is None
-                            else "host CSR" if csr.in_host_memory else "device CSR")
-        if every and (csr is not None or not model.uses_neighbors):
-            hits = every_node(steps, params, report, table, source, edges_from, csr, hot, out,
-                              dst)
-        else:
-            hits = copied_chunks(steps, params, report, table, source, edges_from, hot, out,
-                                 src, dst, size, window if model.uses_neighbors else None)
-        if tables.on_host(edges_from):  # the cache's hits crossed no link
-            report.bytes_read -= hits * tables.link_row_bytes(edges_from)
-        done = out.done()
-        report.layers.append((time.perf_counter() - started,
-                              report.bytes_read + report.bytes_written - moved))
-        if edges_from is not table and edges_from is not source:
-            tables.release(edges_from, True, done)  # the cache's device memory
-        tables.release(table, owned, done)
-        if source is not None:
-            tables.release(source, True, done)
-        table, owned, src = done, True, dst
-        # A table's memory is freed with its last reference, not when it is
-        # released (a HostTable keeps its array after close): drop this
-        # layer's references before the next layer allocates its tables.
-        out = staged = source = edges_from = hot = done = None
-        bar.update(1)
+    try:
+        for i, (conv, dst, (size, window)) in enumerate(
+                zip(convs, planned.destinations, planned.plan.chunks)):
+            started, moved = time.perf_counter(), report.bytes_read + report.bytes_written
+            last = i + 1 == len(convs)
+            dtype = logits_dtype if last else hidden_dtype
+            steps = layer_steps(graphdef, i, size, None if last else model.activation, dtype,
+                                window)
+            # A layer over every node reads the CSR where `_layer_csr` places
+            # it. One on the device stays for the next layer where all the
+            # tables that layer may place on the device fit beside it; one in
+            # host memory (4 bytes a node of the device's) while layers run
+            # over every node.
+            every = dst.ids is None and src.ids is None
+            need = planned.plan.table_bytes[i] + (
+                tables.nbytes(table.shape, table.dtype)
+                if not owned and tables.on_host(table) else 0)
+            if csr is not None and (not every or (not csr.in_host_memory
+                                                  and need + graph.csr_bytes32 > budget)):
+                layer_csr.release(csr, table)
+                csr = None
+            csr_bytes = 0 if csr is None else csr.device_bytes(graph)
+            ranges = layer_nodes.chunks(src, size)  # rows of the input's table
+            # Rows this layer reads from its input: its nodes' own, then every
+            # edge's (or, projecting, every input row once).
+            reads = dst.rows + (src.rows if conv.projects
+                                else dst.num_edges if model.uses_neighbors else 0)
+            if (tables.on_host(table) and reads > src.rows
+                    and tables.fits_device(tables.nbytes(table.shape, table.dtype),
+                                           budget - csr_bytes)):
+                staged = tables.Output(f"layer {i} input (staged)", table.shape, table.dtype,
+                                       budget - csr_bytes, report)
+                for a, b in ranges:
+                    staged.write(a, b, tables.read(size, table, tables.span(a, b)))
+                report.bytes_read += src.rows * tables.link_row_bytes(table)
+                tables.release(table, owned, staged.table)
+                table, owned = staged.done(), True
+            spent = csr_bytes + (tables.nbytes(table.shape, table.dtype)
+                                 if owned and not tables.on_host(table) else 0)
+            source = None
+            if conv.projects:
+                out = tables.Output(f"layer {i + 1} sources", (src.rows, conv.source_dim),
+                                    hidden_dtype, budget - spent, report)
+                spent += out.device_bytes
+                for a, b in ranges:
+                    out.write(a, b, steps.project(params, table, tables.span(a, b)))
+                tables.count_reads(report, (table, src.rows))
+                source = out.done()
+            out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
+                                (dst.rows, conv.out_dim), dtype, budget - spent, report)
+            edges_from, hot = table if source is None else source, None
+            # A CSR in host memory is read by the neighbour sum only (`fused`;
+            # a host input read through a cache, below, is never summed so).
+            summed = fused(conv, edges_from)
+            if csr is not None and csr.in_host_memory and not summed:
+                layer_csr.release(csr, table)
+                spent, csr = spent - csr.device_bytes(graph), None
+            if every and model.uses_neighbors and csr is None:
+                room = budget - spent - out.device_bytes
+                csr = layer_csr.on_device(graph, room, report)
+                if csr is None and summed:
+                    csr = layer_csr.in_host_memory(graph, room, report)
+                spent += 0 if csr is None else csr.device_bytes(graph)
+            if csr is not None and csr.in_host_memory:
+                report.bytes_read += csr.link_bytes  # read over the link each layer
+            if source is None and model.uses_neighbors and reads > src.rows:
+                edges_from, hot = tables.cache_hottest(
+                    f"layer {i} input", table, _degrees(graph, src),
+                    budget - spent - out.device_bytes, report)
+            hot = None if hot is None else jnp.asarray(hot)
+            bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
+            report.edges.append("none" if not model.uses_neighbors else "copied" if csr is None
+                                else "host CSR" if csr.in_host_memory else "device CSR")
+            if every and (csr is not None or not model.uses_neighbors):
+                hits = every_node(steps, params, report, table, source, edges_from, csr, hot, out,
+                                  dst)
+            else:
+                hits = copied_chunks(steps, params, report, table, source, edges_from, hot, out,
+                                     src, dst, size, window if model.uses_neighbors else None)
+            if tables.on_host(edges_from):  # the cache's hits crossed no link
+                report.bytes_read -= hits * tables.link_row_bytes(edges_from)
+            done = out.done()
+            report.layers.append((time.perf_counter() - started,
+                                  report.bytes_read + report.bytes_written - moved))
+            if edges_from is not table and edges_from is not source:
+                tables.release(edges_from, True, done)  # the cache's device memory
+            tables.release(table, owned, done)
+            if source is not None:
+                tables.release(source, True, done)
+            table, owned, src = done, True, dst
+            # A table's memory is freed with its last reference, not when it is
+            # released (a HostTable keeps its array after close): drop this
+            # layer's references before the next layer allocates its tables.
+            out = staged = source = edges_from = hot = done = None
+            bar.update(1)
+    except BaseException:  # the graph's arrays are not left pinned
+        layer_csr.release(csr, None)
+        raise
     bar.close()
     layer_csr.release(csr, table)
     return Result(table, report, planned.nodes)
@@ -386,13 +391,17 @@ def accuracy(result: Result, labels: np.ndarray, nodes: Any) -> float:
 
 
 def evaluate(model: nnx.Module, graph: Graph, features: Input,
-             splits: Sequence[str] = ("val", "test"), **options: Any) -> dict[str, float]:
+             splits: Sequence[str] = ("val", "test"), *, report: Report | None = None,
+             **options: Any) -> dict[str, float]:
     """Full-split accuracy, the OGB way: {split: accuracy over every node of
     `graph.<split>`}, from one `layerwise(model, graph, features,
     nodes=<the splits' nodes>, **options)`: the last layer runs for the
-    splits' nodes only."""
+    splits' nodes only. `report`, if given, is filled with that inference's
+    `Report` (where its time and bytes went, layer by layer)."""
     ids = [np.asarray(getattr(graph, s), np.int64) for s in splits]
     result = layerwise(model, graph, features, nodes=np.concatenate(ids), **options)
+    if report is not None:
+        vars(report).update(vars(result.report))
     try:
         return {s: accuracy(result, graph.labels, i) for s, i in zip(splits, ids)}
     finally:

@@ -33,6 +33,9 @@ METRICS: dict[str, str] = {
                         "eval_max nodes",
     "sampled_val_acc": "the validation accuracy measured as in training: sampled "
                        "neighbours, at most eval_max nodes",
+    "full_eval_layers": "per layer of the full-split evaluation's layer-wise inference, "
+                        "input side first: its seconds (s), link bytes (link_gb) and where it "
+                        "read its edges (edges: inference.Report.edges)",
     "protocol": "per accuracy of a run, how it was measured; best_epoch: which epoch's model "
                 "is evaluated",
     "epochs": "epochs the run trained (min_steps can raise it above the configuration's)",

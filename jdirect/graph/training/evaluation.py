@@ -56,13 +56,15 @@ def check_full_eval(model: nnx.Module, graph: Graph, given: int, learned_dim: in
 
 
 def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource, given: int,
-                  progress: bool) -> dict[str, float | None]:
+                  progress: bool, report: inference.Report | None = None
+                  ) -> dict[str, float | None]:
     """{"val", "test"}: accuracy of the model of (`graphdef`, step state
     `state`, the trainer's) over every node of the split with full
     neighbourhoods; None for an empty split. The input rows are `source`'s
     table, or the graph's features where the source keeps none or encodes
     them, or for a source with trainable rows the `given` feature columns
-    followed by those rows as of `state` (`LearnedSource.full_input`)."""
+    followed by those rows as of `state` (`LearnedSource.full_input`).
+    `report`, if given, is filled with the inference's (`inference.evaluate`)."""
     state, own = source.full_input(graph.features[:, :given], state)
     table = own if own is not None else source.table
     if own is None and (table is None or not source.exact_rows):
@@ -74,7 +76,7 @@ def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource
         # The graph's rows and hidden tables in its dtype (feature_dtype),
         # not in the source's row encoding: a reported accuracy must not
         # change with the device memory that `auto` saw.
-        acc = inference.evaluate(model, graph, table, splits=("val", "test"),
+        acc = inference.evaluate(model, graph, table, splits=("val", "test"), report=report,
                                  table_dtype=graph.features.dtype, progress=progress)
     finally:
         if own is not None:

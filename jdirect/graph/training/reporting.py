@@ -49,6 +49,10 @@ def fit_result(trainer: "Trainer", best_epoch: int, sampled: float | None,
         sampled_test_acc=SAMPLED, history_val_acc=SAMPLED,
         best_epoch=LAST_LEARNED if trainer.learned is not None else
         BEST_VAL if len(trainer.graph.val) else LAST_NO_VAL, eval_max=cfg.eval_max)
+    report = trainer.full_eval
+    if report is not None:  # where the full-split evaluation's time went
+        out["full_eval_layers"] = [dict(s=round(s, 3), link_gb=round(b / 1e9, 3), edges=e)
+                                   for (s, b), e in zip(report.layers, report.edges)]
     return out
 
 def kept(name: str, trainer: "Trainer | None", history: list[dict[str, Any]],
@@ -78,8 +82,11 @@ def accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
     if not cfg.full_eval:
         return f"test accuracy {out['test_acc']:.4f} (sampled)"
     val = "-" if out["val_acc"] is None else f"{out['val_acc']:.4f}"
-    return (f"test accuracy {out['test_acc']:.4f}, validation {val} (full split); sampled "
-            f"test {out['sampled_test_acc']:.4f}")
+    layers = ", ".join(f"{i + 1} ({layer['edges']}) {layer['s']:.1f}s"
+                       for i, layer in enumerate(out.get("full_eval_layers", ())))
+    return (f"test accuracy {out['test_acc']:.4f}, validation {val} (full split"
+            + (f"; layers {layers}" if layers else "")
+            + f"); sampled test {out['sampled_test_acc']:.4f}")
 
 
 def format_epoch(m: dict[str, Any], over_link: bool = True) -> str:

@@ -24,7 +24,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from ...placement import replicated
-from .. import models
+from .. import inference, models
 from ..data import Graph, load_graph
 from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
@@ -118,6 +118,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         # The newest epoch in cfg.checkpoint_dir that this run saved or resumed.
         self.checkpointed: int | None = None
+        self.full_eval: inference.Report | None = None  # the last full_accuracy's
 
     # -- one epoch ---------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, Any]:
@@ -252,9 +253,11 @@ class Trainer:
     def full_accuracy(self, state: Any) -> dict[str, float | None]:
         """{"val", "test"}: accuracy of `state`'s model over every node of the
         split with full neighbourhoods, by layer-wise inference (OGB's
-        protocol; `jdirect.graph.inference`); None for an empty split."""
+        protocol; `jdirect.graph.inference`, whose `Report` it keeps in
+        `full_eval`); None for an empty split."""
+        self.full_eval = inference.Report()
         return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
-                             self._progress)
+                             self._progress, self.full_eval)
 
     def close(self) -> None:
         self.feed.close()
