@@ -78,20 +78,16 @@ class Steps:
             if csr is None:
                 return close(params, h, s, state), jnp.int32(0)
             indptr, indices, degrees = csr
+            nodes = first + jnp.arange(size + 1, dtype=jnp.int32)
+            if degrees is None:  # the CSR is on the device
+                ends = indptr[jnp.minimum(nodes, indptr.shape[0] - 1)]
+                counts = jnp.diff(ends)
+            else:  # in host memory, which no device program computes from
+                counts = jnp.take(degrees, nodes[:-1], mode="fill", fill_value=0)
             if fused(conv(params), edges_from):  # a device cache (`hot`) is no array
                 sums = neighbor_sum(edges_from, indptr, indices, first, size=size)
-                if degrees is None:
-                    at = jnp.minimum(first + jnp.arange(size + 1, dtype=jnp.int32),
-                                     indptr.shape[0] - 1)
-                    counts = jnp.diff(indptr[at])
-                else:
-                    ids = first + jnp.arange(size, dtype=jnp.int32)
-                    counts = jnp.where(ids < degrees.shape[0],
-                                       degrees[jnp.minimum(ids, degrees.shape[0] - 1)], 0)
                 state = add_row_sums(state, sums, counts.astype(jnp.float32))
                 return close(params, h, s, state), jnp.int32(0)
-            ends = indptr[jnp.minimum(first + jnp.arange(size + 1, dtype=jnp.int32),
-                                      indptr.shape[0] - 1)]
             offsets = ends - ends[0]
             count, n = offsets[-1], edges_from.shape[0]
 
