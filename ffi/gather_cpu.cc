@@ -56,12 +56,10 @@ ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::S32> slots,
                       ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
                       int64_t fill_lo, int64_t fill_hi, int64_t /*max_blocks*/,
                       int64_t nrows, int64_t row_bytes) {
-  if (handle.element_count() != 1) {
-    return ffi::Error::InvalidArgument(
-        "jdirect gather: a HostTable handle has exactly one element");
-  }
-  return GatherFromHandle(CpuRunner{}, handle.typed_data()[0], slots, cached, idx, out,
-                          mode, fill_lo, fill_hi, nrows, row_bytes);
+  int32_t h;
+  if (auto e = HandleOnCpu(handle, &h); e.failure()) return e;
+  return GatherFromHandle(CpuRunner{}, h, slots, cached, idx, out, mode, fill_lo, fill_hi,
+                          nrows, row_bytes);
 }
 
 ffi::Error GatherHostStatic(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
