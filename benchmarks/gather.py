@@ -16,6 +16,10 @@ which the wake-up is noise. Methods:
   jdirect-inplace    HostTable(array): the user's array pinned in place
                      (cudaHostRegister; address order)
   jdirect-pinned     a pinned_host jax.Array (address order)
+  jdirect-started    jdirect.gather_start then gather_done on the managed
+                     table: the trainer's pipelined read, on jdirect's side
+                     stream with its small grid; with --max-blocks, one
+                     method a cap, jdirect-started/N (the grid's blocks)
   jdirect-cached     a CachedTable over the managed table: the most frequent
                      rows (10 % of the table by default, counted on a
                      separate draw) in device memory
@@ -39,11 +43,16 @@ table. Prints a table, writes JSON and a PNG plot. Example (GPU machine):
 the call against its gather kernel), e.g.
   python benchmarks/gather.py --row-bytes 512 64 --indices 100000 --dists uniform \
       --methods jdirect --profile
+and the side-stream read alone at a few grid sizes (issue 33: how fast it
+reads from few SMs), e.g.
+  python benchmarks/gather.py --row-bytes 200 256 512 --indices 1000000 --dists uniform \
+      --methods jdirect jdirect-started --max-blocks 8 16 32 66 264
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import Callable
@@ -65,7 +74,7 @@ STREAMED_CALLS = 8  # calls timed back to back for gbps_streamed
 IN_DEVICE = ("device-jnp.take",)
 METHODS = (
     "jdirect", "jdirect-sorted", "jdirect-unsorted", "jdirect-inplace", "jdirect-pinned",
-    "jdirect-cached", "jdirect-bf16", "jdirect-int8", "naive", "sorted+scatter",
+    "jdirect-started", "jdirect-cached", "jdirect-bf16", "jdirect-int8", "naive", "sorted+scatter",
     "numpy+device_put", "torch-16threads", "device-jnp.take",
 )
 
@@ -112,6 +121,19 @@ def gather_f32(table, idx):
     return jdirect.gather(table, idx, out_dtype=jnp.float32)
 
 
+@functools.partial(jax.jit, static_argnames="max_blocks")
+def started(table, idx, max_blocks=None):
+    return jdirect.gather_done(jdirect.gather_start(table, idx, max_blocks=max_blocks))
+
+
+def method_names(methods: list[str], caps: list[int] | None) -> list[str]:
+    """`methods` with jdirect-started as one method a grid cap in `caps`."""
+    if not caps:
+        return methods
+    return [n for m in methods
+            for n in ([f"jdirect-started/{c}" for c in caps] if m == "jdirect-started" else [m])]
+
+
 @jax.jit
 def sorted_scatter(table, idx):
     order = jnp.argsort(idx)
@@ -154,6 +176,8 @@ def main() -> None:
     parser.add_argument("--cache-fraction", type=float, default=0.10,
                         help="jdirect-cached: share of the table's rows cached on the device (each "
                              "charged its bytes and its slot, jdirect.cached_table)")
+    parser.add_argument("--max-blocks", type=int, nargs="+",
+                        help="jdirect-started: grid caps to run (default: jdirect's own)")
     parser.add_argument("--profile", action="store_true",
                         help="also the device time of each jitted method's call by kernel "
                              "(jax.profiler): what of the call is the read")
@@ -167,6 +191,7 @@ def main() -> None:
         plot(saved["results"], methods, saved["meta"]["memcpy_gbps"], args.json.with_suffix(".png"))
         return
 
+    names = method_names(args.methods, args.max_blocks)
     device = jax.devices()[0]
     total = int(args.table_gb * 2**30)
     print(f"building a {total / 2**30:.1f} GiB table ...", flush=True)
@@ -221,6 +246,9 @@ def main() -> None:
                 }
                 if pinned is not None:
                     runs["jdirect-pinned"] = lambda: gather(pinned, idx)
+                for cap in args.max_blocks or [None]:
+                    runs["jdirect-started" if cap is None else f"jdirect-started/{cap}"] = (
+                        lambda cap=cap: started(table, idx, max_blocks=cap))
                 if "jdirect-cached" in args.methods:
                     counts = np.bincount(make_indices(np.random.default_rng(1), dist, 2 * n, rows),
                                          minlength=rows)
@@ -236,7 +264,7 @@ def main() -> None:
                 if on_device is not None:
                     runs["device-jnp.take"] = lambda: take(on_device, idx)
                 expected = host[idx_np[:256]]
-                for name in args.methods:
+                for name in names:
                     if name not in runs:
                         continue
                     got = runs[name]()
@@ -251,8 +279,8 @@ def main() -> None:
                                seconds=seconds, gbps=n * row_bytes / seconds / 1e9,
                                mrows_per_s=n / seconds / 1e6, streamed_seconds=streamed,
                                gbps_streamed=n * row_bytes / streamed / 1e9)
-                    if name in MEMORY_OF:
-                        rec["memory"] = MEMORY_OF[name](table, inplace)
+                    if name in MEMORY_OF or name.startswith("jdirect-started"):
+                        rec["memory"] = MEMORY_OF.get(name, MEMORY_OF["jdirect"])(table, inplace)
                     records.append(rec)
                     print(f"  {name:17s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
                           f"{rec['gbps']:8.2f} GB/s waited, {rec['gbps_streamed']:8.2f} "
@@ -267,7 +295,7 @@ def main() -> None:
         pinned = on_device = torch_run = None  # free the 16 GiB copies now
         extra = {}
 
-    methods = [m for m in args.methods if any(r["method"] == m for r in records)]
+    methods = [m for m in names if any(r["method"] == m for r in records)]
     print(f"\nGB/s of useful bytes; device {device.device_kind}, jax {jax.__version__}, "
           f"table {total / 2**30:.1f} GiB" + (f", pinned memcpy {memcpy:.1f} GB/s" if memcpy else ""))
     for key, how in (("gbps", "each call waited for"),
