@@ -130,6 +130,7 @@ def method_names(methods: list[str], caps: list[int] | None) -> list[str]:
     """`methods` with jdirect-started as one method a grid cap in `caps`."""
     if not caps:
         return methods
+    caps = list(dict.fromkeys(caps))
     return [n for m in methods
             for n in ([f"jdirect-started/{c}" for c in caps] if m == "jdirect-started" else [m])]
 
@@ -191,6 +192,9 @@ def main() -> None:
         plot(saved["results"], methods, saved["meta"]["memcpy_gbps"], args.json.with_suffix(".png"))
         return
 
+    if args.max_blocks and ("jdirect-started" not in args.methods
+                            or min(args.max_blocks) < 1):
+        parser.error("--max-blocks takes positive grid caps for the jdirect-started method")
     names = method_names(args.methods, args.max_blocks)
     device = jax.devices()[0]
     total = int(args.table_gb * 2**30)
@@ -282,7 +286,7 @@ def main() -> None:
                     if name in MEMORY_OF or name.startswith("jdirect-started"):
                         rec["memory"] = MEMORY_OF.get(name, MEMORY_OF["jdirect"])(table, inplace)
                     records.append(rec)
-                    print(f"  {name:17s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
+                    print(f"  {name:20s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
                           f"{rec['gbps']:8.2f} GB/s waited, {rec['gbps_streamed']:8.2f} "
                           f"streamed", flush=True)
                     if args.profile and name not in ("numpy+device_put", "torch-16threads"):

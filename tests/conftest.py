@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -23,14 +24,26 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # The CLI's persistent compilation cache, kept out of the user's home (the
 # CLI tests run the script in this process and in subprocesses, which
-# inherit it) and removed at exit. Every program goes into it, however fast
-# it compiled: the suite compiles the same program again for each new
-# trainer, sampler or table (new jitted functions), and reading it back is
-# cheaper (the suite's CPU time 1,577 -> 1,331 s on the 2-core machine).
+# inherit it) and removed at exit by the process that made it (pytest's
+# controller). Each pytest-xdist worker writes its own subdirectory: JAX
+# writes an entry without a lock, so a worker could read another's entry
+# half written (a warning, then a recompile).
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jdirect-test-xla-")
-    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["JDIRECT_TEST_CACHE"] = tempfile.mkdtemp(
+        prefix="jdirect-test-xla-")
+    atexit.register(shutil.rmtree, os.environ["JDIRECT_TEST_CACHE"], ignore_errors=True)
+elif os.environ["JAX_COMPILATION_CACHE_DIR"] == os.environ.get("JDIRECT_TEST_CACHE") \
+        and "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(os.environ["JDIRECT_TEST_CACHE"],
+                                                           os.environ["PYTEST_XDIST_WORKER"])
+# Every program goes into it, however fast it compiled: the suite compiles
+# the same program again for each new trainer, sampler or table (new jitted
+# functions), and reading it back is cheaper (the tests' CPU time 1,577 ->
+# 1,331 s on the 2-core machine, jax 0.10.2). Not on jaxlib 0.9, whose CPU
+# compiler crashed compiling or serializing programs deep into a run
+# (.ci/test_wheel.sh): there only programs of a second or more, as before.
+if tuple(int(p) for p in importlib.metadata.version("jaxlib").split(".")[:2]) >= (0, 10):
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import jax
 import numpy as np
