@@ -73,7 +73,7 @@ def in_host_memory(graph: Graph, room: float, report: Report) -> Csr | None:
     that reads it counts its bytes (`Csr.link_bytes`) as crossing the link."""
     if graph.num_edges < 1 or not tables.fits_device(4 * graph.num_nodes, room):
         return None
-    degrees = jnp.asarray(np.diff(graph.indptr).astype(np.int32))
+    degrees = jnp.asarray(graph.degrees().astype(np.int32))
     pinned: list[HostTable] = []
     try:
         for array in (graph.indptr, graph.indices):

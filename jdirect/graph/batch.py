@@ -81,7 +81,7 @@ def check_config(fanouts: Sequence[int], batch_size: int,
     """
     if batch_size <= 0 or any(int(f) <= 0 for f in fanouts):
         raise ValueError("batch_size and fanouts must be positive")
-    max_degree = max(int(np.diff(graph.indptr).max(initial=0)), 1)
+    max_degree = max(int(graph.degrees().max(initial=0)), 1)
     return (tuple(min(int(f), max_degree) for f in fanouts),
             min(int(batch_size), max(graph.num_nodes, 1)))
 

@@ -413,4 +413,4 @@ def _degrees(graph: Graph, nodes: layer_nodes.Nodes) -> np.ndarray:
     edge reads each row (exactly so in an undirected graph, which stores
     each edge both ways)."""
     ids = slice(None) if nodes.ids is None else nodes.ids
-    return (graph.indptr[1:] - graph.indptr[:-1])[ids]
+    return graph.degrees()[ids]
