@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
+from jdirect.environment import leave_room_for_host_tables
 from jdirect.graph import synthetic
 from jdirect.graph.data import PRESETS
 from jdirect.graph.data.synthetic import split_sizes
@@ -102,9 +102,7 @@ def summary(records: list[dict], published: dict) -> list[dict]:
 
 
 def main() -> None:
-    # As the CLI (jdirect/graph/train.py): half the GPU for JAX, so that the
-    # papers100m table can be managed memory; set before the backend starts.
-    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    leave_room_for_host_tables()  # as the CLI: papers100m's table in managed memory
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PUBLISHED), default="products")
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))

@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 
 from _profile import kernel_profile, print_profile
+from jdirect.environment import leave_room_for_host_tables
 from jdirect.graph import load_graph
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import check
@@ -154,7 +155,6 @@ def worker(args: argparse.Namespace) -> None:
     """One of the spawned processes: one device each, all processes' devices."""
     parallel.initialize(args.coordinator, args.processes, args.worker, [args.worker])
     cfg = run_config(args)
-    memcpy = memcpy_gbps(jax.devices()[0], 5) if jax.default_backend() == "gpu" else None
     graph = load_graph(cfg)
     rec = time_run(graph, cfg.replace(devices=None), args.epochs) | {"batch_way": "global"}
     if parallel.is_lead():
@@ -190,6 +190,7 @@ def spawn_processes(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    leave_room_for_host_tables()  # as the CLI, in the spawned processes too
     args = parser().parse_args()
     if args.worker is not None:
         return worker(args)

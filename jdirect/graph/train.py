@@ -35,6 +35,7 @@ from typing import NoReturn
 
 import jax
 
+from .. import environment
 from .data import DATASETS, PRESETS
 from .features import ENCODINGS, SOURCES
 from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
@@ -249,13 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Runs the CLI; returns `train_and_evaluate`'s results. Warnings are
     printed as one line each; an interrupt (Ctrl-C) ends in one line saying
     what was kept, exit status 130."""
-    # JAX takes 75 % of GPU memory at start by default, which leaves too
-    # little free for jdirect's rule on managed host tables (never more than
-    # the GPU has free): the papers100m preset's 28 GB table then fell back
-    # to slower pinned memory. Half the GPU holds every preset's device
-    # arrays (31 GB peak for papers100m); the variable still overrides it.
-    # Set before the backend starts (importing jax does not start it).
-    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    environment.leave_room_for_host_tables()
     p = parser()
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, category, *_, **__: print(
