@@ -42,8 +42,8 @@
 #   inference-papers  papers100m inference of the validation and test nodes
 #                (PAPERS_BUDGETS, default auto; "auto,30" on an H100, whose
 #                layer outputs then live in host memory), JSON name PAPERS_NAME
-#   inference-papers-all  papers100m inference of every node (bfloat16 tables,
-#                hidden 256)
+#   inference-papers-all  papers100m inference of every node (bfloat16 tables and
+#                logits, hidden 256; JAX's platform allocator, as RESULTS.md's rows)
 #   papers       the papers100m CLI as a user runs it, twice (compilation
 #                cache cold, then warm), under /usr/bin/time (peak RSS)
 #   embeddings   benchmarks/embeddings.py (50M x 128 float32 + Adam's moments,
@@ -337,7 +337,9 @@ for stage in "$@"; do
       --nodes eval --reps 2
     ;;
   inference-papers-all)
-    timeout 200 python3 benchmarks/inference.py --dataset papers100m --feature-dtype bfloat16 \
+    # --nodes all: the benchmark's papers100m default is the val and test nodes.
+    XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 200 python3 benchmarks/inference.py \
+      --dataset papers100m --nodes all --logits-dtype bfloat16 --feature-dtype bfloat16 \
       --table-dtype bfloat16 --hidden 256 --models sage --reps 1 --chunk-nodes 262144 \
       --chunk-edges 4194304 --json "$OUT/inference_papers100m_all.json" 2>&1 \
       | tee "$OUT/inference_papers100m_all.log" | tail -8
