@@ -21,7 +21,6 @@ from .._table_base import RegisteredTable, TableBase
 from ..cached_table import CachedTable, TableCache, cached_row_bytes, rows_within
 from ..host_table import HostTable
 from ..table import Table
-from .data import Graph
 
 Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
 

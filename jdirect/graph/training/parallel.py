@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from typing import Sequence
 
 import jax
 import numpy as np
