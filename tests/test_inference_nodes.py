@@ -11,7 +11,7 @@ import pytest
 
 import jdirect
 from jdirect import host_memory
-from jdirect.graph import _layer_csr, _layer_tables
+from jdirect.graph import _layer_csr, _layer_nodes, _layer_tables
 from jdirect.graph.inference import evaluate, layerwise
 from jdirect.graph.models import MODELS, build
 from conftest import newest_only
@@ -44,6 +44,29 @@ def test_logits_of_some_nodes_equal_the_full_computation(graph, name, which):
     np.testing.assert_allclose(result.rows(nodes), want[nodes], rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="were not computed"):
         result.rows([int(np.setdiff1d(np.arange(graph.num_nodes), nodes)[0])])
+
+
+def test_a_restricted_layers_edges_gathered_in_pieces_on_threads(graph, monkeypatch):
+    """`Nodes.edges` of a restricted layer (papers100M's 353M-edge val/test
+    neighbourhood) gathers its pieces on threads: any cut of its edges
+    equals the rows' CSR ranges laid end to end, and the layer equals the
+    reference."""
+    ids = np.array([1, HUB, 7, 40, 41, 88])
+    want = np.concatenate([graph.indices[graph.indptr[v]:graph.indptr[v + 1]] for v in ids])
+    monkeypatch.setattr(_layer_nodes, "PIECE", 3)
+    monkeypatch.setattr(_layer_nodes, "GATHER_THREADS", 4)
+    nodes = _layer_nodes.Nodes(graph, ids)
+    assert nodes.num_edges == want.size
+    for lo, hi in [(0, want.size), (2, want.size - 1), (5, 6), (4, 4)]:
+        got = nodes.edges(lo, hi)
+        assert got.dtype == graph.indices.dtype
+        np.testing.assert_array_equal(got, want[lo:hi])
+    model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
+    few = node_sets(graph)["few"]
+    result = layerwise(model, graph, jnp.asarray(graph.features), nodes=few, chunk_nodes=7,
+                       chunk_edges=9)
+    np.testing.assert_allclose(result.rows(few), reference(model, graph, graph.features)[few],
+                               rtol=1e-4, atol=1e-4)
 
 
 def rows_of_each_table(result) -> list[int]:
