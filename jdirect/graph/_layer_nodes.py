@@ -39,6 +39,11 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(GATHER_THREADS, thread_name_prefix="jdirect-edges")
 
 
+# A forked child has the pool but not its threads: work submitted there
+# would wait forever. It starts its own.
+os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
 class Nodes:
     """The destinations of one layer in the row order of its table: every
     node (`ids` None: row r is node r) or the ascending node ids `ids`.
@@ -99,7 +104,9 @@ class Nodes:
         # Edge e of row r lies at graph.indptr[ids[r]] + e - indptr[r] in the CSR.
         at = np.repeat(graph.indptr[self.ids[first:stop]] - self.indptr[first:stop], end - begin)
         at += np.arange(lo, hi, dtype=np.int64)
-        np.take(graph.indices, at, out=out)
+        # Every position lies in the CSR: "clip" checks nothing and, unlike
+        # "raise", writes into `out` without a temporary of its size.
+        np.take(graph.indices, at, out=out, mode="clip")
 
 
 def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
