@@ -84,6 +84,7 @@ MEMORY_OF = {
     "jdirect": lambda managed, inplace: managed.memory,
     "jdirect-sorted": lambda managed, inplace: managed.memory,
     "jdirect-unsorted": lambda managed, inplace: managed.memory,
+    "jdirect-started": lambda managed, inplace: managed.memory,  # and each jdirect-started/N
     "jdirect-cached": lambda managed, inplace: managed.memory,
     "jdirect-inplace": lambda managed, inplace: inplace.memory,
     "naive": lambda managed, inplace: inplace.memory,
@@ -283,8 +284,9 @@ def main() -> None:
                                seconds=seconds, gbps=n * row_bytes / seconds / 1e9,
                                mrows_per_s=n / seconds / 1e6, streamed_seconds=streamed,
                                gbps_streamed=n * row_bytes / streamed / 1e9)
-                    if name in MEMORY_OF or name.startswith("jdirect-started"):
-                        rec["memory"] = MEMORY_OF.get(name, MEMORY_OF["jdirect"])(table, inplace)
+                    method = name.split("/")[0]  # jdirect-started/N: its grid cap
+                    if method in MEMORY_OF:
+                        rec["memory"] = MEMORY_OF[method](table, inplace)
                     records.append(rec)
                     print(f"  {name:20s} {dist:7s} {row_bytes:5d} B x {n:>9,d}: "
                           f"{rec['gbps']:8.2f} GB/s waited, {rec['gbps_streamed']:8.2f} "
