@@ -124,6 +124,8 @@ class CachedTable(TableCache):
         self.table = table
         self.cached_rows = rows
         self._count = int(rows.size)
+        # Every row, cached in row order: the cache's rows are the table's.
+        self._in_order = rows.size == nrows and bool(np.all(rows[1:] > rows[:-1]))
         self._cache: DeviceCache | None = self._device_cache(jax.device_put(slots),
                                                              table.cache_rows(rows))
 
@@ -147,6 +149,23 @@ class CachedTable(TableCache):
     def all_cached(self) -> bool:
         """Whether every row of the table is cached: reads never cross PCIe."""
         return self._count == self.shape[0]
+
+    def whole_rows(self) -> jax.Array | None:
+        """The cache's device copy as the table itself, where it is one:
+        every row cached, in row order (as `from_counts` and the trainer's
+        cache place them) and in the table's own dtype (a HostTable's rows;
+        an Int8Table's stay packed). `jnp.take(whole_rows(), idx, axis=0)`
+        then equals `jdirect.gather(self, idx)`, and a consumer that needs
+        an array in device memory (layer-wise inference's neighbour sum)
+        can take it without a second copy. None otherwise.
+
+        Raises:
+          ValueError: the cache is closed.
+        """
+        rows = self._open_cache().rows
+        if not self._in_order or rows.shape != self.shape or rows.dtype != self.dtype:
+            return None
+        return rows
 
     @property
     def closed(self) -> bool:
@@ -194,14 +213,14 @@ class CachedTable(TableCache):
     # Pytree: the wrapped table and the cache's arrays are the leaves.
     def _tree_flatten(self):
         slots, rows = self._cache if self._cache is not None else (None, None)
-        return (self.table, slots, rows), self._count
+        return (self.table, slots, rows), (self._count, self._in_order)
 
     @classmethod
-    def _tree_unflatten(cls, count, children) -> "CachedTable":
+    def _tree_unflatten(cls, aux, children) -> "CachedTable":
         view = object.__new__(cls)
         view.table, slots, rows = children
         view.cached_rows = None
-        view._count = count
+        view._count, view._in_order = aux
         view._cache = None if slots is None else view._device_cache(slots, rows)
         return view
 

@@ -22,3 +22,6 @@ def test_sorted_unique_is_np_unique(values):
 @given(ids)
 def test_all_distinct_is_np_unique_size(values):
     assert all_distinct(values) == (np.unique(values).size == values.size)
+    # Ascending, as a cache's rows come (checked in one pass, not sorted).
+    ordered = np.sort(values, axis=None)
+    assert all_distinct(ordered) == (np.unique(values).size == values.size)

@@ -37,7 +37,7 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys, monkeypatch):
     # Where the full-split evaluation's time went, layer by layer.
     layers = saved["sage"]["full_eval_layers"]
     assert len(layers) == len(saved["config"]["fanouts"]) and all(
-        layer["s"] > 0 and layer["edges"] in ("device CSR", "host CSR", "copied")
+        layer["s"] > 0 and layer["edges"] in ("device CSR", "host CSR", "copied", "pushed")
         for layer in layers)
     assert {layer["edges"] for layer in saved["mlp"]["full_eval_layers"]} == {"none"}
     # By default every local device trains (one on a CPU).

@@ -146,6 +146,22 @@ def test_reads_every_table_kind(graph, kind, budget):
     close(result.logits)
 
 
+def test_a_cache_of_every_row_is_summed_as_the_device_table(graph):
+    """Every row cached (as the trainer caches papers100M's features on an
+    H200): layer 1 sums its edges' rows from the cache's device copy, as
+    from a device table: not staged again, not read through windows."""
+    table = jdirect.CachedTable(jdirect.HostTable(graph.features), np.arange(graph.num_nodes))
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=3)
+    result = layerwise(model, graph, table, chunk_nodes=16, chunk_edges=32)
+    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                               rtol=1e-4, atol=1e-4)
+    assert result.report.edges[0] == "device CSR", result.report.edges
+    assert not any("staged" in t for t in result.report.tables), result.report.tables
+    assert not table.closed
+    close(table)
+    close(result.logits)
+
+
 @pytest.mark.parametrize("kind", ["host", "int8"])
 def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hot_rows(graph, kind):
     # A budget below the staged input but above 1 % of its rows: the

@@ -11,7 +11,8 @@ import pytest
 
 import jdirect
 from jdirect import host_memory
-from jdirect.graph import _layer_csr, _layer_nodes, _layer_tables
+from jdirect.graph import _layer_csr, _layer_nodes, _layer_push, _layer_tables
+from jdirect.graph.data.csr import Graph, csr_from_edges
 from jdirect.graph.inference import evaluate, layerwise
 from jdirect.graph.models import MODELS, build
 from conftest import newest_only
@@ -79,10 +80,15 @@ def test_the_layer_before_the_last_is_restricted_to_the_nodes_neighbourhood(grap
     neighbourhood = np.union1d(few, graph.indices[np.concatenate(
         [np.arange(graph.indptr[v], graph.indptr[v + 1]) for v in few])])
     result = layerwise(model, graph, jnp.asarray(graph.features), nodes=few)
-    assert rows_of_each_table(result) == [graph.num_nodes, neighbourhood.size, 2]
-    # The hub's edges outnumber half the nodes: layer 2 for every node.
+    # Layer 1, over every node, makes no table: it pushes into layer 2's sums.
+    assert rows_of_each_table(result) == [neighbourhood.size, neighbourhood.size, 2]
+    assert "pushed" in result.report.tables[0]
+    assert result.report.edges[1] == "pushed", result.report.edges
+    # The hub's edges outnumber half the nodes: layer 2 for every node, and
+    # it pushes into the last layer's sums.
     result = layerwise(model, graph, jnp.asarray(graph.features), nodes=node_sets(graph)["hub"])
-    assert rows_of_each_table(result) == [graph.num_nodes, graph.num_nodes, 2]
+    assert rows_of_each_table(result) == [graph.num_nodes, 2, 2]
+    assert result.report.edges[1:] == ["device CSR", "pushed"], result.report.edges
     # A model that reads no edges needs only the nodes' rows in every layer.
     result = layerwise(build("mlp", 6, 8, 4, 3, dropout=0.5, seed=12), graph,
                        jnp.asarray(graph.features), nodes=few)
@@ -267,3 +273,49 @@ def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hubs(gra
     assert plain.report.bytes_read - cached.report.bytes_read == saved
     plain.close()
     cached.close()
+
+
+def directed(graph):
+    """`graph` with each edge kept one way only (a directed graph: the push
+    must not read a node's edges as its out-edges)."""
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    # One copy of each undirected edge, and every edge into the hub.
+    keep = (dst < graph.indices) | (dst == HUB)
+    indptr, indices = csr_from_edges(dst[keep], graph.indices[keep], graph.num_nodes,
+                                     symmetrize=False)
+    return Graph(indptr, indices, graph.features, graph.labels, graph.train, graph.val,
+                 graph.test, graph.num_classes, name="directed")
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("layers, which", [(3, "few"), (2, "hub")])
+@pytest.mark.parametrize("kind", ["undirected", "directed"])
+def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, name, layers,
+                                                                        which, kind,
+                                                                        monkeypatch):
+    """papers100M's evaluation: layer 1 runs over every node and layer 2 for
+    the val/test neighbourhoods only, so layer 1 adds each chunk of its rows
+    into layer 2's sums and makes no table. The logits equal the dense
+    reference and the same inference with layer 1's table made and read
+    (pulled), in float32 and bfloat16 tables, through windows of a few edges,
+    with an isolated node asked for and with the restricted layer the last;
+    on a directed graph too (a node's edges are its in-edges only)."""
+    graph = graph if kind == "undirected" else directed(graph)
+    nodes = np.append(node_sets(graph)[which], graph.num_nodes - 1)  # isolated
+    # Pairs sorted in slices of 5 (papers100M's: 2**27), so that a chunk's
+    # pairs lie in several slices and its windows run across them.
+    monkeypatch.setattr(_layer_push, "SLICE", 5)
+    model = build(name, 6, 8, 4, layers, dropout=0.5, seed=16)
+    want = reference(model, graph, graph.features)[nodes]
+    features = jnp.asarray(graph.features)
+    pushed = layerwise(model, graph, features, nodes=nodes, chunk_nodes=7, chunk_edges=9)
+    assert pushed.report.edges[-(layers - 1)] == "pushed", pushed.report.edges
+    np.testing.assert_allclose(pushed.rows(nodes), want, rtol=1e-4, atol=1e-4)
+    half = layerwise(model, graph, features.astype(jnp.bfloat16), nodes=nodes, chunk_nodes=7,
+                     chunk_edges=9)
+    monkeypatch.setattr(_layer_push, "pushes", lambda *args: False)
+    pulled = layerwise(model, graph, features.astype(jnp.bfloat16), nodes=nodes, chunk_nodes=7,
+                       chunk_edges=9)
+    assert "pushed" not in pulled.report.edges
+    # The same bfloat16 rows summed in another order.
+    np.testing.assert_allclose(half.rows(nodes), pulled.rows(nodes), rtol=1e-2, atol=1e-2)

@@ -111,6 +111,28 @@ def test_cache_is_a_snapshot():
     np.testing.assert_array_equal(out[:, 0], [0.0, 7.0, 0.0, 7.0])
 
 
+def test_whole_rows_is_the_table_only_for_every_row_in_row_order():
+    """`whole_rows` is jnp.take-equal to the cache where it holds every row
+    in row order (also through the pytree view inside jit); a partial
+    cache, another order or an Int8Table's packed rows give None."""
+    host = np.arange(24, dtype=np.float32).reshape(12, 2)
+    idx = jnp.array([11, 0, 5, 5])
+    with jdirect.HostTable(host) as t:
+        whole = jdirect.CachedTable.from_counts(t, np.ones(12), 1 << 20)
+        rows = whole.whole_rows()
+        np.testing.assert_array_equal(np.asarray(jnp.take(rows, idx, axis=0)),
+                                      np.asarray(jdirect.gather(whole, idx)))
+        np.testing.assert_array_equal(np.asarray(rows), host)
+        assert jax.jit(lambda c: c.whole_rows())(whole).shape == host.shape
+        assert jdirect.CachedTable(t, np.arange(11)).whole_rows() is None
+        assert jdirect.CachedTable(t, np.arange(12)[::-1]).whole_rows() is None
+        whole.close()
+        with pytest.raises(ValueError, match="closed"):
+            whole.whole_rows()
+    with jdirect.Int8Table(host) as q:
+        assert jdirect.CachedTable(q, np.arange(12)).whole_rows() is None
+
+
 def test_cached_view_repr():
     # Regression: repr of the pytree view inside jit raised AttributeError.
     with jdirect.HostTable(np.zeros((10, 2), np.float32)) as t:

@@ -121,6 +121,15 @@ class Steps:
             return run(params, table, source, edges_from, hot, rows,
                        None if nbrs is None else Csr(offsets, nbrs), jnp.int32(0))
 
+        def summed(params, pushed, rows):
+            """Output rows of a chunk whose node k is row rows[k] of a
+            `_layer_push.Pushed` input (its own rows, edge sums and counts;
+            rows past it: padding)."""
+            h, s, state = open_(params, pushed.rows, None, rows)
+            sums = gather(pushed.sums, rows, fill_value=0)
+            counts = jnp.take(pushed.counts, rows, mode="fill", fill_value=0)
+            return close(params, h, s, add_row_sums(state, sums, counts))
+
         def layer(params, table, source, edges_from, csr, hot, out):
             """(`out` with every row computed by `chunk`, int32 `hot` reads):
             the whole layer in one call, chunk after chunk into the donated
@@ -133,7 +142,8 @@ class Steps:
 
             return jax.lax.fori_loop(0, -(-out.shape[0] // size), one, (out, jnp.int32(0)))
 
-        self.project, self.chunk, self.copied = (jit(f) for f in (project, chunk, copied))
+        self.project, self.chunk, self.copied, self.summed = (
+            jit(f) for f in (project, chunk, copied, summed))
         self.layer = jit(layer, donate_argnums=(6,))
 
 
@@ -204,6 +214,15 @@ def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
         out.write(a, b, new)
         hits.append(more)
     return _total(hits)
+
+
+def pushed_chunks(steps: Steps, params: Any, pushed: Any, out: tables.Output,
+                  dst: layer_nodes.Nodes, size: int) -> None:
+    """Runs a layer whose input was pushed (`_layer_push.Pushed`) into
+    `out`, chunk by chunk: its edges are summed already."""
+    for a, b in layer_nodes.chunks(dst, size):
+        rows = layer_nodes.padded(np.arange(a, b, dtype=np.int32), size, dst.rows)
+        out.write(a, b, steps.summed(params, pushed, rows))
 
 
 def _total(counts: list[jax.Array]) -> int:

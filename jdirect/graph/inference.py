@@ -57,10 +57,18 @@ Asked for the logits of some nodes only (`nodes`: an evaluation's val and
 test nodes), the last layer runs for those nodes alone, and the layer
 before it for them and their neighbours while that set is small
 (`_layer_nodes`): a restricted layer's table has a row per node it
-computes, so no [num_nodes, classes] table is made.
+computes, so no [num_nodes, classes] table is made. A layer over every
+node below a restricted layer that sums its sources (GraphSAGE, GCN)
+makes no table either, where the restricted layer's sums fit the device
+budget: each chunk of its rows is added into those sums on the device as
+it is computed (`_layer_push`; papers100M's evaluation: 6.6M nodes' sums
+instead of a 57 GB table of every node, written and read per edge).
 
 Tables. Layer l reads its input (the features for l = 0) through
-`jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array. The
+`jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array (a
+CachedTable of every row in row order is read as that device array,
+`CachedTable.whole_rows`: papers100M's features on an H200, whose
+trainer caches them all). The
 hidden tables inference makes are of `table_dtype` (by default the features'
 floating dtype: bfloat16 features give bfloat16 tables); the logits are
 float32 unless `logits_dtype` says otherwise. Each table that inference
@@ -119,7 +127,6 @@ the default budget is then the host memory available).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Sequence
 
@@ -129,63 +136,19 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from ..gather import gather
-from ..host_table import HostTable
+from ..cached_table import CachedTable
 from . import _layer_csr as layer_csr
 from . import _layer_nodes as layer_nodes
+from . import _layer_push as layer_push
 from . import _layer_tables as tables
 from ._layer_plan import CHUNK_EDGES, CHUNK_NODES, Plan, plan, run_plan
-from ._layer_steps import copied_chunks, every_node, fused, layer_steps
+from ._layer_result import Result, accuracy, logits_of
+from ._layer_steps import copied_chunks, every_node, fused, layer_steps, pushed_chunks
 from ._layer_tables import Input, Report
 from .data import Graph
 
 __all__ = ["CHUNK_EDGES", "CHUNK_NODES", "Plan", "Report", "Result", "accuracy", "evaluate",
            "layerwise", "logits_of", "plan"]
-
-
-@dataclasses.dataclass
-class Result:
-    """What `layerwise` computed.
-
-    Attributes:
-      logits: [len(nodes) or num_nodes, classes] of `logits_dtype`
-        (float32 by default): a jax.Array on the device or a HostTable
-        (`close()` it when done; None after).
-      report: a `Report`.
-      nodes: int64 ascending node id of each row of `logits`; None: row i
-        is node i (every node).
-    """
-
-    logits: jax.Array | HostTable | None
-    report: Report
-    nodes: np.ndarray | None = None
-
-    def rows(self, nodes: Any) -> np.ndarray:
-        """float32[len(nodes), classes]: the logits of node ids `nodes`
-        (converted from `logits_dtype`).
-
-        Raises:
-          ValueError: a node whose logits were not computed.
-        """
-        if self.logits is None:
-            raise ValueError("this Result was closed: its logits are freed")
-        nodes = np.asarray(nodes, np.int64).reshape(-1)
-        if self.nodes is None:
-            return logits_of(self.logits, nodes)
-        at = np.minimum(np.searchsorted(self.nodes, nodes), max(self.nodes.size - 1, 0))
-        missing = nodes[self.nodes[at] != nodes] if self.nodes.size else nodes
-        if missing.size:
-            raise ValueError(f"logits of nodes {missing[:5].tolist()} were not computed "
-                             f"(layerwise(..., nodes=...) did not ask for them)")
-        return logits_of(self.logits, at)
-
-    def close(self) -> None:
-        """Frees the logits (a HostTable's host memory, once no one else
-        holds the table; a device array's buffer); `logits` becomes None."""
-        if self.logits is not None:
-            tables.release(self.logits, True)
-            # A HostTable's memory goes with its last reference, not at close().
-            self.logits = None
 
 
 def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = None,
@@ -248,6 +211,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     """
     if isinstance(features, np.ndarray):
         features = jnp.asarray(features)
+    elif isinstance(features, CachedTable) and not features.closed:
+        # A cache of every row is the table on the device: layer 1 then sums
+        # its edges' rows from it (`fused`) instead of gathering windows.
+        whole = features.whole_rows()
+        features = features if whole is None else whole
     if hasattr(model, "convs") and isinstance(graph, Graph):  # else run_plan says which
         shape = (graph.num_nodes, model.convs[0].in_dim)
         if tuple(features.shape) != shape:
@@ -283,6 +251,20 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                                                   and need + graph.csr_bytes32 > budget)):
                 layer_csr.release(csr, table)
                 csr = None
+            bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
+            if isinstance(table, layer_push.Pushed):  # its edges are summed already
+                out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
+                                    (dst.rows, conv.out_dim), dtype,
+                                    budget - table.device_bytes, report)
+                report.edges.append("pushed")
+                pushed_chunks(steps, params, table, out, dst, size)
+                done = out.done()
+                report.layers.append((time.perf_counter() - started, 0))
+                jax.block_until_ready(done)
+                table.delete()
+                table, owned, src, out, done = done, True, dst, None, None
+                bar.update(1)
+                continue
             csr_bytes = 0 if csr is None else csr.device_bytes(graph)
             ranges = layer_nodes.chunks(src, size)  # rows of the input's table
             # Rows this layer reads from its input: its nodes' own, then every
@@ -310,8 +292,20 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                     out.write(a, b, steps.project(params, table, tables.span(a, b)))
                 tables.count_reads(report, (table, src.rows))
                 source = out.done()
-            out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
-                                (dst.rows, conv.out_dim), dtype, budget - spent, report)
+            above = None if last else planned.destinations[i + 1]
+            push, largest = (0, 0) if last or not layer_push.pushes(
+                model, dst, convs[i + 1], above) else layer_push.device_bytes(
+                    above, conv.out_dim, dtype)
+            # Its arrays are separate buffers: the largest must fit one block.
+            if push and push <= budget - spent and tables.fits_device(largest, budget - spent):
+                # No table of every node: its chunks are added to the sums of
+                # the layer above's nodes (`_layer_push`).
+                spent += push
+                out = layer_push.Push(f"layer {i + 1} output", above, conv.out_dim, dtype,
+                                      planned.plan.chunks[i + 1][1], report)
+            else:
+                out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
+                                    (dst.rows, conv.out_dim), dtype, budget - spent, report)
             edges_from, hot = table if source is None else source, None
             # A CSR in host memory is read by the neighbour sum only (`fused`;
             # a host input read through a cache, below, is never summed so).
@@ -332,7 +326,6 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                     f"layer {i} input", table, _degrees(graph, src),
                     budget - spent - out.device_bytes, report)
             hot = None if hot is None else jnp.asarray(hot)
-            bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
             report.edges.append("none" if not model.uses_neighbors else "copied" if csr is None
                                 else "host CSR" if csr.in_host_memory else "device CSR")
             if every and (csr is not None or not model.uses_neighbors):
@@ -363,31 +356,6 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     bar.close()
     layer_csr.release(csr, table)
     return Result(table, report, planned.nodes)
-
-
-# Bytes of float32 logits `logits_of` reads at a time (by default).
-READ_BYTES = 64 << 20
-
-
-def logits_of(logits: jax.Array | HostTable, rows: Any, *, chunk: int | None = None) -> np.ndarray:
-    """float32[len(rows), classes]: rows `rows` of a logits table
-    (`Result.logits`; `Result.rows` takes node ids), read `chunk` rows at
-    a time (None: as many as READ_BYTES hold, at least one)."""
-    rows = np.asarray(rows, np.int64)
-    if chunk is None:
-        chunk = max(1, READ_BYTES // max(1, 4 * int(np.prod(logits.shape[1:]))))
-    out = [np.asarray(gather(logits, jnp.asarray(rows[i:i + chunk], jnp.int32)), np.float32)
-           for i in range(0, rows.size, chunk)]
-    return np.concatenate(out) if out else np.zeros((0, logits.shape[1]), np.float32)
-
-
-def accuracy(result: Result, labels: np.ndarray, nodes: Any) -> float:
-    """Share of `nodes` whose largest logit in `result` is at their label
-    (NaN for no nodes)."""
-    nodes = np.asarray(nodes, np.int64)
-    if nodes.size == 0:
-        return float("nan")
-    return float((result.rows(nodes).argmax(-1) == labels[nodes]).mean())
 
 
 def evaluate(model: nnx.Module, graph: Graph, features: Input,

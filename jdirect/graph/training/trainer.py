@@ -158,6 +158,9 @@ class Trainer:
         failure there (EvaluationFailed) or an interrupt loses nothing that
         was trained.
 
+        A Trainer fits once: with `cfg.full_eval` the feed is closed before
+        the full-split evaluation, which takes its device memory.
+
         Returns the history, the test accuracy of the model from the epoch
         with the best validation accuracy (the last epoch when there are no
         validation nodes, or with a learned embedding, which changes in
@@ -234,7 +237,13 @@ class Trainer:
         try:
             with self.timings.phase("evaluate_s"):
                 sampled = self.evaluate(self.graph.test, evaluated())
-                full = self.full_accuracy(evaluated()) if cfg.full_eval else {}
+                full = {}
+                if cfg.full_eval:
+                    # Nothing samples after this: the sampler's device CSR
+                    # (papers100M's 12.9 GB) leaves its room to the tables
+                    # of the layer-wise inference.
+                    self.feed.close()
+                    full = self.full_accuracy(evaluated())
         except Exception as e:  # whatever it was, the training is done and kept
             raise EvaluationFailed(f"the evaluation after training failed "
                                    f"({first_line(e)})") from e
