@@ -58,10 +58,15 @@ def test_a_restricted_layers_edges_gathered_in_pieces_on_threads(graph, monkeypa
     monkeypatch.setattr(_layer_nodes, "GATHER_THREADS", 4)
     nodes = _layer_nodes.Nodes(graph, ids)
     assert nodes.num_edges == want.size
-    for lo, hi in [(0, want.size), (2, want.size - 1), (5, 6), (4, 4)]:
-        got = nodes.edges(lo, hi)
-        assert got.dtype == graph.indices.dtype
-        np.testing.assert_array_equal(got, want[lo:hi])
+    # Offsets int32 within a piece's span, int64 past it (a piece of a
+    # graph of more than 2**31 edges).
+    for span in (_layer_nodes.SPAN32, 10):
+        monkeypatch.setattr(_layer_nodes, "SPAN32", span)
+        for lo, hi in [(0, want.size), (2, want.size - 1), (5, 6), (4, 4), (0, 0),
+                       (want.size, want.size)]:
+            got = nodes.edges(lo, hi)
+            assert got.dtype == graph.indices.dtype
+            np.testing.assert_array_equal(got, want[lo:hi])
     model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
     few = node_sets(graph)["few"]
     result = layerwise(model, graph, jnp.asarray(graph.features), nodes=few, chunk_nodes=7,

@@ -13,9 +13,11 @@ from jdirect import placement
 from jdirect.cached_table import _top_rows
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("shape", [(0, 3), (1,), (1000,), (1001, 7)])
-def test_put_matches_device_put_in_many_pieces(monkeypatch, shape):
+def test_put_matches_device_put_in_many_pieces(monkeypatch, shape, threads):
     monkeypatch.setattr(placement, "PIECE_BYTES", 100)  # many pieces, the last overlapping
+    monkeypatch.setattr(placement, "PUT_THREADS", threads)  # pieces sent at once, any order
     a = np.arange(np.prod(shape), dtype=np.int64).reshape(shape) * 3 - 7
     out = placement.put(a, np.int32)
     assert out.dtype == jnp.int32 and out.shape == shape

@@ -17,32 +17,20 @@ from jdirect.graph.training import TrainConfig
 
 def get_config() -> TrainConfig:
     # full_eval on: full-split accuracy by layer-wise inference (3 layers,
-    # hidden 256, bfloat16 tables as the features), arithmetic for the
-    # H200 CLI run (128 GiB = 137 GB host; the CLI gives JAX half the GPU,
-    # ~75 GB, of which training keeps ~31 GB: a device budget of
-    # 0.8 * 44 - 4.7 GB of working memory ~ 30 GB):
-    #   host: features 28.4 GB + CSR 13.8 + labels, splits, runtime ~5 = ~48 GB.
-    #   layer 1, every node: features staged on the device (28.4 GB, freed
-    #     after the layer), output 111M x 256 x 2 B = 56.9 GB: fits no
-    #     budget, so a host table: 48 + 57 = ~105 GB of 137 (refused in one
-    #     line, before allocating, if MemAvailable lacks it).
-    #   layer 2, only the 339,603 val + test nodes and their neighbours:
-    #     ~6.6M nodes (with ~1.47B of the 3.23B edges, from the preset's
-    #     degree law), 6.6M x 256 x 2 B = 3.4 GB on the device; the ~27 GB
-    #     of budget left cache layer 1's highest-degree rows (~47 % of them)
-    #     for its per-edge reads; layer 1's host table is freed once layer 2
-    #     is written.
+    # hidden 256, bfloat16 tables as the features). On an H200 (the CLI gives
+    # JAX half the GPU, ~70 GB; training keeps the 28.9 GB cache of every
+    # row), 2026-11-28 (benchmarks/results/LOG.md, tenth session):
+    #   layer 1, every node, reads the cache's rows as the device table and
+    #     the CSR pinned in place; it makes no table: each chunk of its rows is
+    #     added into layer 2's float32 sums (`_layer_push`: 26.3 GB of device
+    #     memory with the sorted edge pairs) instead of a 57 GB host table.
+    #   layer 2, the 339,603 val + test nodes and their neighbours: 6.6M
+    #     nodes, 1.43B edges; 3.4 GB on the device.
     #   layer 3, the 339,603 nodes only: float32 logits, 0.23 GB.
-    # Peaks: host ~105 GB, GPU within the budget: ~31 + 30 + 4.7 = ~66 GB
-    # of JAX's ~75 GB. Measured (H200, 2026-11-25): it fits (peak RSS
-    # 106 GB), but layer 1's 57 GB host table is pinned memory (JAX's
-    # preallocation leaves managed memory no room) and layer 2's per-edge
-    # reads of it ran past 200 s, against 39.7 s for the same inference in
-    # benchmarks/inference.py with JAX not preallocating. On an H100
-    # (2026-11-27, `--full-eval`, benchmarks/results/LOG.md, fifth session)
-    # the evaluation took 88 s of a 146 s run (test 0.6488 full-split, 0.6286
-    # sampled). So the CLI reports the sampled accuracies here (full_eval
-    # off; `--full-eval` asks for both); `benchmarks/inference.py --dataset
-    # papers100m` gives the full-split figures.
+    # The whole run took 72.6 s (evaluation 21.8 s; 111.7 s before the push),
+    # peak RSS 50 GB. Where the push does not fit the device (an 80 GB H100),
+    # layer 1's output is a 57 GB host table (a 128 GB host holds it: peak
+    # RSS 105 GB, 131.9 s on an H100, seventh session); `--no-full-eval`
+    # reports the sampled accuracies only.
     return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
-                       batch_size=1024, epochs=1, eval_max=50_000, full_eval=False)
+                       batch_size=1024, epochs=1, eval_max=50_000, full_eval=True)
