@@ -9,7 +9,7 @@ first be gathered or converted (cached rows `table[rows]`, int64 offsets
 as uint32) would hold a second host copy of it: GBs at papers100M scale.
 Here the source is produced and sent a piece of at most PIECE_BYTES at a
 time into a device array allocated once, so the host holds at most one
-piece beyond the source.
+piece beyond the source (`put`: PUT_THREADS pieces, sent at once).
 """
 
 from __future__ import annotations
@@ -62,11 +62,14 @@ def put_rows(take: Callable[[int, int], np.ndarray], shape: tuple[int, ...], dty
     row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
     rows = min(n, max(1, PIECE_BYTES // row_bytes))
     starts = [min(a, n - rows) for a in range(0, n, rows)]
+    # `jax.default_device` is the calling thread's: the workers take it too.
+    default = jax.config.jax_default_device
 
     def send(start: int) -> jax.Array:
         piece = take(start, start + rows)
         if not isinstance(piece, jax.Array):
-            piece = jax.device_put(np.asarray(piece, dtype), device)
+            with jax.default_device(default):
+                piece = jax.device_put(np.asarray(piece, dtype), device)
         return piece
 
     def place(out: jax.Array, start: int, piece: jax.Array) -> jax.Array:

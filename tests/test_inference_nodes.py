@@ -13,7 +13,7 @@ import jdirect
 from jdirect import host_memory
 from jdirect.graph import _layer_csr, _layer_nodes, _layer_push, _layer_tables
 from jdirect.graph.data.csr import Graph, csr_from_edges
-from jdirect.graph.inference import evaluate, layerwise
+from jdirect.graph.inference import evaluate, layerwise, plan
 from jdirect.graph.models import MODELS, build
 from conftest import newest_only
 from test_inference import make_graph, reference
@@ -58,15 +58,11 @@ def test_a_restricted_layers_edges_gathered_in_pieces_on_threads(graph, monkeypa
     monkeypatch.setattr(_layer_nodes, "GATHER_THREADS", 4)
     nodes = _layer_nodes.Nodes(graph, ids)
     assert nodes.num_edges == want.size
-    # Offsets int32 within a piece's span, int64 past it (a piece of a
-    # graph of more than 2**31 edges).
-    for span in (_layer_nodes.SPAN32, 10):
-        monkeypatch.setattr(_layer_nodes, "SPAN32", span)
-        for lo, hi in [(0, want.size), (2, want.size - 1), (5, 6), (4, 4), (0, 0),
-                       (want.size, want.size)]:
-            got = nodes.edges(lo, hi)
-            assert got.dtype == graph.indices.dtype
-            np.testing.assert_array_equal(got, want[lo:hi])
+    for lo, hi in [(0, want.size), (2, want.size - 1), (5, 6), (4, 4), (0, 0),
+                   (want.size, want.size)]:
+        got = nodes.edges(lo, hi)
+        assert got.dtype == graph.indices.dtype
+        np.testing.assert_array_equal(got, want[lo:hi])
     model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
     few = node_sets(graph)["few"]
     result = layerwise(model, graph, jnp.asarray(graph.features), nodes=few, chunk_nodes=7,
@@ -324,3 +320,22 @@ def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, n
     assert "pushed" not in pulled.report.edges
     # The same bfloat16 rows summed in another order.
     np.testing.assert_allclose(half.rows(nodes), pulled.rows(nodes), rtol=1e-2, atol=1e-2)
+
+
+def test_the_push_runs_where_its_sums_fit_the_device_budget(graph):
+    """The push takes device memory for the sums and sorted pairs of the
+    layer above (`_layer_push.device_bytes`): with a budget one byte short
+    the layer makes its table instead, with the same logits. The plan
+    counts what runs: the push's bytes, or the table of every node."""
+    model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
+    few = node_sets(graph)["few"]
+    above = _layer_nodes.plan(graph, np.unique(few), 3, True)[1]
+    need = _layer_push.device_bytes(above, 8, np.float32)[0]
+    features = jnp.asarray(graph.features)
+    fits = layerwise(model, graph, features, nodes=few, device_budget=need)
+    short = layerwise(model, graph, features, nodes=few, device_budget=need - 1)
+    assert fits.report.edges[1] == "pushed" and short.report.edges[1] != "pushed"
+    np.testing.assert_allclose(short.rows(few), fits.rows(few), rtol=1e-5, atol=1e-6)
+    assert plan(model, graph, nodes=few, device_budget=need).table_bytes[0] == need
+    assert plan(model, graph, nodes=few, device_budget=need - 1).table_bytes[0] == \
+        graph.num_nodes * 8 * 4

@@ -1,6 +1,7 @@
 """Gathers on several (virtual CPU) devices: a HostTable followed to the
 indices' device, gather inside shard_map, and jit with sharded indices,
-where each device must read the rows of its own index shard."""
+where each device must read the rows of its own index shard; a host array
+placed in pieces on the caller's default device."""
 
 from __future__ import annotations
 
@@ -114,6 +115,18 @@ SCRIPT = textwrap.dedent(r"""
         want = np.arange(8) * 3 % 10
         idx = jax.device_put(jnp.asarray(want), NamedSharding(mesh, P("d")))
         check_local(jax.jit(jdirect.gather), (t, idx), host[want], (2,))
+    # A host array copied in pieces on several threads lands on the
+    # caller's default device (a thread-local setting the workers take).
+    from jdirect import placement
+    placement.PIECE_BYTES = 64
+    put, sent = jax.device_put, []
+    jax.device_put = lambda *a, **k: sent.append(put(*a, **k)) or sent[-1]
+    with jax.default_device(jax.devices()[2]):
+        placed = placement.put(np.arange(1000, dtype=np.int32))
+    jax.device_put = put
+    assert len(sent) > 1 and all(p.devices() == {jax.devices()[2]} for p in sent)
+    assert placed.devices() == {jax.devices()[2]}, placed.devices()
+    np.testing.assert_array_equal(placed, np.arange(1000))
     print("ok")
 """)
 

@@ -208,6 +208,33 @@ def test_a_closed_trainer_leaves_no_arrays_behind(graph, overlap):
     assert sampler.arrays is None
 
 
+def test_a_last_fit_frees_the_samplers_csr_before_the_full_split_evaluation(graph,
+                                                                              monkeypatch):
+    """`fit(last=True)` (the CLI's) closes the feed before the full-split
+    evaluation, whose tables take the sampler's device CSR's room
+    (papers100M: 12.9 GB); a plain fit keeps it: the trainer still
+    evaluates, and fits again, afterwards."""
+    from jdirect.graph.training import trainer as trainer_module
+
+    seen = []
+    full = trainer_module.Trainer.full_accuracy
+
+    def spy(self, state):
+        seen.append(self.feed.sampler.arrays is None)
+        return full(self, state)
+
+    monkeypatch.setattr(trainer_module.Trainer, "full_accuracy", spy)
+    cfg = config(sampler="device", features="jdirect", epochs=1, full_eval=True)
+    with Trainer(graph, cfg) as t:
+        first = t.fit(log=lambda line: None)
+        assert 0 <= t.evaluate(graph.val) <= 1
+        assert t.fit(log=lambda line: None)["history"]  # trains on from there
+    with Trainer(graph, cfg) as t:
+        last = t.fit(log=lambda line: None, last=True)
+    assert seen == [False, False, True]
+    assert last["test_acc"] == first["test_acc"]
+
+
 def test_test_accuracy_is_the_best_validation_epochs(graph):
     with Trainer(graph, config(epochs=3)) as t:
         out = t.fit(log=lambda s: None)

@@ -30,9 +30,6 @@ SPARSE = 0.5
 # edges on the host (`Nodes.edges`).
 GATHER_THREADS = min(16, os.cpu_count() or 1)
 PIECE = 1 << 20
-# A piece whose edges span fewer CSR positions than this finds them with
-# int32 offsets (papers100M's pieces span ~200M of its 3.2B).
-SPAN32 = 1 << 31
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,8 +85,6 @@ class Nodes:
         if self.ids is None:
             return graph.indices[lo:hi]
         out = np.empty(hi - lo, graph.indices.dtype)
-        if hi <= lo:
-            return out
         cuts = np.linspace(lo, hi, max(1, min(GATHER_THREADS, (hi - lo) // PIECE)) + 1)
         pieces = list(zip(cuts[:-1].astype(np.int64), cuts[1:].astype(np.int64)))
         if len(pieces) == 1:
@@ -106,17 +101,12 @@ class Nodes:
         stop = int(np.searchsorted(self.indptr, hi, side="left"))
         begin = np.maximum(self.indptr[first:stop], lo)
         end = np.minimum(self.indptr[first + 1:stop + 1], hi)
-        # Edge e of row r lies at graph.indptr[ids[r]] + e - indptr[r] in the
-        # CSR: ascending in e. Positions from the piece's first, int32 where
-        # its span allows (half the bytes of int64 to write and read).
-        starts = graph.indptr[self.ids[first:stop]] - self.indptr[first:stop]
-        base = int(starts[0]) + lo
-        kind = np.int32 if int(starts[-1]) + hi - 1 - base < SPAN32 else np.int64
-        at = np.repeat((starts - starts[0]).astype(kind), end - begin)
-        at += np.arange(hi - lo, dtype=kind)
+        # Edge e of row r lies at graph.indptr[ids[r]] + e - indptr[r] in the CSR.
+        at = np.repeat(graph.indptr[self.ids[first:stop]] - self.indptr[first:stop], end - begin)
+        at += np.arange(lo, hi, dtype=np.int64)
         # Every position lies in the CSR: "clip" checks nothing and, unlike
         # "raise", writes into `out` without a temporary of its size.
-        np.take(graph.indices[base:], at, out=out, mode="clip")
+        np.take(graph.indices, at, out=out, mode="clip")
 
 
 def plan(graph: Graph, nodes: np.ndarray | None, layers: int,

@@ -16,6 +16,7 @@ from flax import nnx
 from .._arrays import sorted_unique
 from .. import host_memory
 from . import _layer_nodes as layer_nodes
+from . import _layer_push as layer_push
 from . import _layer_tables as tables
 from .data import Graph
 
@@ -43,7 +44,9 @@ class Plan:
       device_budget: bytes of device memory left for the tables made.
       table_bytes: per layer, the bytes of the tables inference makes that
         live at once while it runs (its input if inference made it, GAT's
-        source rows, its output), wherever they are placed.
+        source rows, its output or, for a layer that pushes into the
+        restricted layer above, the device bytes of that layer's sums where
+        they fit `device_budget`: `_layer_push`), wherever they are placed.
     """
 
     chunks: tuple[tuple[int, int], ...]
@@ -122,15 +125,22 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
                 f"working_budget of {working:,} bytes{hint}")
         chunks.append(shape)
         peak = max(peak, tables.working_bytes(shape[1], shape[0], edge_width, width))
-        # The tables that live while this layer runs (its input if made).
+        # The tables that live while this layer runs (its input if made):
+        # its output, or the sums it pushes into (where the device holds them).
+        above = dsts[i + 1] if i + 1 < len(convs) else None
+        push = (layer_push.device_bytes(above, conv.out_dim, hidden)[0] if above is not None
+                and layer_push.pushes(model, dst, convs[i + 1], above) else None)
         live = [("output", (dst.rows, conv.out_dim),
-                 logits_dtype if i + 1 == len(convs) else hidden)]
-        live += [("input", (src.rows, conv.in_dim), hidden)] if i else []
-        live += [("sources", (src.rows, conv.source_dim), hidden)] if conv.projects else []
+                 logits_dtype if i + 1 == len(convs) else hidden, push)]
+        live += [("input", (src.rows, conv.in_dim), hidden, None)] if i else []
+        live += [("sources", (src.rows, conv.source_dim), hidden, None)] if conv.projects else []
         made.append(live)
         src = dst
     device = tables.budget(device_budget, peak)
     room = tables.room(device)
+    # A pushing layer's output is the sums' device bytes where they fit the budget.
+    made = [[(name + " (pushed)", (push,), np.uint8) if push is not None and push <= device
+             else (name, shape, dtype) for name, shape, dtype, push in live] for live in made]
     sizes = tuple(sum(tables.nbytes(shape, dtype) for _, shape, dtype in live) for live in made)
     for i, (live, need) in enumerate(zip(made, sizes)):
         if need > room:

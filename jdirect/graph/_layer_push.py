@@ -3,7 +3,7 @@ are computed (`jdirect.graph.inference`), so that the layer below, over
 every node, makes no table.
 
 An evaluation of papers100M's val/test nodes runs layer 2 for 6.6M nodes
-(353M edges) over layer 1's output for all 111M nodes: a 57 GB table that
+(1.43B edges) over layer 1's output for all 111M nodes: a 57 GB table that
 fits no device beside the trainer's tables, so it went to pinned host
 memory (8.6 s to allocate on an H200) and layer 2 read it per edge at
 4 KB-page rates over the link (20.8 s, with the edges gathered on the
@@ -64,13 +64,14 @@ def pushes(model: Any, below: layer_nodes.Nodes, conv: Any, dst: layer_nodes.Nod
     slices have int32 positions."""
     return (model.uses_neighbors and below.ids is None and dst.ids is not None
             and getattr(conv, "sums_sources", False) and not conv.projects
-            and dst.num_edges > 0 and math.prod(slices(dst)) < 2**31)
+            and dst.num_edges > 0 and math.prod(slices(dst)) < MAX_PAIRS)
 
 
 # Pairs sorted at once: each slice's sort takes a few times its bytes, so
 # papers100M's 1.43B pairs (11.4 GB) sort in 11 slices of 2**27.
 SLICE = 1 << 27
 PAD = np.iinfo(np.int32).max  # a padding pair's source: sorts last, in no chunk
+MAX_PAIRS = 2**31  # the slices' pairs end to end have int32 positions
 
 
 def slices(dst: layer_nodes.Nodes) -> tuple[int, int]:

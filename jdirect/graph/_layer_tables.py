@@ -30,7 +30,9 @@ class Report:
     """What one inference moved and where it put each table.
 
     Attributes:
-      tables: per table made, "<what>: <device|host> <shape> <dtype>".
+      tables: per table made, "<what>: <device|host> <shape> <dtype>", or
+        "<what>: pushed <shape> float32 (...)" for a layer's output added
+        into the sums of the restricted layer above (`_layer_push`).
       bytes_read: bytes read from host memory by the device (host input
         rows gathered or staged, the CSR copied whole or window by window).
       bytes_written: bytes written from the device to host tables.
@@ -40,7 +42,8 @@ class Report:
         its share of bytes_read + bytes_written.
       edges: per layer, where its steps read its edges: "device CSR",
         "host CSR" (pinned host memory, over the link), "copied" (each
-        chunk's, from the host) or "none" (a model that reads no edges).
+        chunk's, from the host), "pushed" (summed by the layer below as it
+        ran: `_layer_push`) or "none" (a model that reads no edges).
     """
 
     tables: list[str] = dataclasses.field(default_factory=list)

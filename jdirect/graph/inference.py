@@ -258,9 +258,9 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                                     budget - table.device_bytes, report)
                 report.edges.append("pushed")
                 pushed_chunks(steps, params, table, out, dst, size)
-                done = out.done()
-                report.layers.append((time.perf_counter() - started, 0))
-                jax.block_until_ready(done)
+                done = jax.block_until_ready(out.done())
+                report.layers.append((time.perf_counter() - started,
+                                      report.bytes_read + report.bytes_written - moved))
                 table.delete()
                 table, owned, src, out, done = done, True, dst, None, None
                 bar.update(1)
@@ -352,6 +352,8 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             bar.update(1)
     except BaseException:  # the graph's arrays are not left pinned
         layer_csr.release(csr, None)
+        # The traceback keeps this frame: not its tables (a push's 26 GB).
+        out = table = None
         raise
     bar.close()
     layer_csr.release(csr, table)

@@ -149,7 +149,8 @@ class Trainer:
 
     # -- whole run ---------------------------------------------------------
     def fit(self, log: Callable[[str], None] = print,
-            on_epoch: Callable[[list[dict]], None] | None = None) -> dict[str, Any]:
+            on_epoch: Callable[[list[dict]], None] | None = None, *,
+            last: bool = False) -> dict[str, Any]:
         """Trains `self.epochs` epochs (resuming from cfg.checkpoint_dir if it
         holds a checkpoint of the same settings), validating after each.
 
@@ -158,8 +159,10 @@ class Trainer:
         failure there (EvaluationFailed) or an interrupt loses nothing that
         was trained.
 
-        A Trainer fits once: with `cfg.full_eval` the feed is closed before
-        the full-split evaluation, which takes its device memory.
+        With `last` (nothing uses the trainer after this fit but `close`,
+        as in `train_and_evaluate`) the feed is closed before the full-split
+        evaluation, which takes its device memory (the device sampler's
+        CSR: papers100M's 12.9 GB).
 
         Returns the history, the test accuracy of the model from the epoch
         with the best validation accuracy (the last epoch when there are no
@@ -239,10 +242,8 @@ class Trainer:
                 sampled = self.evaluate(self.graph.test, evaluated())
                 full = {}
                 if cfg.full_eval:
-                    # Nothing samples after this: the sampler's device CSR
-                    # (papers100M's 12.9 GB) leaves its room to the tables
-                    # of the layer-wise inference.
-                    self.feed.close()
+                    if last:
+                        self.feed.close()
                     full = self.full_accuracy(evaluated())
         except Exception as e:  # whatever it was, the training is done and kept
             raise EvaluationFailed(f"the evaluation after training failed "
@@ -399,7 +400,7 @@ def _train_run(name: str, trainer: Trainer, results: dict[str, dict[str, Any]],
         hook = None if metrics is None else (
             lambda h: metrics.update(**{name: dict(history=h)}))
         try:
-            out = results[name] = trainer.fit(log=log, on_epoch=hook)
+            out = results[name] = trainer.fit(log=log, on_epoch=hook, last=True)
             if trainer.learned is not None:
                 out["embedding_memory"] = trainer.learned.memory
         except TrainingDiverged as e:
