@@ -109,7 +109,7 @@ class Push:
 
     def __init__(self, what: str, dst: layer_nodes.Nodes, width: int, dtype: Any, window: int,
                  report: Report):
-        self.window, self.report = int(window), report
+        self.window = int(window)
         self.slices, length = slices(dst)
         self.sources = jnp.full(self.slices * length, PAD, jnp.int32)
         self.targets = jnp.full(self.slices * length, dst.rows, jnp.int32)

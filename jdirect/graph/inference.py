@@ -252,9 +252,9 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 layer_csr.release(csr, table)
                 csr = None
             bar.set_postfix_str(f"layer {i + 1}: {-(-dst.rows // size):,} chunks", refresh=False)
+            name = f"layer {i + 1} {'logits' if last else 'output'}"
             if isinstance(table, layer_push.Pushed):  # its edges are summed already
-                out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
-                                    (dst.rows, conv.out_dim), dtype,
+                out = tables.Output(name, (dst.rows, conv.out_dim), dtype,
                                     budget - table.device_bytes, report)
                 report.edges.append("pushed")
                 pushed_chunks(steps, params, table, out, dst, size)
@@ -301,11 +301,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 # No table of every node: its chunks are added to the sums of
                 # the layer above's nodes (`_layer_push`).
                 spent += push
-                out = layer_push.Push(f"layer {i + 1} output", above, conv.out_dim, dtype,
+                out = layer_push.Push(name, above, conv.out_dim, dtype,
                                       planned.plan.chunks[i + 1][1], report)
             else:
-                out = tables.Output(f"layer {i + 1} {'logits' if last else 'output'}",
-                                    (dst.rows, conv.out_dim), dtype, budget - spent, report)
+                out = tables.Output(name, (dst.rows, conv.out_dim), dtype, budget - spent,
+                                    report)
             edges_from, hot = table if source is None else source, None
             # A CSR in host memory is read by the neighbour sum only (`fused`;
             # a host input read through a cache, below, is never summed so).
