@@ -97,14 +97,18 @@ def test_cache_fraction_auto_overrides_a_configurations_share(tmp_path):
     assert train_graphsage.resolve_config(default).cache_fraction == "auto"
 
 
-def test_full_eval_flags_override_the_configurations_choice():
-    def resolved(config: str, *flags: str) -> bool:
-        args = train_graphsage.parser().parse_args(["--config", config, *flags])
-        return train_graphsage.resolve_config(args).full_eval
+def test_on_off_flags_override_the_configurations_choice():
+    def resolved(config: str, *flags: str) -> tuple[bool, bool]:
+        cfg = train_graphsage.resolve_config(
+            train_graphsage.parser().parse_args(["--config", config, *flags]))
+        return cfg.full_eval, cfg.gemm_search
 
-    # papers100m reports full-split accuracies unless told not to (issue 36).
-    assert (resolved("papers100m"), resolved("papers100m", "--no-full-eval")) == (True, False)
-    assert (resolved("products"), resolved("products", "--no-full-eval")) == (True, False)
+    # papers100m reports full-split accuracies unless told not to (issue 36),
+    # and compiles its training programs without the GEMM search.
+    assert resolved("papers100m") == (True, False)
+    assert resolved("papers100m", "--no-full-eval", "--gemm-search") == (False, True)
+    assert resolved("products") == (True, True)
+    assert resolved("products", "--no-full-eval", "--no-gemm-search") == (False, False)
 
 
 def test_cache_fraction_auto_and_the_default_are_the_same_config():

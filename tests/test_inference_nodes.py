@@ -71,6 +71,40 @@ def test_a_restricted_layers_edges_gathered_in_pieces_on_threads(graph, monkeypa
                                rtol=1e-4, atol=1e-4)
 
 
+def test_the_last_plan_is_kept_for_the_same_arguments_and_keeps_no_graph_alive(graph,
+                                                                              monkeypatch):
+    """The trainer plans its evaluation before training (to refuse one that
+    could not fit) and runs it after: the node sets are computed once
+    (papers100M's val/test neighbourhood: 0.5 s); other arguments plan
+    again, and a graph that is gone takes its plan with it."""
+    import gc
+    import weakref
+
+    _layer_nodes._forget()  # an earlier test's plan of the same arguments
+    planned = []
+    real = _layer_nodes._plan
+    monkeypatch.setattr(_layer_nodes, "_plan", lambda *a: planned.append(a[2]) or real(*a))
+    model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
+    few = node_sets(graph)["few"]
+    features = jnp.asarray(graph.features)
+    plan(model, graph, nodes=few)
+    first = layerwise(model, graph, features, nodes=few)
+    again = layerwise(model, graph, features, nodes=few)
+    assert planned == [3]
+    np.testing.assert_array_equal(first.rows(few), again.rows(few))
+    dsts = _layer_nodes.plan(graph, np.unique(few), 3, True)
+    assert _layer_nodes.plan(graph, np.unique(few), 3, True)[1] is dsts[1]
+    assert _layer_nodes.plan(graph, np.unique(few), 2, True)[0] is not dsts[1]
+    assert _layer_nodes.plan(graph, np.unique([3, 18]), 3, True)[2] is not dsts[2]
+    assert planned == [3, 2, 3]
+    other = make_graph()
+    _layer_nodes.plan(other, np.unique(few), 3, True)
+    gone = weakref.ref(other)
+    del other
+    gc.collect()
+    assert gone() is None and not _layer_nodes._last
+
+
 def rows_of_each_table(result) -> list[int]:
     return [int(t.split("[")[1].split(",")[0]) for t in result.report.tables]
 

@@ -235,6 +235,50 @@ def test_a_last_fit_frees_the_samplers_csr_before_the_full_split_evaluation(grap
     assert last["test_acc"] == first["test_acc"]
 
 
+def test_one_epoch_with_the_full_split_evaluation_runs_no_sampled_pass(graph, monkeypatch):
+    """Nothing to choose and the full split measured: no sampled pass, its
+    accuracies None; with two epochs the sampled validation picks one."""
+    from jdirect.graph.training import trainer as trainer_module
+    from jdirect.graph.training.reporting import BEST_VAL, ONLY_EPOCH, accuracy_line
+
+    passes = []
+    sampled = trainer_module.sampled_accuracy
+    monkeypatch.setattr(trainer_module, "sampled_accuracy",
+                        lambda *a: passes.append(len(a[2])) or sampled(*a))
+    cfg = config(sampler="device", features="jdirect", epochs=1, full_eval=True)
+    with Trainer(graph, cfg) as t:
+        out = t.fit(log=lambda line: None)
+    assert passes == [] and out["sampled_test_acc"] is None
+    assert out["history"][0]["val_acc"] is None and out["best_epoch"] == 0
+    assert 0 < out["test_acc"] <= 1 and out["protocol"]["best_epoch"] == ONLY_EPOCH
+    assert "sampled" not in accuracy_line(out, cfg)
+    with Trainer(graph, cfg.replace(epochs=2)) as t:
+        out = t.fit(log=lambda line: None)
+    assert passes == [len(graph.val)] * 2 + [len(graph.test)]
+    assert out["protocol"]["best_epoch"] == BEST_VAL and 0 < out["sampled_test_acc"] <= 1
+
+
+@pytest.mark.parametrize("sampler", ["cpu", "device"])
+def test_gemm_search_picks_the_training_programs_compilation_not_the_arithmetic(graph,
+                                                                               sampler):
+    """gemm_search False compiles the training programs with `_jit`'s
+    options (no Triton GEMM search on a GPU; on the CPU they mean nothing,
+    so the losses are equal)."""
+    from jdirect.graph.training import programs
+
+    jitted = [programs.train_step] if sampler == "cpu" else [programs.read_first,
+                                                             programs.overlapped_train_steps]
+    runs = {}
+    for search in (True, False):
+        before = [(f.searched._cache_size(), f.plain._cache_size()) for f in jitted]
+        runs[search] = losses(graph, epochs=1, sampler=sampler, features="jdirect",
+                              gemm_search=search)
+        grew = [(s1 > s0, p1 > p0) for (s0, p0), (s1, p1) in zip(
+            before, [(f.searched._cache_size(), f.plain._cache_size()) for f in jitted])]
+        assert grew == [(search, not search)] * len(jitted)
+    assert runs[True] == runs[False]
+
+
 def test_test_accuracy_is_the_best_validation_epochs(graph):
     with Trainer(graph, config(epochs=3)) as t:
         out = t.fit(log=lambda s: None)

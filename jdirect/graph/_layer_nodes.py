@@ -6,12 +6,18 @@ their neighbours while that set is small; every earlier layer for all
 nodes. A layer's output table has one row per node it computes, in
 ascending node order (`Nodes`), so a restricted layer's table is as small
 as its node set. Private to `jdirect.graph.inference`.
+
+The last plan is kept (`plan`): an evaluation planned before training
+(the trainer refuses one that could not fit) runs on the same node sets.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -55,13 +61,18 @@ class Nodes:
     """
 
     def __init__(self, graph: Graph, ids: np.ndarray | None = None):
-        self.graph, self.ids = graph, ids
+        # Weakly: the kept plan (`plan`) must not keep its graph alive.
+        self._graph, self.ids = weakref.ref(graph), ids
         if ids is None:
             self.rows, self.indptr = graph.num_nodes, graph.indptr
         else:
             self.rows = int(ids.size)
             self.indptr = np.zeros(ids.size + 1, np.int64)
             np.cumsum(graph.indptr[ids + 1] - graph.indptr[ids], out=self.indptr[1:])
+
+    @property
+    def graph(self) -> Graph:
+        return self._graph()
 
     @property
     def num_edges(self) -> int:
@@ -109,10 +120,36 @@ class Nodes:
         np.take(graph.indices, at, out=out, mode="clip")
 
 
+# The last plan: its graph (weakly), arguments and destinations; forgotten
+# with its graph or the next plan's arguments.
+_last: dict[str, object] = {}
+_last_lock = threading.RLock()  # its weakref's callback may run inside it
+
+
 def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
          uses_neighbors: bool) -> list[Nodes]:
     """The destinations of layers 1 .. `layers` (the last: `nodes`, None
-    for all; see the module doc)."""
+    for all, else ascending ids; see the module doc): the last call's
+    Nodes for the same graph and arguments."""
+    key = (None if nodes is None else hashlib.blake2b(nodes.tobytes()).digest(), layers,
+           uses_neighbors)
+    with _last_lock:
+        if _last and _last["graph"]() is graph and _last["key"] == key:
+            return list(_last["plan"])
+    out = _plan(graph, nodes, layers, uses_neighbors)
+    with _last_lock:
+        _last.clear()
+        _last.update(graph=weakref.ref(graph, lambda _: _forget()), key=key, plan=out)
+    return list(out)
+
+
+def _forget() -> None:
+    with _last_lock:
+        _last.clear()
+
+
+def _plan(graph: Graph, nodes: np.ndarray | None, layers: int,
+          uses_neighbors: bool) -> list[Nodes]:
     out = [Nodes(graph, nodes)]
     while len(out) < layers:
         top = out[0]

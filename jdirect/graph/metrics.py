@@ -24,13 +24,15 @@ METRICS: dict[str, str] = {
     "loss": "mean cross-entropy over the epoch's training seeds",
     "train_acc": "accuracy over the epoch's training seeds, as trained on (dropout on)",
     "val_acc": "per epoch: accuracy on the validation nodes after the epoch, sampled (at "
-               "most eval_max nodes); per run: the best epoch's model on every validation "
-               "node, full neighbourhoods (None: none; the run's `protocol` says which)",
+               "most eval_max nodes; None: not measured, as in a run of one epoch with "
+               "full_eval); per run: the best epoch's model on every validation node, full "
+               "neighbourhoods (None: none; the run's `protocol` says which)",
     "test_acc": "accuracy on the test nodes of the best epoch's model: every test node with "
                 "full neighbourhoods (layer-wise inference), or sampled without full_eval "
                 "(None: none; the run's `protocol` says which)",
     "sampled_test_acc": "test_acc measured as in training: sampled neighbours, at most "
-                        "eval_max nodes",
+                        "eval_max nodes (None: not measured: a run of one epoch with "
+                        "full_eval, whose test_acc is the full split's)",
     "sampled_val_acc": "the validation accuracy measured as in training: sampled "
                        "neighbours, at most eval_max nodes",
     "full_eval_layers": "per layer of the full-split evaluation's layer-wise inference, "

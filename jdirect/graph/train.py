@@ -201,6 +201,10 @@ def parser() -> argparse.ArgumentParser:
         help="evaluate every validation and test node with full neighbourhoods (layer-wise "
              "inference) after training, beside the sampled accuracies (default: the "
              "configuration's; --no-full-eval reports the sampled ones only)")
+    add("--gemm-search", action=argparse.BooleanOptionalAction, default=None,
+        help="compile the training programs with XLA's search over Triton GEMM fusions "
+             "(GPU: seconds of compiling, a few %% off a small model's step; default: the "
+             "configuration's)")
     add("--metrics", type=Path, default=Path("metrics.json"),
         help="JSON file of the run's settings, per-epoch metrics and results "
              "(rewritten after every epoch)")

@@ -106,6 +106,13 @@ class TrainConfig:
         sampled figures only (faster on huge graphs).
       log_every: optimizer steps between reads of the running metrics (the
         only times the host waits for the device within an epoch).
+      gemm_search: the training programs are compiled with XLA's search
+        over Triton GEMM fusions for their matrix products (a GPU's
+        autotuning; the evaluation programs never search, `.._jit`). It
+        costs seconds of compiling a model and pays over long runs: H100,
+        2026-11-27, products' epoch 3.9 % faster with it, papers100m's the
+        same; H200, 2026-11-28, papers100m's two models compiled 6.4 s
+        less without it (benchmarks/results/LOG.md).
       checkpoint_dir: save after every epoch and resume from it.
       checkpoint_read_only: resume from checkpoint_dir without saving
         (for a directory this run may not write).
@@ -141,6 +148,7 @@ class TrainConfig:
     eval_max: int | None = None
     full_eval: bool = True
     log_every: int = 50
+    gemm_search: bool = True
     checkpoint_dir: str | None = None
     checkpoint_read_only: bool = False
     progress: bool = True

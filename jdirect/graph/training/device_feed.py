@@ -134,17 +134,19 @@ class DeviceFeed:
       overlap: pipeline the reads of a source that overlaps.
       mesh: a 1-D mesh over `parallel.AXIS` (None: the default device).
       steps_per_call: steps per dispatch (validated by `TrainConfig`).
+      gemm_search: `TrainConfig.gemm_search`.
     """
 
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
-                 steps_per_call: int = 1):
+                 steps_per_call: int = 1, gemm_search: bool = True):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.overlaps
-        self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call)
+        self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
+                               gemm_search)
         self.arrays = replicated(sampler.arrays, self.mesh)
         self.table = source.placed(self.mesh)
         self.data = (self.arrays, self.table)

@@ -82,14 +82,15 @@ class HostFeed:
       seed: fixes the dropout masks (with the step).
       prefetch, workers: batches in flight and threads.
       mesh: the run's one-device mesh (`trainer.make_mesh`; None: made here).
+      gemm_search: `TrainConfig.gemm_search`.
     """
 
     def __init__(self, sampler: NeighborSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, prefetch: int, workers: int,
-                 mesh: Mesh | None = None):
+                 mesh: Mesh | None = None, gemm_search: bool = True):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler, self.source = sampler, source
-        self.ctx = steps.StepContext(graphdef, type(source), seed)
+        self.ctx = steps.StepContext(graphdef, type(source), seed, gemm_search=gemm_search)
         self.batch_size = sampler.batch_size
         self.prefetch, self.workers = prefetch, workers
         self._stats: dict[str, float] = {}

@@ -74,10 +74,11 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
         steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size, device_tables)
         return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
-                          mesh=mesh, steps_per_call=steps_per_call)
+                          mesh=mesh, steps_per_call=steps_per_call,
+                          gemm_search=cfg.gemm_search)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
-                    workers=cfg.workers, mesh=mesh)
+                    workers=cfg.workers, mesh=mesh, gemm_search=cfg.gemm_search)
 
 
 def _batch(graph: Graph, cfg: TrainConfig, mesh: Mesh) -> tuple[Any, int, Any]:

@@ -17,7 +17,8 @@ program below is that body under a schedule:
 
 Each program is jitted with its `StepContext` static (steps.py), so equal
 contexts share a compilation; the evaluation programs with `.._jit.jit`'s
-options. Host-side holders of the programs: HostFeed
+options, the training programs with them or without as the context says
+(`training`). Host-side holders of the programs: HostFeed
 (feeds.py), DeviceFeed and its `Pipeline` (device_feed.py).
 """
 
@@ -37,6 +38,20 @@ from .parallel import AXIS
 from .steps import StepContext, count_reads, dropout_key
 
 Ahead = tuple[jax.Array, Batch]  # rows read ahead and their batch, per device (SPLIT)
+
+
+def training(fun: Callable) -> Callable:
+    """`fun(ctx, ...)` jitted with `ctx` static, compiled with XLA's search
+    over Triton GEMM fusions where `ctx.gemm_search`, else with
+    `.._jit.jit`'s options (`TrainConfig.gemm_search`)."""
+    searched, plain = jax.jit(fun, static_argnums=0), jit(fun, static_argnums=0)
+
+    @functools.wraps(fun)
+    def call(ctx, *args):
+        return (searched if ctx.gemm_search else plain)(ctx, *args)
+
+    call.searched, call.plain = searched, plain
+    return call
 
 
 # -- the body --------------------------------------------------------------
@@ -88,7 +103,7 @@ def over_batches(ctx: StepContext, one: Callable[[jax.Array, Batch, Any], Any], 
 
 
 # -- plain: a host-sampled batch on one device ------------------------------
-@functools.partial(jax.jit, static_argnums=0)
+@training
 def train_step(ctx: StepContext, state, metrics: jax.Array, table, batch: Batch, staged,
                step: jax.Array):
     """One update on a host-sampled `batch` (and, for a source that stages
@@ -117,7 +132,7 @@ def data_spec(ctx: StepContext, data: Any) -> tuple[Any, Any]:
     return ALL, ctx.source.spec(data[1])
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@training
 def sample_train_steps(ctx: StepContext, state, metrics: jax.Array, data: Any, at: Position,
                        step: jax.Array):
     """Steps i .. i + n - 1 after `at` on the devices of `ctx.mesh`: each
@@ -166,7 +181,7 @@ def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahea
 
 
 # -- pipelined: the looped schedule, each read overlapping an update --------
-@functools.partial(jax.jit, static_argnums=0)
+@training
 def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
                at: Position) -> tuple[Ahead, jax.Array]:
     """Batch `at` sampled on the devices of `ctx.mesh` and its rows read:
@@ -184,7 +199,7 @@ def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
                      out_specs=(SPLIT, ALL))(metrics, data, at)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@training
 def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead,
                            data: Any, at: Position, step: jax.Array):
     """Steps i .. i + n - 1 after `at`, pipelined: step i + j updates on
@@ -220,7 +235,7 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
                      out_specs=(ALL, ALL, SPLIT))(state, metrics, ahead, data, at, step)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@training
 def train_on_rows(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead, step: jax.Array):
     """The last step of a pipelined pass: an update on per-device rows
     already read (`SPLIT`, as `read_first` returns them)."""

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 BEST_VAL = "best sampled validation"
 LAST_NO_VAL = "the last epoch: no validation nodes"
 LAST_LEARNED = "the last epoch: a learned embedding changes in place"
+ONLY_EPOCH = "the only epoch: no sampled validation"
 
 
 def best_of(history: list[dict]) -> dict[str, Any]:
@@ -46,9 +47,11 @@ def fit_result(trainer: "Trainer", best_epoch: int, sampled: float | None,
                steps_per_call=getattr(trainer.feed, "steps_per_call", 1))
     out["protocol"] = dict(
         val_acc=FULL if cfg.full_eval else None, test_acc=FULL if cfg.full_eval else SAMPLED,
-        sampled_test_acc=SAMPLED, history_val_acc=SAMPLED,
+        sampled_test_acc=SAMPLED if trainer.sampled_eval else None,
+        history_val_acc=SAMPLED if trainer.sampled_eval else None,
         best_epoch=LAST_LEARNED if trainer.learned is not None else
-        BEST_VAL if len(trainer.graph.val) else LAST_NO_VAL, eval_max=cfg.eval_max)
+        LAST_NO_VAL if not len(trainer.graph.val) else
+        BEST_VAL if trainer.sampled_eval else ONLY_EPOCH, eval_max=cfg.eval_max)
     report = trainer.full_eval
     if report is not None:  # where the full-split evaluation's time went
         out["full_eval_layers"] = [dict(s=round(s, 3), link_gb=round(b / 1e9, 3), edges=e)
@@ -86,7 +89,8 @@ def accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
                        for i, layer in enumerate(out.get("full_eval_layers", ())))
     return (f"test accuracy {out['test_acc']:.4f}, validation {val} (full split"
             + (f"; layers {layers}" if layers else "")
-            + f"); sampled test {out['sampled_test_acc']:.4f}")
+            + ")" + ("" if out["sampled_test_acc"] is None
+                     else f"; sampled test {out['sampled_test_acc']:.4f}"))
 
 
 def format_epoch(m: dict[str, Any], over_link: bool = True) -> str:

@@ -49,6 +49,8 @@ class StepContext:
       mesh: device-sampled programs: the 1-D mesh over `parallel.AXIS`.
       sampler: device-sampled programs: the `DeviceSampler`.
       n: device-sampled programs: optimizer steps per call.
+      gemm_search: the training programs are compiled with XLA's search
+        over Triton GEMM fusions (`programs.training`).
 
     The step state is what the source's trainable half says
     (`FeatureSource.split`): the model's state, or for a source with
@@ -61,6 +63,7 @@ class StepContext:
     mesh: Mesh | None = None
     sampler: Any = None
     n: int = 1
+    gemm_search: bool = True
 
     def with_steps(self, n: int) -> "StepContext":
         """This context for calls of `n` steps."""

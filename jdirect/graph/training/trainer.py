@@ -115,6 +115,11 @@ class Trainer:
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
+        # One epoch and the full-split evaluation after it: no epoch to
+        # choose, and the full split measures what a sampled pass estimates,
+        # so no sampled pass runs (papers100m: its programs' compiling and
+        # passes, ~5 s of the CLI's run on an H200).
+        self.sampled_eval = not (cfg.full_eval and self.epochs == 1)
         self.history: list[dict[str, Any]] = []
         # The newest epoch in cfg.checkpoint_dir that this run saved or resumed.
         self.checkpointed: int | None = None
@@ -168,7 +173,9 @@ class Trainer:
         with the best validation accuracy (the last epoch when there are no
         validation nodes, or with a learned embedding, which changes in
         place; `protocol["best_epoch"]` says which), and the devices and
-        processes trained on.
+        processes trained on. With cfg.full_eval and one epoch, no sampled
+        validation or test pass runs (`sampled_eval`): their accuracies are
+        None.
 
         With several processes, every process trains; only process 0 calls
         `log` and `on_epoch` and saves checkpoints. Every process resumes
@@ -219,7 +226,7 @@ class Trainer:
                 with self.timings.phase("train_s"):
                     m = self.train_epoch(epoch)
                 with self.timings.phase("evaluate_s"):
-                    m["val_acc"] = self.evaluate(self.graph.val)
+                    m["val_acc"] = self.evaluate(self.graph.val) if self.sampled_eval else None
                 # Trainable rows change in place: only the last epoch's
                 # model has them, so it is the one evaluated.
                 if m["val_acc"] is None or m["val_acc"] > best["val_acc"] or own.trainable:
@@ -239,7 +246,8 @@ class Trainer:
                 ckpt.close()
         try:
             with self.timings.phase("evaluate_s"):
-                sampled = self.evaluate(self.graph.test, evaluated())
+                sampled = self.evaluate(self.graph.test, evaluated()) \
+                    if self.sampled_eval else None
                 full = {}
                 if cfg.full_eval:
                     if last:
