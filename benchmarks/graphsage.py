@@ -97,7 +97,7 @@ def split_times(trainer: Trainer, reps: int) -> dict:
     xs = [_read(kind, source.table, b.input_nodes) for b in batches[:_ROW_SETS]]
     state = trainer.state
     pre_state = [state]
-    ctx = steps.StepContext(trainer.graphdef, kind, 0)
+    ctx = steps.StepContext(trainer.graphdef, kind, 0, gemm_search=trainer.cfg.gemm_search)
 
     def presampled_step(i):
         pre_state[0], metrics = programs.train_step(ctx, pre_state[0], steps.zero_metrics(),

@@ -235,9 +235,11 @@ def test_a_last_fit_frees_the_samplers_csr_before_the_full_split_evaluation(grap
     assert last["test_acc"] == first["test_acc"]
 
 
-def test_one_epoch_with_the_full_split_evaluation_runs_no_sampled_pass(graph, monkeypatch):
+def test_one_epoch_with_the_full_split_evaluation_runs_no_sampled_pass(graph, monkeypatch,
+                                                                       tmp_path):
     """Nothing to choose and the full split measured: no sampled pass, its
-    accuracies None; with two epochs the sampled validation picks one."""
+    accuracies None; with two epochs the sampled validation picks one, and
+    a rerun of one epoch that resumes them reports as they chose."""
     from jdirect.graph.training import trainer as trainer_module
     from jdirect.graph.training.reporting import BEST_VAL, ONLY_EPOCH, accuracy_line
 
@@ -252,10 +254,16 @@ def test_one_epoch_with_the_full_split_evaluation_runs_no_sampled_pass(graph, mo
     assert out["history"][0]["val_acc"] is None and out["best_epoch"] == 0
     assert 0 < out["test_acc"] <= 1 and out["protocol"]["best_epoch"] == ONLY_EPOCH
     assert "sampled" not in accuracy_line(out, cfg)
-    with Trainer(graph, cfg.replace(epochs=2)) as t:
+    ckpt = str(tmp_path / "ckpt")
+    with Trainer(graph, cfg.replace(epochs=2, checkpoint_dir=ckpt)) as t:
         out = t.fit(log=lambda line: None)
     assert passes == [len(graph.val)] * 2 + [len(graph.test)]
     assert out["protocol"]["best_epoch"] == BEST_VAL and 0 < out["sampled_test_acc"] <= 1
+    with Trainer(graph, cfg.replace(checkpoint_dir=ckpt)) as t:
+        again = t.fit(log=lambda line: None)
+    assert passes[3:] == [len(graph.test)] and again["protocol"]["best_epoch"] == BEST_VAL
+    assert (again["best_epoch"], again["sampled_test_acc"]) == (out["best_epoch"],
+                                                               out["sampled_test_acc"])
 
 
 @pytest.mark.parametrize("sampler", ["cpu", "device"])
@@ -276,7 +284,10 @@ def test_gemm_search_picks_the_training_programs_compilation_not_the_arithmetic(
         grew = [(s1 > s0, p1 > p0) for (s0, p0), (s1, p1) in zip(
             before, [(f.searched._cache_size(), f.plain._cache_size()) for f in jitted])]
         assert grew == [(search, not search)] * len(jitted)
-    assert runs[True] == runs[False]
+    if jax.default_backend() == "cpu":
+        assert runs[True] == runs[False]
+    else:  # a Triton product and cuBLAS's may round apart
+        np.testing.assert_allclose(runs[True], runs[False], rtol=1e-4)
 
 
 def test_test_accuracy_is_the_best_validation_epochs(graph):

@@ -9,8 +9,10 @@ compilation and buys little. H100, jax 0.11.2, 2026-11-27
 for 53.0 s with the search and 39.3 s without (XLA_FLAGS
 --xla_gpu_enable_triton_gemm=false), its epochs 1.95 s and 1.96 s; but
 products' epoch was 3.9 % slower without it (0.2262 against 0.2178 s,
-medians of 10), so the training programs keep the search, and only the
-programs that run once an evaluation use this. Turning autotuning off
+medians of 10), so the training programs search unless their run's
+`TrainConfig.gemm_search` is off (papers100m's configuration:
+`training.programs.training`), and the programs that run once an
+evaluation never do. Turning autotuning off
 altogether (--xla_gpu_autotune_level=0) doubled papers100m's epoch. On
 other backends the option means nothing.
 """

@@ -8,7 +8,8 @@ ascending node order (`Nodes`), so a restricted layer's table is as small
 as its node set. Private to `jdirect.graph.inference`.
 
 The last plan is kept (`plan`): an evaluation planned before training
-(the trainer refuses one that could not fit) runs on the same node sets.
+(the trainer refuses one that could not fit) runs on the same node sets,
+which stay in memory meanwhile (16 bytes a node of a restricted layer).
 """
 
 from __future__ import annotations
@@ -72,7 +73,10 @@ class Nodes:
 
     @property
     def graph(self) -> Graph:
-        return self._graph()
+        graph = self._graph()
+        if graph is None:
+            raise ValueError("the graph of these layer-wise inference nodes is gone")
+        return graph
 
     @property
     def num_edges(self) -> int:
@@ -131,21 +135,24 @@ def plan(graph: Graph, nodes: np.ndarray | None, layers: int,
     """The destinations of layers 1 .. `layers` (the last: `nodes`, None
     for all, else ascending ids; see the module doc): the last call's
     Nodes for the same graph and arguments."""
-    key = (None if nodes is None else hashlib.blake2b(nodes.tobytes()).digest(), layers,
-           uses_neighbors)
+    key = (None if nodes is None else (nodes.dtype.str, nodes.shape, hashlib.blake2b(
+        memoryview(np.ascontiguousarray(nodes)).cast("B")).digest()), layers, uses_neighbors)
     with _last_lock:
         if _last and _last["graph"]() is graph and _last["key"] == key:
             return list(_last["plan"])
     out = _plan(graph, nodes, layers, uses_neighbors)
     with _last_lock:
         _last.clear()
-        _last.update(graph=weakref.ref(graph, lambda _: _forget()), key=key, plan=out)
+        _last.update(graph=weakref.ref(graph, _forget), key=key, plan=out)
     return list(out)
 
 
-def _forget() -> None:
+def _forget(graph: weakref.ref | None = None) -> None:
+    """Forgets the last plan (only if it is `graph`'s, a collected graph's
+    weak reference, when given)."""
     with _last_lock:
-        _last.clear()
+        if graph is None or _last.get("graph") is graph:
+            _last.clear()
 
 
 def _plan(graph: Graph, nodes: np.ndarray | None, layers: int,

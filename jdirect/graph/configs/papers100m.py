@@ -27,13 +27,14 @@ def get_config() -> TrainConfig:
     #   layer 2, the 339,603 val + test nodes and their neighbours: 6.6M
     #     nodes, 1.43B edges; 3.4 GB on the device.
     #   layer 3, the 339,603 nodes only: float32 logits, 0.23 GB.
-    # The whole run took 72.6 and 82.5 s on two fresh machines (evaluation
-    # 21.8-25.6 s; 111.7 s before the push), peak RSS 50 GB. Where the push does not fit the device (an 80 GB H100),
-    # layer 1's output is a 57 GB host table (a 128 GB host holds it: peak
-    # RSS 105 GB, 131.9 s on an H100, seventh session); `--no-full-eval`
-    # reports the sampled accuracies only.
-    # gemm_search off: the two models compile 6.4 s faster, and the epoch
-    # is as fast (TrainConfig.gemm_search).
+    # One epoch: no sampled pass (nothing to choose; the full split is
+    # measured). gemm_search off: the two models compile 6.4 s faster, and
+    # the epoch is as fast (TrainConfig.gemm_search). The whole run took
+    # 55.6-68.6 s on four fresh machines (eleventh session; generating the
+    # graph 20.8-28.7 s of it), peak RSS 50 GB. Where the push does not fit
+    # the device (an 80 GB H100), layer 1's output is a 57 GB host table (a
+    # 128 GB host holds it: peak RSS 105 GB, 131.9 s on an H100, seventh
+    # session); `--no-full-eval` reports the sampled accuracies only.
     return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
                        batch_size=1024, epochs=1, eval_max=50_000, full_eval=True,
                        gemm_search=False)

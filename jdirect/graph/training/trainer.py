@@ -157,7 +157,8 @@ class Trainer:
             on_epoch: Callable[[list[dict]], None] | None = None, *,
             last: bool = False) -> dict[str, Any]:
         """Trains `self.epochs` epochs (resuming from cfg.checkpoint_dir if it
-        holds a checkpoint of the same settings), validating after each.
+        holds a checkpoint of the same settings), validating after each
+        (sampled; see `sampled_eval`).
 
         Each epoch's metrics (`on_epoch`) and checkpoint are written before
         the next begins, and so before the evaluation after training: a
@@ -175,7 +176,9 @@ class Trainer:
         place; `protocol["best_epoch"]` says which), and the devices and
         processes trained on. With cfg.full_eval and one epoch, no sampled
         validation or test pass runs (`sampled_eval`): their accuracies are
-        None.
+        None, unless the run resumes epochs that were validated (a run of
+        more epochs: its sampled validation chose the best). An epoch
+        resumed without a validation is never chosen as the best.
 
         With several processes, every process trains; only process 0 calls
         `log` and `on_epoch` and saves checkpoints. Every process resumes
@@ -216,6 +219,10 @@ class Trainer:
                     best = dict(state=None, **best_of(self.history[-1:])) if own.trainable \
                         else dict(state=saved["best"], **best_of(self.history))
                     self.checkpointed = meta["epoch"]
+                    # Epochs resumed that were validated chose the best:
+                    # this run validates and tests sampled as they did.
+                    if any(m.get("val_acc") is not None for m in self.history):
+                        self.sampled_eval = True
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
                 log(f"feature rows: {self.source.describe()}")
