@@ -1,6 +1,7 @@
 """Loads jdirect's native libraries and registers their XLA FFI targets.
 
-The CPU library (handlers and the HostTable registry) is always built; the
+The CPU library (handlers, the HostTable registry and `copy_ranges`) is
+always built; the
 CUDA library (handlers and pinning) only where a CUDA compiler was found: a
 system toolkit's or NVIDIA's CUDA wheels' (CMakeLists.txt).
 Its absence is reported when a GPU needs it, never at import.
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 
 GATHER = "jdirect_gather"
 GATHER_HOST = "jdirect_gather_host"
@@ -88,6 +90,9 @@ _declare(_cpu, {
     "jdirect_table_open": ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32],
                            ctypes.c_int32),
     "jdirect_table_close": ([ctypes.c_int32], ctypes.c_int32),
+    "jdirect_copy_ranges": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                             ctypes.c_int32], None),
 })
 _register(_cpu, "Cpu", "cpu")
 
@@ -134,6 +139,18 @@ def table_open(address: int, nrows: int, row_bytes: int, writable: bool = False)
 def table_close(handle: int) -> bool:
     """Closes a registry entry; False if it was not open."""
     return _cpu.jdirect_table_close(handle) == 0
+
+
+def copy_ranges(src: np.ndarray, starts: np.ndarray, offsets: np.ndarray, lo: int, hi: int,
+                out: np.ndarray, threads: int) -> None:
+    """out[:] = elements lo .. hi - 1 of the ranges src[starts[r] : starts[r]
+    + offsets[r + 1] - offsets[r]] laid end to end (r ascending), copied on
+    `threads` threads without the GIL. `src` and `out` are C-contiguous
+    1-D arrays of one dtype; `starts` int64[rows], `offsets` int64[rows +
+    1], ascending from 0; the caller guarantees that every range lies in
+    `src` and that out holds hi - lo elements (nothing is checked here)."""
+    _cpu.jdirect_copy_ranges(src.ctypes.data, starts.ctypes.data, offsets.ctypes.data,
+                             starts.shape[0], src.itemsize, lo, hi, out.ctypes.data, threads)
 
 
 def cuda_pin(address: int, nbytes: int, read_only: bool) -> int:

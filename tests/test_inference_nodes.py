@@ -48,10 +48,10 @@ def test_logits_of_some_nodes_equal_the_full_computation(graph, name, which):
 
 
 def test_a_restricted_layers_edges_gathered_in_pieces_on_threads(graph, monkeypatch):
-    """`Nodes.edges` of a restricted layer (papers100M's 353M-edge val/test
-    neighbourhood) gathers its pieces on threads: any cut of its edges
-    equals the rows' CSR ranges laid end to end, and the layer equals the
-    reference."""
+    """`Nodes.edges` of a restricted layer (papers100M's 1.43B-edge val/test
+    neighbourhood) is copied by the native library on threads: any cut of
+    its edges equals the rows' CSR ranges laid end to end, and the layer
+    equals the reference."""
     ids = np.array([1, HUB, 7, 40, 41, 88])
     want = np.concatenate([graph.indices[graph.indptr[v]:graph.indptr[v + 1]] for v in ids])
     monkeypatch.setattr(_layer_nodes, "PIECE", 3)
@@ -69,6 +69,28 @@ def test_a_restricted_layers_edges_gathered_in_pieces_on_threads(graph, monkeypa
                        chunk_edges=9)
     np.testing.assert_allclose(result.rows(few), reference(model, graph, graph.features)[few],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_native_range_copies_equal_numpys_for_any_cut_and_thread_count(dtype):
+    """`_ffi.copy_ranges` (`Nodes.edges`' copy) against NumPy: random ranges,
+    empty ones among them, cut anywhere, on 1 to 7 threads, more threads
+    than elements included."""
+    from jdirect import _ffi
+
+    rng = np.random.default_rng(5)
+    src = rng.integers(-2**31, 2**31 - 1, 500).astype(dtype)
+    lengths = rng.integers(0, 9, 60) * (rng.random(60) < 0.8)
+    starts = np.array([rng.integers(0, src.size - k + 1) for k in lengths], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    want = np.concatenate([src[s:s + k] for s, k in zip(starts, lengths)])
+    for lo, hi in [(0, want.size), (0, 0), (3, 4), (7, want.size - 5),
+                   (want.size, want.size)] + [tuple(sorted(rng.integers(0, want.size + 1, 2)))
+                                              for _ in range(20)]:
+        for threads in (1, 2, 3, 7):
+            out = np.full(hi - lo, -1, dtype)
+            _ffi.copy_ranges(src, starts, offsets, int(lo), int(hi), out, threads)
+            np.testing.assert_array_equal(out, want[lo:hi])
 
 
 def test_the_last_plan_is_kept_for_the_same_arguments_and_keeps_no_graph_alive(graph,

@@ -14,15 +14,14 @@ which stay in memory meanwhile (16 bytes a node of a restricted layer).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import _ffi
 from .._arrays import sorted_unique
 from .data import Graph
 
@@ -34,21 +33,9 @@ from .data import Graph
 SPARSE = 0.5
 
 # Threads and their least share of edges for gathering a restricted layer's
-# edges on the host (`Nodes.edges`).
+# edges (`Nodes.edges`).
 GATHER_THREADS = min(16, os.cpu_count() or 1)
 PIECE = 1 << 20
-
-
-@functools.lru_cache(maxsize=1)
-def _pool() -> ThreadPoolExecutor:
-    """The gathering threads, started on first use and kept (idle threads
-    cost nothing; a pool per call would start them per chunk)."""
-    return ThreadPoolExecutor(GATHER_THREADS, thread_name_prefix="jdirect-edges")
-
-
-# A forked child has the pool but not its threads: work submitted there
-# would wait forever. It starts its own.
-os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
 class Nodes:
@@ -68,8 +55,9 @@ class Nodes:
             self.rows, self.indptr = graph.num_nodes, graph.indptr
         else:
             self.rows = int(ids.size)
+            self._starts = np.asarray(graph.indptr[ids], np.int64)  # each row's CSR range
             self.indptr = np.zeros(ids.size + 1, np.int64)
-            np.cumsum(graph.indptr[ids + 1] - graph.indptr[ids], out=self.indptr[1:])
+            np.cumsum(graph.indptr[ids + 1] - self._starts, out=self.indptr[1:])
 
     @property
     def graph(self) -> Graph:
@@ -91,37 +79,21 @@ class Nodes:
         return nodes if self.ids is None else np.searchsorted(self.ids, nodes)
 
     def edges(self, lo: int, hi: int) -> np.ndarray:
-        """Source node ids of the layer's edges lo .. hi - 1 (a view of the
-        CSR for every node, else gathered from each row's range, in pieces
-        of at least PIECE edges on up to GATHER_THREADS threads: NumPy's
-        steps drop the GIL, and papers100M's val/test neighbourhoods gather
-        1.43B edges a full-split evaluation: ~4 s on an H200 host's 16)."""
+        """Source node ids of the layer's edges lo .. hi - 1: a view of the
+        CSR for every node, else each row's CSR range laid end to end,
+        copied on up to GATHER_THREADS threads (at least PIECE edges each)
+        by jdirect's native library, which drops the GIL (papers100M's
+        val/test neighbourhood: 1.43B edges an evaluation; NumPy's gather
+        on 16 Python threads took ~4 s of an H200 host's time, its
+        np.repeat holding the GIL)."""
         graph = self.graph
         if self.ids is None:
             return graph.indices[lo:hi]
         out = np.empty(hi - lo, graph.indices.dtype)
-        cuts = np.linspace(lo, hi, max(1, min(GATHER_THREADS, (hi - lo) // PIECE)) + 1)
-        pieces = list(zip(cuts[:-1].astype(np.int64), cuts[1:].astype(np.int64)))
-        if len(pieces) == 1:
-            self._gather(lo, hi, out)
-        else:
-            list(_pool().map(lambda ab: self._gather(ab[0], ab[1], out[ab[0] - lo:ab[1] - lo]),
-                             pieces))
+        threads = max(1, min(GATHER_THREADS, (hi - lo) // PIECE))
+        _ffi.copy_ranges(np.ascontiguousarray(graph.indices), self._starts, self.indptr, lo, hi,
+                         out, threads)
         return out
-
-    def _gather(self, lo: int, hi: int, out: np.ndarray) -> None:
-        """out[:] = source ids of the layer's edges lo .. hi - 1 (`ids` set)."""
-        graph = self.graph
-        first = int(np.searchsorted(self.indptr, lo, side="right")) - 1
-        stop = int(np.searchsorted(self.indptr, hi, side="left"))
-        begin = np.maximum(self.indptr[first:stop], lo)
-        end = np.minimum(self.indptr[first + 1:stop + 1], hi)
-        # Edge e of row r lies at graph.indptr[ids[r]] + e - indptr[r] in the CSR.
-        at = np.repeat(graph.indptr[self.ids[first:stop]] - self.indptr[first:stop], end - begin)
-        at += np.arange(lo, hi, dtype=np.int64)
-        # Every position lies in the CSR: "clip" checks nothing and, unlike
-        # "raise", writes into `out` without a temporary of its size.
-        np.take(graph.indices, at, out=out, mode="clip")
 
 
 # The last plan: its graph (weakly), arguments and destinations; forgotten
