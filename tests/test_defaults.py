@@ -16,7 +16,8 @@ from jdirect.graph.data.synthetic import generate
 from jdirect.graph.models import build, dropout_masks, sampling_fanouts
 from jdirect.graph.training import TrainConfig
 from jdirect.graph.training.config_files import load_config
-from jdirect.graph.training.trainer import Trainer, train_and_evaluate
+from jdirect.graph.training.runs import train_and_evaluate
+from jdirect.graph.training.trainer import Trainer
 from conftest import CONFIGS, newest_only
 from test_loaders import write_ogb
 

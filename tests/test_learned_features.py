@@ -399,7 +399,7 @@ def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_
 
 @newest_only  # the run's report; the oldest end fits learned runs in the tests above
 def test_the_run_says_where_the_embedding_lives(featureless, tmp_path):
-    from jdirect.graph.training.trainer import train_and_evaluate
+    from jdirect.graph.training.runs import train_and_evaluate
 
     lines: list[str] = []
     out = train_and_evaluate(config(epochs=1), tmp_path, graph=featureless, baseline=False,

@@ -15,8 +15,9 @@ import pytest
 
 from jdirect.graph import synthetic
 from jdirect.graph.training.config import TrainConfig
-from jdirect.graph.training import trainer as trainer_module
-from jdirect.graph.training.trainer import Trainer, TrainingDiverged
+from jdirect.graph.training import runs as runs_module
+from jdirect.graph.training.epochs import TrainingDiverged
+from jdirect.graph.training.trainer import Trainer
 
 from test_cli import train_graphsage  # the CLI's module
 from conftest import child_env, newest_only
@@ -135,12 +136,12 @@ def test_the_cli_reports_divergence_in_one_line_and_exits_1(tmp_path, capsys):
 
 
 def test_no_validation_nodes_says_so_instead_of_best_validation(tmp_path, capsys, monkeypatch):
-    real = trainer_module.load_graph
+    real = runs_module.load_graph
 
     def without_val(cfg):
         return dataclasses.replace(real(cfg), val=np.zeros(0, np.int64))
 
-    monkeypatch.setattr(trainer_module, "load_graph", without_val)
+    monkeypatch.setattr(runs_module, "load_graph", without_val)
     train_graphsage.main(["--dataset", "tiny", "--quiet", "--no-baseline", "--epochs", "1",
                           "--metrics", str(tmp_path / "m.json")])
     out = capsys.readouterr().out
@@ -151,7 +152,7 @@ def test_a_preset_too_large_for_the_machine_is_one_line(tmp_path, capsys, monkey
     def too_big(cfg):
         raise MemoryError("papers100m needs 60.1 GB of host memory; 20.0 GB available")
 
-    monkeypatch.setattr(trainer_module, "load_graph", too_big)
+    monkeypatch.setattr(runs_module, "load_graph", too_big)
     with pytest.raises(SystemExit) as exit_info:
         train_graphsage.main(["--dataset", "tiny", "--quiet",
                               "--metrics", str(tmp_path / "m.json")])

@@ -18,7 +18,8 @@ from jdirect.graph.metrics import check
 from jdirect.graph.training import _sharded, device_feed, programs, steps
 from jdirect.graph.training.config import TrainConfig, apply_flags
 from jdirect.graph.training.config_files import load_config
-from jdirect.graph.training.trainer import Trainer, train_and_evaluate
+from jdirect.graph.training.runs import train_and_evaluate
+from jdirect.graph.training.trainer import Trainer
 
 # Tiny runs are short on purpose; the warning itself is tested below.
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")

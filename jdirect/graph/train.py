@@ -45,7 +45,10 @@ from .training.config import (AUTO, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainCon
                               parse_cache_fraction, parse_fanouts)
 from .training.config_files import CONFIGS, load_config
 from .training.learned import MEMORY, OPTIMIZERS
-from .training.trainer import EvaluationFailed, TrainingDiverged, make_mesh, train_and_evaluate
+from .training.epochs import TrainingDiverged
+from .training.inputs import make_mesh
+from .training.runs import train_and_evaluate
+from .training.trainer import EvaluationFailed
 
 # Compiled programs are kept here between runs (JAX's persistent cache).
 COMPILATION_CACHE = Path.home() / ".cache" / "jdirect" / "jax-compilation"
