@@ -1,7 +1,7 @@
 """Training and evaluation of GraphSAGE (or the features-only MLP):
-`Trainer` holds one run's state (runs.py: `train_and_evaluate`, the
-whole run with data, metrics and the features-only baseline). Around it: the run's input
-(inputs.py: mesh, feature source, feed), the passes over a split
+`Trainer` holds one run's state (runs.py: `train_and_evaluate`, the whole
+run with data, metrics and the features-only baseline). Around it: the
+run's input (inputs.py: mesh, feature source, feed), the passes over a split
 (epochs.py: the epoch loop, sampled evaluation) and what a run prints
 (reporting.py). The trainer calls the feature source, the sampler and the
 model through their interfaces only; the epoch's figures carry the names
