@@ -85,6 +85,9 @@ class Planned(NamedTuple):
     nodes: np.ndarray | None  # the nodes asked for, checked (`_check_nodes`)
     hidden_dtype: np.dtype
     logits_dtype: np.dtype
+    # Per layer, (all, largest) device bytes of pushing into the restricted
+    # layer above (`_layer_push.device_bytes`), None where it cannot push.
+    pushes: list[tuple[int, int] | None]
 
 
 def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, chunk_nodes: int,
@@ -108,7 +111,7 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
     working = tables.working_budget(working_budget)
     hint = f"; {hint}" if hint else ""
     dsts = layer_nodes.plan(graph, nodes, len(convs), model.uses_neighbors)
-    chunks, peak, made, src = [], 0, [], layer_nodes.Nodes(graph)
+    chunks, peak, made, pushes, src = [], 0, [], [], layer_nodes.Nodes(graph)
     for i, (conv, dst) in enumerate(zip(convs, dsts)):
         # Windows read input rows, or a projecting layer's source rows.
         edge_width = ((conv.source_dim if conv.projects else conv.in_dim)
@@ -128,8 +131,10 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
         # The tables that live while this layer runs (its input if made):
         # its output, or the sums it pushes into (where the device holds them).
         above = dsts[i + 1] if i + 1 < len(convs) else None
-        push = (layer_push.device_bytes(above, conv.out_dim, hidden)[0] if above is not None
-                and layer_push.pushes(model, dst, convs[i + 1], above) else None)
+        pushes.append(layer_push.device_bytes(above, conv.out_dim, hidden)
+                      if above is not None and layer_push.pushes(model, dst, convs[i + 1], above)
+                      else None)
+        push = None if pushes[-1] is None else pushes[-1][0]
         live = [("output", (dst.rows, conv.out_dim),
                  logits_dtype if i + 1 == len(convs) else hidden, push)]
         live += [("input", (src.rows, conv.in_dim), hidden, None)] if i else []
@@ -153,7 +158,7 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
                 f"reserve) available; bfloat16 table_dtype and logits_dtype halve them, fewer "
                 f"nodes shrink the last layers{hint}")
     return Planned(Plan(tuple(chunks), peak, working, device, sizes), dsts, nodes, hidden,
-                    logits_dtype)
+                    logits_dtype, pushes)
 
 
 def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:

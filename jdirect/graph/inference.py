@@ -293,9 +293,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 tables.count_reads(report, (table, src.rows))
                 source = out.done()
             above = None if last else planned.destinations[i + 1]
-            push, largest = (0, 0) if last or not layer_push.pushes(
-                model, dst, convs[i + 1], above) else layer_push.device_bytes(
-                    above, conv.out_dim, dtype)
+            push, largest = planned.pushes[i] or (0, 0)
             # Its arrays are separate buffers: the largest must fit one block.
             if push and push <= budget - spent and tables.fits_device(largest, budget - spent):
                 # No table of every node: its chunks are added to the sums of

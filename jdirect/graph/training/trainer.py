@@ -107,11 +107,6 @@ class Trainer:
         self._progress = cfg.progress and parallel.is_lead()
         self.batches_per_epoch = self.feed.num_batches(len(graph.train))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
-        # One epoch and the full-split evaluation after it: no epoch to
-        # choose, and the full split measures what a sampled pass estimates,
-        # so no sampled pass runs (papers100m: its programs' compiling and
-        # passes, ~5 s of the CLI's run on an H200).
-        self.sampled_eval = not (cfg.full_eval and self.epochs == 1)
         self.history: list[dict[str, Any]] = []
         # The newest epoch in cfg.checkpoint_dir that this run saved or resumed.
         self.checkpointed: int | None = None
@@ -211,10 +206,6 @@ class Trainer:
                     best = dict(state=None, **best_of(self.history[-1:])) if own.trainable \
                         else dict(state=saved["best"], **best_of(self.history))
                     self.checkpointed = meta["epoch"]
-                    # Epochs resumed that were validated chose the best:
-                    # this run validates and tests sampled as they did.
-                    if any(m.get("val_acc") is not None for m in self.history):
-                        self.sampled_eval = True
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
                 log(f"feature rows: {self.source.describe()}")
@@ -256,6 +247,17 @@ class Trainer:
             raise EvaluationFailed(f"the evaluation after training failed "
                                    f"({first_line(e)})") from e
         return fit_result(self, best["epoch"], sampled, full)
+
+    @property
+    def sampled_eval(self) -> bool:
+        """Whether this run validates and tests sampled. Not with one epoch
+        and the full-split evaluation after it: no epoch to choose, and the
+        full split measures what a sampled pass estimates (papers100m: its
+        programs' compiling and passes, ~5 s of the CLI's run on an H200);
+        unless the run resumed epochs that were validated (a longer run's,
+        whose sampled validation chose the best)."""
+        return not (self.cfg.full_eval and self.epochs == 1) or any(
+            m.get("val_acc") is not None for m in self.history)
 
     def _place(self, tree: Any) -> Any:
         """`tree` placed as the model's state and every step's output are
