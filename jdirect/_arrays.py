@@ -25,13 +25,14 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
+def ascending(values: np.ndarray) -> bool:
+    """Whether the flattened array strictly ascends (so no value repeats)."""
+    values = np.ravel(values)
+    return bool(np.all(values[1:] > values[:-1]))
+
+
 def all_distinct(values: np.ndarray) -> bool:
     """Whether no id of the flattened integer array repeats
-    (`np.unique(values).size == values.size`). Ascending ids (a cache's
-    rows as `hottest_rows` gives them: papers100M's 111M) are checked in
-    one pass instead of a sort."""
-    values = np.ravel(values)
-    if np.all(values[1:] > values[:-1]):
-        return True
-    ordered = np.sort(values)
+    (`np.unique(values).size == values.size`), by a sort."""
+    ordered = np.sort(np.ravel(values))
     return not np.any(ordered[1:] == ordered[:-1])

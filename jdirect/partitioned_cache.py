@@ -142,7 +142,7 @@ class PartitionedCache(TableCache):
             raise TypeError(f"peer_capacity must be a real number, got {peer_capacity!r}")
         if not peer_capacity > 0:
             raise ValueError(f"peer_capacity must be > 0, got {peer_capacity}")
-        rows = check_rows(rows, table.shape[0])
+        rows, _ = check_rows(rows, table.shape[0])
         devices = mesh.shape[axis]
         self.table = table
         self.mesh, self.axis, self.devices = mesh, axis, devices

@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from jdirect._arrays import all_distinct, sorted_unique
+from jdirect._arrays import all_distinct, ascending, sorted_unique
 
 ids = hnp.arrays(st.sampled_from([np.int32, np.int64]), hnp.array_shapes(min_dims=1, max_dims=2,
                  min_side=0, max_side=40), elements=st.integers(-50, 50))
@@ -22,6 +22,12 @@ def test_sorted_unique_is_np_unique(values):
 @given(ids)
 def test_all_distinct_is_np_unique_size(values):
     assert all_distinct(values) == (np.unique(values).size == values.size)
-    # Ascending, as a cache's rows come (checked in one pass, not sorted).
-    ordered = np.sort(values, axis=None)
-    assert all_distinct(ordered) == (np.unique(values).size == values.size)
+
+
+@given(ids)
+def test_ascending_is_sorted_and_distinct(values):
+    flat = values.ravel()
+    want = bool(np.array_equal(flat, np.unique(flat)))
+    assert ascending(values) == want
+    # Sorted ids ascend exactly when they are distinct (a cache's rows).
+    assert ascending(np.sort(flat)) == (np.unique(flat).size == flat.size)

@@ -148,7 +148,12 @@ def test_cached_view_repr():
         ([0.5, 1.7], TypeError, "integer"),  # regression: truncated to [0, 1]
         (np.array([True, False, True]), TypeError, "flatnonzero"),  # regression: read as ids
         ([1, 1], ValueError, "distinct"),
+        ([4, 1, 4], ValueError, "distinct"),
         ([10], ValueError, "lie in"),
+        # Ascending ids are bounded by their ends (one pass): each end checked.
+        ([-1, 3], ValueError, "lie in"),
+        ([3, 10], ValueError, "lie in"),
+        ([5, -1, 2], ValueError, "lie in"),
         (["a"], TypeError, "integer"),
     ],
 )

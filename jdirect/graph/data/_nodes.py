@@ -26,7 +26,9 @@ from ._chung_lu import EdgeModel
 from ._host_copies import HostCopies
 from ...host_memory import host_empty
 
-FEATURE_CHUNK_BYTES = 1 << 24  # feature rows generated per device step, in f32 bytes
+# Feature rows generated per device step, in f32 bytes: papers100m's
+# features on an H200 took 3.9 s in 64 MB chunks against 8.9 s in 16 MB.
+FEATURE_CHUNK_BYTES = 1 << 26
 
 
 @functools.partial(jax.jit, static_argnames=("model", "sizes"))

@@ -73,7 +73,7 @@ def generate(
     GPU up to float rounding in the transcendental functions).
 
     Memory: peak host memory is the returned arrays (features, indptr int64,
-    indices int32, labels, splits) plus about 1 GB of copies in flight and
+    indices int32, labels, splits) plus about 2 GB of copies in flight and
     the JAX runtime; for the papers100m preset that is about 1.05x the bytes
     of features + CSR (f32) and 1.1x (bf16). `indices` is a view of an array
     sized for the edges drawn; its unused tail is never touched, so it takes
@@ -224,7 +224,9 @@ def _csr_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def _transient_bytes() -> int:
-    return 2 * COPY_WORKERS * max(_nodes.FEATURE_CHUNK_BYTES, 4 * COPY_CHUNK)
+    # 2 x workers chunks in flight, each staged in pinned memory and read
+    # out by NumPy (two host copies of it).
+    return 4 * COPY_WORKERS * max(_nodes.FEATURE_CHUNK_BYTES, 4 * COPY_CHUNK)
 
 
 def _check_host_memory(num_nodes: int, num_edges: int, feature_dim: int, dtype: np.dtype,
