@@ -347,8 +347,9 @@ def directed(graph):
 @pytest.mark.parametrize("name", ["sage", "gcn"])
 @pytest.mark.parametrize("layers, which", [(3, "few"), (2, "hub")])
 @pytest.mark.parametrize("kind", ["undirected", "directed"])
+@pytest.mark.parametrize("pairs", ["device", "host"])
 def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, name, layers,
-                                                                        which, kind,
+                                                                        which, kind, pairs,
                                                                         monkeypatch):
     """papers100M's evaluation: layer 1 runs over every node and layer 2 for
     the val/test neighbourhoods only, so layer 1 adds each chunk of its rows
@@ -356,17 +357,24 @@ def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, n
     reference and the same inference with layer 1's table made and read
     (pulled), in float32 and bfloat16 tables, through windows of a few edges,
     with an isolated node asked for and with the restricted layer the last;
-    on a directed graph too (a node's edges are its in-edges only)."""
+    on a directed graph too (a node's edges are its in-edges only); with the
+    sorted pairs on the device, or in host memory (an H100's way), copied in
+    blocks of 6 pairs."""
     graph = graph if kind == "undirected" else directed(graph)
     nodes = np.append(node_sets(graph)[which], graph.num_nodes - 1)  # isolated
     # Pairs sorted in slices of 5 (papers100M's: 2**27), so that a chunk's
-    # pairs lie in several slices and its windows run across them.
+    # pairs lie in several slices and its windows (and blocks) run across them.
     monkeypatch.setattr(_layer_push, "SLICE", 5)
+    if pairs == "host":
+        monkeypatch.setattr(_layer_push, "BLOCK", 6)
+        ways = _layer_push.modes
+        monkeypatch.setattr(_layer_push, "modes", lambda *args: ways(*args)[1:])
     model = build(name, 6, 8, 4, layers, dropout=0.5, seed=16)
     want = reference(model, graph, graph.features)[nodes]
     features = jnp.asarray(graph.features)
     pushed = layerwise(model, graph, features, nodes=nodes, chunk_nodes=7, chunk_edges=9)
     assert pushed.report.edges[-(layers - 1)] == "pushed", pushed.report.edges
+    assert ("host memory" in " ".join(pushed.report.tables)) == (pairs == "host")
     np.testing.assert_allclose(pushed.rows(nodes), want, rtol=1e-4, atol=1e-4)
     half = layerwise(model, graph, features.astype(jnp.bfloat16), nodes=nodes, chunk_nodes=7,
                      chunk_edges=9)
@@ -378,20 +386,27 @@ def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, n
     np.testing.assert_allclose(half.rows(nodes), pulled.rows(nodes), rtol=1e-2, atol=1e-2)
 
 
-def test_the_push_runs_where_its_sums_fit_the_device_budget(graph):
+def test_the_push_runs_where_its_sums_fit_the_device_budget(graph, monkeypatch):
     """The push takes device memory for the sums and sorted pairs of the
-    layer above (`_layer_push.device_bytes`): with a budget one byte short
-    the layer makes its table instead, with the same logits. The plan
-    counts what runs: the push's bytes, or the table of every node."""
+    layer above (`_layer_push.modes`): with a budget one byte short it
+    keeps the pairs in host memory (which needs less), and one byte short
+    of that the layer makes its table instead, each with the same logits.
+    The plan counts what runs: the push's bytes, or the table of every node."""
+    monkeypatch.setattr(_layer_push, "SLICE", 5)
+    monkeypatch.setattr(_layer_push, "BLOCK", 4)
     model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
     few = node_sets(graph)["few"]
     above = _layer_nodes.plan(graph, np.unique(few), 3, True)[1]
-    need = _layer_push.device_bytes(above, 8, np.float32)[0]
+    on_device, on_host = _layer_push.modes(above, 8, np.float32)
+    assert on_host.all < on_device.all
     features = jnp.asarray(graph.features)
-    fits = layerwise(model, graph, features, nodes=few, device_budget=need)
-    short = layerwise(model, graph, features, nodes=few, device_budget=need - 1)
-    assert fits.report.edges[1] == "pushed" and short.report.edges[1] != "pushed"
-    np.testing.assert_allclose(short.rows(few), fits.rows(few), rtol=1e-5, atol=1e-6)
-    assert plan(model, graph, nodes=few, device_budget=need).table_bytes[0] == need
-    assert plan(model, graph, nodes=few, device_budget=need - 1).table_bytes[0] == \
-        graph.num_nodes * 8 * 4
+    runs = {budget: layerwise(model, graph, features, nodes=few, device_budget=budget)
+            for budget in (on_device.all, on_host.all, on_host.all - 1)}
+    host = [" ".join(run.report.tables).count("host memory") for run in runs.values()]
+    assert [run.report.edges[1] for run in runs.values()][:2] == ["pushed", "pushed"]
+    assert host[:2] == [0, 1] and runs[on_host.all - 1].report.edges[1] != "pushed"
+    for run in runs.values():
+        np.testing.assert_allclose(run.rows(few), runs[on_device.all].rows(few), rtol=1e-5,
+                                   atol=1e-6)
+    assert [plan(model, graph, nodes=few, device_budget=budget).table_bytes[0]
+            for budget in runs] == [on_device.all, on_host.all, graph.num_nodes * 8 * 4]

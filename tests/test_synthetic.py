@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from jdirect.graph import PRESETS, synthetic
-from jdirect.graph.data import _chung_lu, _host_copies, _nodes
+from jdirect.graph import _host_copies
+from jdirect.graph.data import _chung_lu, _nodes
 from conftest import newest_only
 
 # The module, not the `synthetic` function that jdirect.graph exports.

@@ -85,9 +85,9 @@ class Planned(NamedTuple):
     nodes: np.ndarray | None  # the nodes asked for, checked (`_check_nodes`)
     hidden_dtype: np.dtype
     logits_dtype: np.dtype
-    # Per layer, (all, largest) device bytes of pushing into the restricted
-    # layer above (`_layer_push.device_bytes`), None where it cannot push.
-    pushes: list[tuple[int, int] | None]
+    # Per layer, the ways to push into the restricted layer above and their
+    # device bytes (`_layer_push.modes`), None where it cannot push.
+    pushes: list[tuple[layer_push.Mode, ...] | None]
 
 
 def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, chunk_nodes: int,
@@ -131,21 +131,22 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
         # The tables that live while this layer runs (its input if made):
         # its output, or the sums it pushes into (where the device holds them).
         above = dsts[i + 1] if i + 1 < len(convs) else None
-        pushes.append(layer_push.device_bytes(above, conv.out_dim, hidden)
+        pushes.append(layer_push.modes(above, conv.out_dim, hidden)
                       if above is not None and layer_push.pushes(model, dst, convs[i + 1], above)
                       else None)
-        push = None if pushes[-1] is None else pushes[-1][0]
         live = [("output", (dst.rows, conv.out_dim),
-                 logits_dtype if i + 1 == len(convs) else hidden, push)]
+                 logits_dtype if i + 1 == len(convs) else hidden, pushes[-1])]
         live += [("input", (src.rows, conv.in_dim), hidden, None)] if i else []
         live += [("sources", (src.rows, conv.source_dim), hidden, None)] if conv.projects else []
         made.append(live)
         src = dst
     device = tables.budget(device_budget, peak)
     room = tables.room(device)
-    # A pushing layer's output is the sums' device bytes where they fit the budget.
-    made = [[(name + " (pushed)", (push,), np.uint8) if push is not None and push <= device
-             else (name, shape, dtype) for name, shape, dtype, push in live] for live in made]
+    # A pushing layer's output is its push's device bytes, the first way
+    # that fits the budget.
+    made = [[(name, shape, dtype) if (push := _fitting(ways, device)) is None
+             else (name + " (pushed)", (push,), np.uint8)
+             for name, shape, dtype, ways in live] for live in made]
     sizes = tuple(sum(tables.nbytes(shape, dtype) for _, shape, dtype in live) for live in made)
     for i, (live, need) in enumerate(zip(made, sizes)):
         if need > room:
@@ -159,6 +160,11 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
                 f"nodes shrink the last layers{hint}")
     return Planned(Plan(tuple(chunks), peak, working, device, sizes), dsts, nodes, hidden,
                     logits_dtype, pushes)
+
+
+def _fitting(ways: tuple[layer_push.Mode, ...] | None, device: float) -> int | None:
+    """The device bytes of the first way to push within `device` bytes."""
+    return next((mode.all for mode in ways or () if mode.all <= device), None)
 
 
 def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:

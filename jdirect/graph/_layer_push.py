@@ -18,6 +18,11 @@ order of the sums (scattered adds, whose order varies from run to run).
 Device memory: the sums (4 bytes an element) and own rows of the
 restricted layer's nodes, its edges' (source, row) pairs sorted by source
 (8 bytes an edge, twice while sorting), and a window of gathered rows.
+Where the pairs do not fit beside the sums (papers100M on an H100: 26.3 GB
+against a 15.8 GB budget), each slice is sorted on the device and kept in
+host memory instead, and each chunk's pairs are copied to the device in
+blocks (`modes`): the device then holds the sums, the own rows and two
+blocks.
 Private to `jdirect.graph.inference`.
 """
 
@@ -31,8 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _ffi, host_memory
 from . import _layer_nodes as layer_nodes
-from ._layer_tables import Report, nbytes
+from ._host_copies import HostCopies
+from ._layer_tables import Report, fits_device, nbytes
 
 
 class Pushed(NamedTuple):
@@ -80,15 +87,54 @@ def slices(dst: layer_nodes.Nodes) -> tuple[int, int]:
     return -(-dst.num_edges // length), length
 
 
-def device_bytes(dst: layer_nodes.Nodes, width: int, dtype: Any) -> tuple[int, int]:
-    """(all, largest): device bytes of `Push` into `dst`'s layer of
-    `width`-wide rows of `dtype` (its arrays, and a slice's sort), and of
-    its largest array."""
+# Pairs copied to the device at once where they are kept in host memory.
+BLOCK = 1 << 22
+
+
+class Mode(NamedTuple):
+    """A way to push and its device bytes: `all` of its arrays (and a
+    slice's sort), and its `largest` array (one allocator block)."""
+
+    pairs_on_host: bool
+    all: int
+    largest: int
+
+
+def modes(dst: layer_nodes.Nodes, width: int, dtype: Any) -> tuple[Mode, Mode]:
+    """The ways to push into `dst`'s layer of `width`-wide rows of `dtype`,
+    the faster first: the sorted pairs on the device, then in host memory
+    (`host_bytes` of it)."""
     sums = nbytes((dst.rows, width), np.float32)
+    rows = sums + nbytes((dst.rows, width), dtype) + 8 * dst.rows  # sums, own rows, ids, counts
     count, length = slices(dst)
     pairs = 4 * count * length
-    return (sums + nbytes((dst.rows, width), dtype) + 8 * dst.rows + 2 * pairs + 32 * length,
-            max(sums, pairs))
+    # On the host: the slices are sorted (and copied out) before the sums
+    # are made; then two blocks of pairs are on the device at a time.
+    sorting = 48 * length  # the sort's scratch and its sorted slice
+    return (Mode(False, rows + 2 * pairs + 32 * length, max(sums, pairs)),
+            Mode(True, max(sorting, rows + 16 * _block(dst)), sums))
+
+
+def host_bytes(dst: layer_nodes.Nodes) -> int:
+    """Host bytes of the sorted pairs kept in host memory."""
+    return 8 * math.prod(slices(dst))
+
+
+def choose(ways: tuple[Mode, ...], dst: layer_nodes.Nodes, budget: float) -> Mode | None:
+    """The first of `ways` (`modes`) whose arrays fit `budget` device
+    bytes (its largest within one allocator block), and whose pairs, kept
+    in host memory, fit the host's available memory; None if none does."""
+    available = host_memory.host_available_bytes()
+    for mode in ways:
+        if (mode.all <= budget and fits_device(mode.largest, budget)
+                and (not mode.pairs_on_host or available is None
+                     or host_bytes(dst) + host_memory.HOST_RESERVE <= available)):
+            return mode
+    return None
+
+
+def _block(dst: layer_nodes.Nodes) -> int:
+    return min(BLOCK, math.prod(slices(dst)))
 
 
 class Push:
@@ -102,62 +148,114 @@ class Push:
       dst: the layer above's nodes (ascending ids) and edges.
       width, dtype: the layer's output rows.
       window: most edges a scatter adds at once.
+      pairs_on_host: keep the sorted pairs in host memory (`modes`).
     """
 
     on_device = False  # `every_node` writes it chunk by chunk
-    device_bytes = 0  # counted by the caller (`device_bytes` above)
+    device_bytes = 0  # counted by the caller (`modes` above)
 
     def __init__(self, what: str, dst: layer_nodes.Nodes, width: int, dtype: Any, window: int,
-                 report: Report):
+                 report: Report, *, pairs_on_host: bool = False):
         self.window = int(window)
-        self.slices, length = slices(dst)
-        self.sources = jnp.full(self.slices * length, PAD, jnp.int32)
-        self.targets = jnp.full(self.slices * length, dst.rows, jnp.int32)
-        for k in range(self.slices):
-            # Slice k: edges lo .. hi - 1 of `dst`, sorted by source on the device.
-            lo, hi = k * length, min(dst.num_edges, (k + 1) * length)
-            sources = layer_nodes.padded(dst.edges(lo, hi), length, PAD)
-            offsets = np.clip(dst.indptr - lo, 0, hi - lo).astype(np.int32)
-            report.bytes_read += sources.nbytes + offsets.nbytes
-            self.sources, self.targets = _sort_slice(self.sources, self.targets, sources, offsets,
-                                                     np.int32(k))
+        self.slices, self.length = slices(dst)
+        size = self.slices * self.length
+        if pairs_on_host:
+            host_memory.check_host_room(host_bytes(dst), f"{what}: its sorted pairs")
+            self.sources, self.targets = np.empty(size, np.int32), np.empty(size, np.int32)
+            self.block = _block(dst)
+        else:
+            self.sources = jnp.full(size, PAD, jnp.int32)
+            self.targets = jnp.full(size, dst.rows, jnp.int32)
+        if pairs_on_host:
+            with HostCopies() as copies:
+                for k, piece, offsets in self._pieces(dst, report):
+                    at = slice(k * self.length, (k + 1) * self.length)
+                    for out, pairs in zip((self.sources, self.targets), _sorted(piece, offsets)):
+                        copies.put_range(out[at], pairs)
+            report.bytes_written += 2 * self.sources.nbytes
+        else:
+            for k, piece, offsets in self._pieces(dst, report):
+                self.sources, self.targets = _sort_slice(self.sources, self.targets, piece,
+                                                         offsets, np.int32(k))
         self.ids = jnp.asarray(dst.ids.astype(np.int32))
         self.counts = jnp.asarray(np.diff(dst.indptr).astype(np.float32))
         self.rows = jnp.zeros((dst.rows, width), dtype)
         self.sums = jnp.zeros((dst.rows, width), jnp.float32)
         report.bytes_read += self.ids.nbytes + self.counts.nbytes
+        self._report = report if pairs_on_host else None
+        where = "; its sorted pairs in host memory" if pairs_on_host else ""
         report.tables.append(f"{what}: pushed [{dst.rows}, {width}] float32 (the sums of the "
-                             f"layer above's {dst.rows:,} nodes over {dst.num_edges:,} edges)")
+                             f"layer above's {dst.rows:,} nodes over {dst.num_edges:,} "
+                             f"edges{where})")
+
+    def _pieces(self, dst: layer_nodes.Nodes, report: Report):
+        """(k, sources, offsets) of each slice k, edges lo .. hi - 1 of
+        `dst`, for `_sort_pairs`: its sources padded with PAD, and each
+        row's edges' offsets in it."""
+        for k in range(self.slices):
+            lo, hi = k * self.length, min(dst.num_edges, (k + 1) * self.length)
+            sources = layer_nodes.padded(dst.edges(lo, hi), self.length, PAD)
+            offsets = np.clip(dst.indptr - lo, 0, hi - lo).astype(np.int32)
+            report.bytes_read += sources.nbytes + offsets.nbytes
+            yield k, sources, offsets
 
     def write(self, a: int, b: int, rows: jax.Array) -> None:
         """Adds the rows of nodes a .. b - 1 (the first b - a of `rows`) to
         the sums of their edges, and keeps those of the nodes in `dst`."""
-        self.sums, self.rows = _push(self.sums, self.rows, rows, self.sources, self.targets,
-                                     self.ids, np.asarray([a, b], np.int32), window=self.window,
-                                     slices=self.slices)
+        at = np.asarray([a, b], np.int32)
+        if self._report is None:
+            self.sums, self.rows = _push(self.sums, self.rows, rows, self.sources, self.targets,
+                                         self.ids, at, window=self.window, slices=self.slices)
+            return
+        # The chunk's pairs: a range of each sorted slice, laid end to end
+        # and copied to the device a block at a time.
+        firsts = np.arange(self.slices, dtype=np.int64) * self.length
+        lo = firsts + [np.searchsorted(self.sources[f : f + self.length], a) for f in firsts]
+        hi = firsts + [np.searchsorted(self.sources[f : f + self.length], b) for f in firsts]
+        ends = np.concatenate([[0], np.cumsum(hi - lo)])
+        for start in range(0, int(ends[-1]), self.block):
+            stop = min(start + self.block, int(ends[-1]))
+            pairs = []
+            for source in (self.sources, self.targets):
+                block = np.empty(self.block, np.int32)  # its tail past stop: masked
+                _ffi.copy_ranges(source, lo, ends, start, stop, block[: stop - start],
+                                 layer_nodes.GATHER_THREADS)
+                pairs.append(block)
+            self._report.bytes_read += 8 * self.block
+            self.sums = _add_block(self.sums, rows, *pairs, np.int32(stop - start), at,
+                                   window=self.window)
+        self.rows = _keep_own(self.rows, rows, self.ids, at)
 
     def done(self) -> Pushed:
         """The pushed input, complete (its layer ends waiting for the device)."""
         out = jax.block_until_ready(Pushed(self.rows, self.sums, self.counts))
-        self.sources.delete()
-        self.targets.delete()
+        if isinstance(self.sources, jax.Array):
+            self.sources.delete()
+            self.targets.delete()
         self.rows = self.sums = self.counts = self.sources = self.targets = None
         return out
+
+
+def _sort_pairs(piece: jax.Array, offsets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The pairs (source, row) of `piece`'s edges sorted by source: `piece`
+    holds a slice's sources (padded with PAD), and row r has its edges
+    offsets[r] .. offsets[r + 1] - 1 of it; padding pairs have no row."""
+    length, rows = piece.shape[0], offsets.shape[0] - 1
+    e = jnp.arange(length, dtype=jnp.int32)
+    row = jnp.searchsorted(offsets, e, side="right").astype(jnp.int32) - 1
+    row = jnp.where(e < offsets[-1], row, rows)  # padding: no row
+    return jax.lax.sort((piece, row), num_keys=1)
+
+
+_sorted = jax.jit(_sort_pairs)
 
 
 @functools.partial(jax.jit, donate_argnums=(0, 1))
 def _sort_slice(sources: jax.Array, targets: jax.Array, piece: jax.Array, offsets: jax.Array,
                 k: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`sources` and `targets` with slice k set to the pairs (source, row)
-    of `piece`'s edges sorted by source: `piece` holds a slice's sources
-    (padded with PAD), and row r has its edges offsets[r] .. offsets[r + 1]
-    - 1 of it."""
-    length, rows = piece.shape[0], offsets.shape[0] - 1
-    e = jnp.arange(length, dtype=jnp.int32)
-    row = jnp.searchsorted(offsets, e, side="right").astype(jnp.int32) - 1
-    row = jnp.where(e < offsets[-1], row, rows)  # padding: no row
-    piece, row = jax.lax.sort((piece, row), num_keys=1)
-    at = (k * length,)
+    """`sources` and `targets` with slice k set to `_sort_pairs(piece, offsets)`."""
+    piece, row = _sort_pairs(piece, offsets)
+    at = (k * piece.shape[0],)
     return (jax.lax.dynamic_update_slice(sources, piece, at),
             jax.lax.dynamic_update_slice(targets, row, at))
 
@@ -175,34 +273,62 @@ def _lower_bound(values: jax.Array, lo: jax.Array, hi: jax.Array, key: jax.Array
     return jax.lax.fori_loop(0, steps, step, (lo, hi))[0]
 
 
+def _add_windows(sums: jax.Array, rows: jax.Array, sources: jax.Array, targets: jax.Array,
+                 pair: Any, count: jax.Array, a: jax.Array, window: int) -> jax.Array:
+    """`sums` with rows[sources[e] - a] (as float32) added at targets[e] for
+    e = pair(p), p < count, a window of p at a time."""
+    n, size = sums.shape[0], rows.shape[0]
+
+    def one(w, sums):
+        p = w * window + jnp.arange(window, dtype=jnp.int32)
+        e = pair(p)
+        u = jnp.clip(sources[e] - a, 0, size - 1)
+        return sums.at[jnp.where(p < count, targets[e], n)].add(
+            rows[u].astype(jnp.float32), mode="drop")
+
+    return jax.lax.fori_loop(0, (count + window - 1) // window, one, sums)
+
+
+def _own(own: jax.Array, rows: jax.Array, ids: jax.Array, at: jax.Array) -> jax.Array:
+    """`own` with the rows of nodes ids[r] in the chunk at = [a, b) set to theirs."""
+    n, size = own.shape[0], rows.shape[0]
+    first, last = jnp.searchsorted(ids, at).astype(jnp.int32)
+    k = first + jnp.arange(size, dtype=jnp.int32)
+    mine = jnp.clip(ids[jnp.minimum(k, n - 1)] - at[0], 0, size - 1)
+    return own.at[jnp.where(k < last, k, n)].set(rows[mine], mode="drop")
+
+
 @functools.partial(jax.jit, static_argnames=("window", "slices"), donate_argnums=(0, 1))
 def _push(sums: jax.Array, own: jax.Array, rows: jax.Array, sources: jax.Array,
           targets: jax.Array, ids: jax.Array, at: jax.Array, *, window: int,
           slices: int) -> tuple[jax.Array, jax.Array]:
     """`sums` with rows[u - a] added at targets[e] for every pair e whose
-    source u lies in the chunk [a, b), and `own`'s rows of nodes ids[r] in
-    the chunk set to theirs; at = [a, b]. The chunk's pairs are a range of
-    each sorted slice, found here on the device (a host lookup per chunk
-    would wait for the chunks before); windows run over them end to end."""
-    a = at[0]
-    n, size = sums.shape[0], rows.shape[0]
+    source u lies in the chunk [a, b), and `own` as `_own` sets it; at =
+    [a, b]. The chunk's pairs are a range of each sorted slice, found here
+    on the device (a host lookup per chunk would wait for the chunks
+    before); windows run over them end to end."""
     length = sources.shape[0] // slices
     starts = jnp.arange(slices, dtype=jnp.int32) * length
-    lo = _lower_bound(sources, starts, starts + length, a)
+    lo = _lower_bound(sources, starts, starts + length, at[0])
     hi = _lower_bound(sources, lo, starts + length, at[1])
     ends = jnp.cumsum(hi - lo)  # the chunk's pairs, slice by slice, end to end
-    values = rows.astype(jnp.float32)
 
-    def one(w, sums):
-        p = w * window + jnp.arange(window, dtype=jnp.int32)
+    def pair(p):
         k = jnp.minimum(jnp.searchsorted(ends, p, side="right"), slices - 1)
-        e = jnp.minimum(lo[k] + p - (ends[k] - (hi[k] - lo[k])), sources.shape[0] - 1)
-        u = jnp.clip(sources[e] - a, 0, size - 1)
-        return sums.at[jnp.where(p < ends[-1], targets[e], n)].add(values[u], mode="drop")
+        return jnp.minimum(lo[k] + p - (ends[k] - (hi[k] - lo[k])), sources.shape[0] - 1)
 
-    sums = jax.lax.fori_loop(0, (ends[-1] + window - 1) // window, one, sums)
-    first, last = jnp.searchsorted(ids, at).astype(jnp.int32)
-    k = first + jnp.arange(size, dtype=jnp.int32)
-    mine = jnp.clip(ids[jnp.minimum(k, n - 1)] - a, 0, size - 1)
-    own = own.at[jnp.where(k < last, k, n)].set(rows[mine], mode="drop")
-    return sums, own
+    sums = _add_windows(sums, rows, sources, targets, pair, ends[-1], at[0], window)
+    return sums, _own(own, rows, ids, at)
+
+
+@functools.partial(jax.jit, static_argnames=("window",), donate_argnums=(0,))
+def _add_block(sums: jax.Array, rows: jax.Array, sources: jax.Array, targets: jax.Array,
+               count: jax.Array, at: jax.Array, *, window: int) -> jax.Array:
+    """`sums` with the first `count` pairs of a block copied from host
+    memory added, as `_push` adds a chunk's."""
+    last = sources.shape[0] - 1
+    return _add_windows(sums, rows, sources, targets, lambda p: jnp.minimum(p, last), count,
+                        at[0], window)
+
+
+_keep_own = jax.jit(_own, donate_argnums=(0,))

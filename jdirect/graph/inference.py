@@ -62,7 +62,10 @@ node below a restricted layer that sums its sources (GraphSAGE, GCN)
 makes no table either, where the restricted layer's sums fit the device
 budget: each chunk of its rows is added into those sums on the device as
 it is computed (`_layer_push`; papers100M's evaluation: 6.6M nodes' sums
-instead of a 57 GB table of every node, written and read per edge).
+instead of a 57 GB table of every node, written and read per edge). The
+edges' (source, row) pairs, sorted by source, stay on the device beside
+the sums where both fit, else in host memory (11.4 GB for papers100M on
+an H100), each chunk's copied to the device in blocks.
 
 Tables. Layer l reads its input (the features for l = 0) through
 `jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array (a
@@ -293,14 +296,14 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 tables.count_reads(report, (table, src.rows))
                 source = out.done()
             above = None if last else planned.destinations[i + 1]
-            push, largest = planned.pushes[i] or (0, 0)
-            # Its arrays are separate buffers: the largest must fit one block.
-            if push and push <= budget - spent and tables.fits_device(largest, budget - spent):
+            mode = layer_push.choose(planned.pushes[i] or (), above, budget - spent)
+            if mode is not None:
                 # No table of every node: its chunks are added to the sums of
                 # the layer above's nodes (`_layer_push`).
-                spent += push
+                spent += mode.all
                 out = layer_push.Push(name, above, conv.out_dim, dtype,
-                                      planned.plan.chunks[i + 1][1], report)
+                                      planned.plan.chunks[i + 1][1], report,
+                                      pairs_on_host=mode.pairs_on_host)
             else:
                 out = tables.Output(name, (dst.rows, conv.out_dim), dtype, budget - spent,
                                     report)
