@@ -28,6 +28,7 @@ Private to `jdirect.graph.inference`.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from typing import Any, NamedTuple
@@ -109,8 +110,8 @@ def modes(dst: layer_nodes.Nodes, width: int, dtype: Any) -> tuple[Mode, Mode]:
     count, length = slices(dst)
     pairs = 4 * count * length
     # On the host: the slices are sorted (and copied out) before the sums
-    # are made; then two blocks of pairs are on the device at a time.
-    sorting = 48 * length  # the sort's scratch and its sorted slice
+    # are made; then at most two blocks of pairs are on the device.
+    sorting = 64 * length  # a sort's scratch, its slice, the last slice's copies
     return (Mode(False, rows + 2 * pairs + 32 * length, max(sums, pairs)),
             Mode(True, max(sorting, rows + 16 * _block(dst)), sums))
 
@@ -183,6 +184,7 @@ class Push:
         self.sums = jnp.zeros((dst.rows, width), jnp.float32)
         report.bytes_read += self.ids.nbytes + self.counts.nbytes
         self._report = report if pairs_on_host else None
+        self._blocks: collections.deque = collections.deque()  # the blocks' calls in flight
         where = "; its sorted pairs in host memory" if pairs_on_host else ""
         report.tables.append(f"{what}: pushed [{dst.rows}, {width}] float32 (the sums of the "
                              f"layer above's {dst.rows:,} nodes over {dst.num_edges:,} "
@@ -210,25 +212,34 @@ class Push:
         # The chunk's pairs: a range of each sorted slice, laid end to end
         # and copied to the device a block at a time.
         firsts = np.arange(self.slices, dtype=np.int64) * self.length
-        lo = firsts + [np.searchsorted(self.sources[f : f + self.length], a) for f in firsts]
-        hi = firsts + [np.searchsorted(self.sources[f : f + self.length], b) for f in firsts]
+        # Keys of the slices' dtype: NumPy would convert the slice for others
+        # (a Python int: 0.4 s a search of 2**27 entries, against 11 us).
+        bounds = np.array([np.searchsorted(self.sources[f : f + self.length], at)
+                           for f in firsts])
+        lo, hi = firsts + bounds[:, 0], firsts + bounds[:, 1]  # contiguous, for copy_ranges
         ends = np.concatenate([[0], np.cumsum(hi - lo)])
         for start in range(0, int(ends[-1]), self.block):
             stop = min(start + self.block, int(ends[-1]))
+            threads = max(1, min(layer_nodes.GATHER_THREADS, (stop - start) // layer_nodes.PIECE))
             pairs = []
             for source in (self.sources, self.targets):
                 block = np.empty(self.block, np.int32)  # its tail past stop: masked
-                _ffi.copy_ranges(source, lo, ends, start, stop, block[: stop - start],
-                                 layer_nodes.GATHER_THREADS)
+                _ffi.copy_ranges(source, lo, ends, start, stop, block[: stop - start], threads)
                 pairs.append(block)
             self._report.bytes_read += 8 * self.block
-            self.sums = _add_block(self.sums, rows, *pairs, np.int32(stop - start), at,
-                                   window=self.window)
+            self.sums, added = _add_block(self.sums, rows, *pairs, np.int32(stop - start), at,
+                                          window=self.window)
+            # Two blocks on the device at most (`modes`): the host would
+            # otherwise run ahead, each call holding its block.
+            self._blocks.append(added)
+            if len(self._blocks) > 2:
+                self._blocks.popleft().block_until_ready()
         self.rows = _keep_own(self.rows, rows, self.ids, at)
 
     def done(self) -> Pushed:
         """The pushed input, complete (its layer ends waiting for the device)."""
         out = jax.block_until_ready(Pushed(self.rows, self.sums, self.counts))
+        self._blocks.clear()
         if isinstance(self.sources, jax.Array):
             self.sources.delete()
             self.targets.delete()
@@ -323,12 +334,12 @@ def _push(sums: jax.Array, own: jax.Array, rows: jax.Array, sources: jax.Array,
 
 @functools.partial(jax.jit, static_argnames=("window",), donate_argnums=(0,))
 def _add_block(sums: jax.Array, rows: jax.Array, sources: jax.Array, targets: jax.Array,
-               count: jax.Array, at: jax.Array, *, window: int) -> jax.Array:
-    """`sums` with the first `count` pairs of a block copied from host
-    memory added, as `_push` adds a chunk's."""
+               count: jax.Array, at: jax.Array, *, window: int) -> tuple[jax.Array, jax.Array]:
+    """(`sums` with the first `count` pairs of a block copied from host
+    memory added, as `_push` adds a chunk's; `count`, to wait for)."""
     last = sources.shape[0] - 1
     return _add_windows(sums, rows, sources, targets, lambda p: jnp.minimum(p, last), count,
-                        at[0], window)
+                        at[0], window), count + 0
 
 
 _keep_own = jax.jit(_own, donate_argnums=(0,))
