@@ -409,4 +409,15 @@ def test_the_push_runs_where_its_sums_fit_the_device_budget(graph, monkeypatch):
         np.testing.assert_allclose(run.rows(few), runs[on_device.all].rows(few), rtol=1e-5,
                                    atol=1e-6)
     assert [plan(model, graph, nodes=few, device_budget=budget).table_bytes[0]
-            for budget in runs] == [on_device.all, on_host.all, graph.num_nodes * 8 * 4]
+            for budget in runs] == [on_device.all, on_host.all + _layer_push.host_bytes(above),
+                                    graph.num_nodes * 8 * 4]
+    # Where the host has no room for the pairs, the plan and the run both
+    # take the table instead.
+    monkeypatch.setattr(host_memory, "host_available_bytes", lambda: 1 << 40)
+    monkeypatch.setattr(_layer_push, "host_bytes", lambda dst: 1 << 40)
+    short = layerwise(model, graph, features, nodes=few, device_budget=on_host.all)
+    assert short.report.edges[1] != "pushed", short.report.edges
+    np.testing.assert_allclose(short.rows(few), runs[on_device.all].rows(few), rtol=1e-5,
+                               atol=1e-6)
+    assert plan(model, graph, nodes=few, device_budget=on_host.all).table_bytes[0] == \
+        graph.num_nodes * 8 * 4

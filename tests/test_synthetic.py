@@ -258,7 +258,11 @@ def test_preset_overrides():
 
 _PEAK_SCRIPT = textwrap.dedent("""
     import importlib, json
+    from jdirect.graph.data import _nodes
     gen = importlib.import_module("jdirect.graph.data.synthetic")
+    # 16 MB feature chunks (papers100m's are 64 MB): the copies in flight
+    # then stay under the second copy of the features the test looks for.
+    _nodes.FEATURE_CHUNK_BYTES = 1 << 24
 
     def status(key):
         with open("/proc/self/status") as f:
@@ -274,7 +278,7 @@ _PEAK_SCRIPT = textwrap.dedent("""
         f.write("5")
     base = status("VmRSS:")
     g = gen.generate(400_000, 3_200_000, 128, 16, progress=False)
-    print(json.dumps(dict(peak=status("VmHWM:") - base, transient=gen._transient_bytes(),
+    print(json.dumps(dict(peak=status("VmHWM:") - base, transient=gen._transient_bytes(400_000, 3_200_000, 128),
                           graph=g.features.nbytes + g.indptr.nbytes + g.indices.nbytes)))
 """)
 

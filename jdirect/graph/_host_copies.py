@@ -64,13 +64,19 @@ class HostCopies:
 
 
 def _staged(source: jax.Array) -> jax.Array:
-    """`source`, copied into pinned host memory if it is on a GPU (started
+    """`source`, copied into pinned host memory if it is on one GPU (started
     now, asynchronously). A GPU copies into pinned memory at the link's rate
     (DMA), while NumPy's own copy from a GPU goes through pageable memory,
     a few GB/s in all however many threads call it (papers100m's
     generation on an H200: 28.1 s that way, 16.3 s staged)."""
-    device, = source.devices()
-    if device.platform == "cpu":  # already in host memory
+    devices = source.devices()
+    if len(devices) != 1:
+        return source
+    device, = devices
+    # The CPU's arrays are in host memory already; a backend without pinned
+    # host memory keeps NumPy's copy.
+    if device.platform == "cpu" or "pinned_host" not in {
+            m.kind for m in device.addressable_memories()}:
         return source
     return jax.device_put(source, jax.sharding.SingleDeviceSharding(
         device, memory_kind="pinned_host"))

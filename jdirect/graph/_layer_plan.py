@@ -45,8 +45,9 @@ class Plan:
       table_bytes: per layer, the bytes of the tables inference makes that
         live at once while it runs (its input if inference made it, GAT's
         source rows, its output or, for a layer that pushes into the
-        restricted layer above, the device bytes of that layer's sums where
-        they fit `device_budget`: `_layer_push`), wherever they are placed.
+        restricted layer above, the push's bytes in the way that fits
+        `device_budget`: its device arrays, and its sorted pairs where they
+        are kept in host memory, `_layer_push`), wherever they are placed.
     """
 
     chunks: tuple[tuple[int, int], ...]
@@ -135,16 +136,15 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
                       if above is not None and layer_push.pushes(model, dst, convs[i + 1], above)
                       else None)
         live = [("output", (dst.rows, conv.out_dim),
-                 logits_dtype if i + 1 == len(convs) else hidden, pushes[-1])]
+                 logits_dtype if i + 1 == len(convs) else hidden, (pushes[-1], above))]
         live += [("input", (src.rows, conv.in_dim), hidden, None)] if i else []
         live += [("sources", (src.rows, conv.source_dim), hidden, None)] if conv.projects else []
         made.append(live)
         src = dst
     device = tables.budget(device_budget, peak)
     room = tables.room(device)
-    # A pushing layer's output is its push's device bytes, the first way
-    # that fits the budget.
-    made = [[(name, shape, dtype) if (push := _fitting(ways, device)) is None
+    # A pushing layer's output is its push's bytes, the way the run takes.
+    made = [[(name, shape, dtype) if (push := _pushed_bytes(ways, device)) is None
              else (name + " (pushed)", (push,), np.uint8)
              for name, shape, dtype, ways in live] for live in made]
     sizes = tuple(sum(tables.nbytes(shape, dtype) for _, shape, dtype in live) for live in made)
@@ -162,9 +162,19 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
                     logits_dtype, pushes)
 
 
-def _fitting(ways: tuple[layer_push.Mode, ...] | None, device: float) -> int | None:
-    """The device bytes of the first way to push within `device` bytes."""
-    return next((mode.all for mode in ways or () if mode.all <= device), None)
+def _pushed_bytes(ways: tuple[tuple[layer_push.Mode, ...] | None, Any] | None,
+                  device: float) -> int | None:
+    """The bytes of the way to push (`ways`: the modes and the layer
+    above's nodes) that `_layer_push.choose` takes within `device` bytes:
+    its device bytes, and its pairs' where they are in host memory; None
+    where it takes none."""
+    if ways is None or ways[0] is None:
+        return None
+    modes, above = ways
+    mode = layer_push.choose(modes, above, device)
+    if mode is None:
+        return None
+    return mode.all + (layer_push.host_bytes(above) if mode.pairs_on_host else 0)
 
 
 def _check_nodes(nodes: Any, n: int) -> np.ndarray | None:

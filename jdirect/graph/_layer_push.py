@@ -113,7 +113,7 @@ def modes(dst: layer_nodes.Nodes, width: int, dtype: Any) -> tuple[Mode, Mode]:
     # are made; then at most two blocks of pairs are on the device.
     sorting = 64 * length  # a sort's scratch, its slice, the last slice's copies
     return (Mode(False, rows + 2 * pairs + 32 * length, max(sums, pairs)),
-            Mode(True, max(sorting, rows + 16 * _block(dst)), sums))
+            Mode(True, max(sorting, rows + 16 * _block(dst)), max(sums, 16 * length)))
 
 
 def host_bytes(dst: layer_nodes.Nodes) -> int:
@@ -124,12 +124,15 @@ def host_bytes(dst: layer_nodes.Nodes) -> int:
 def choose(ways: tuple[Mode, ...], dst: layer_nodes.Nodes, budget: float) -> Mode | None:
     """The first of `ways` (`modes`) whose arrays fit `budget` device
     bytes (its largest within one allocator block), and whose pairs, kept
-    in host memory, fit the host's available memory; None if none does."""
+    in host memory, fit the host's available memory (beside its device
+    arrays on the CPU backend, where they are host memory too); None if
+    none does."""
     available = host_memory.host_available_bytes()
     for mode in ways:
+        host = host_bytes(dst) + (mode.all if jax.default_backend() == "cpu" else 0)
         if (mode.all <= budget and fits_device(mode.largest, budget)
                 and (not mode.pairs_on_host or available is None
-                     or host_bytes(dst) + host_memory.HOST_RESERVE <= available)):
+                     or host + host_memory.HOST_RESERVE <= available)):
             return mode
     return None
 
@@ -227,13 +230,13 @@ class Push:
                 _ffi.copy_ranges(source, lo, ends, start, stop, block[: stop - start], threads)
                 pairs.append(block)
             self._report.bytes_read += 8 * self.block
-            self.sums, added = _add_block(self.sums, rows, *pairs, np.int32(stop - start), at,
-                                          window=self.window)
             # Two blocks on the device at most (`modes`): the host would
             # otherwise run ahead, each call holding its block.
-            self._blocks.append(added)
-            if len(self._blocks) > 2:
+            if len(self._blocks) == 2:
                 self._blocks.popleft().block_until_ready()
+            self.sums, added = _add_block(self.sums, rows, *pairs, np.int32(stop - start), at,
+                                          window=self.window)
+            self._blocks.append(added)
         self.rows = _keep_own(self.rows, rows, self.ids, at)
 
     def done(self) -> Pushed:

@@ -34,8 +34,10 @@ class Report:
         "<what>: pushed <shape> float32 (...)" for a layer's output added
         into the sums of the restricted layer above (`_layer_push`).
       bytes_read: bytes read from host memory by the device (host input
-        rows gathered or staged, the CSR copied whole or window by window).
-      bytes_written: bytes written from the device to host tables.
+        rows gathered or staged, the CSR copied whole or window by window,
+        a push's edges and, kept in host memory, its blocks of pairs).
+      bytes_written: bytes written from the device to host tables (and a
+        push's sorted pairs kept in host memory).
       layers: per layer, input side first, (seconds, bytes read + written
         over the link): wall time from the layer's start until its output
         table is complete (each layer ends waiting for the device), and

@@ -30,11 +30,13 @@ def get_config() -> TrainConfig:
     # One epoch: no sampled pass (nothing to choose; the full split is
     # measured). gemm_search off: the two models compile 6.4 s faster, and
     # the epoch is as fast (TrainConfig.gemm_search). The whole run took
-    # 55.6-68.6 s on four fresh machines (eleventh session; generating the
-    # graph 20.8-28.7 s of it), peak RSS 50 GB. Where the push does not fit
-    # the device (an 80 GB H100), layer 1's output is a 57 GB host table (a
-    # 128 GB host holds it: peak RSS 105 GB, 131.9 s on an H100, seventh
-    # session); `--no-full-eval` reports the sampled accuracies only.
+    # 48.4-57.0 s as a user runs it on fresh machines (twelfth session;
+    # generating the graph 16-20 s of it), peak RSS 50 GB. Where the push's
+    # sorted pairs do not fit the device beside its sums (an 80 GB H100:
+    # 26.3 GB against ~15.8 GB), they are kept in host memory (11.4 GB) and
+    # the push takes 10.3 GB of the device: 81.6 s on an H200 made
+    # H100-sized, peak RSS 59 GB (twelfth session; not yet measured on an
+    # H100). `--no-full-eval` reports the sampled accuracies only.
     return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
                        batch_size=1024, epochs=1, eval_max=50_000, full_eval=True,
                        gemm_search=False)

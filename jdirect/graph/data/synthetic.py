@@ -223,10 +223,14 @@ def _csr_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
-def _transient_bytes() -> int:
-    # 2 x workers chunks in flight, each staged in pinned memory and read
-    # out by NumPy (two host copies of it).
-    return 4 * COPY_WORKERS * max(_nodes.FEATURE_CHUNK_BYTES, 4 * COPY_CHUNK)
+def _transient_bytes(num_nodes: int, num_edges: int, feature_dim: int) -> int:
+    """Host bytes of the copies in flight: 2 x workers chunks (feature rows,
+    or windows of int32 CSR entries, no larger than the arrays), each staged
+    in pinned memory and read out by NumPy on a GPU (two host copies)."""
+    chunk = max(min(_nodes.FEATURE_CHUNK_BYTES, 4 * num_nodes * feature_dim),
+                min(4 * COPY_CHUNK, 8 * num_edges))
+    copies = 1 if jax.default_backend() == "cpu" else 2
+    return 2 * COPY_WORKERS * copies * chunk
 
 
 def _check_host_memory(num_nodes: int, num_edges: int, feature_dim: int, dtype: np.dtype,
@@ -234,7 +238,7 @@ def _check_host_memory(num_nodes: int, num_edges: int, feature_dim: int, dtype: 
     """Raises MemoryError unless the host arrays fit; returns the bytes needed."""
     features = num_nodes * feature_dim * dtype.itemsize
     csr = 8 * (num_nodes + 1) + 4 * 2 * num_edges
-    rest = 4 * num_nodes + 8 * sum(sizes) + _transient_bytes()
+    rest = 4 * num_nodes + 8 * sum(sizes) + _transient_bytes(num_nodes, num_edges, feature_dim)
     needed = features + csr + rest
     if available is None:
         import psutil
