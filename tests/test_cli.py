@@ -4,7 +4,6 @@ bad flags and paths in one line before doing any work."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jax
 import pytest
