@@ -200,6 +200,15 @@ def test_refuses_what_does_not_fit_before_any_work(no_work):
         gen.generate(**SMALL, host_memory=10**12, device_memory=10**6, passes=1)
 
 
+def test_a_small_graph_is_charged_its_own_copies_only():
+    """The copies in flight are bounded by the arrays copied (regression: a
+    3,000-node graph was charged papers100m's 2 GB of 64 MB chunks and
+    refused on a host with 1 GB available)."""
+    g = gen.generate(**SMALL, host_memory=1 << 30)
+    assert g.num_nodes == SMALL["num_nodes"]
+    assert gen._transient_bytes(3000, 20_000, 8) <= 2 * 8 * 2 * 8 * 20_000
+
+
 def test_bad_arguments():
     for bad, match in [(dict(num_nodes=0), "positive"), (dict(num_nodes=2**31), "2\\*\\*31"),
                        (dict(homophily=1.5), "homophily"),
