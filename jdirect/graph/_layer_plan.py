@@ -136,7 +136,8 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
                       if above is not None and layer_push.pushes(model, dst, convs[i + 1], above)
                       else None)
         live = [("output", (dst.rows, conv.out_dim),
-                 logits_dtype if i + 1 == len(convs) else hidden, (pushes[-1], above))]
+                 logits_dtype if i + 1 == len(convs) else hidden,
+                 None if pushes[-1] is None else (pushes[-1], above))]
         live += [("input", (src.rows, conv.in_dim), hidden, None)] if i else []
         live += [("sources", (src.rows, conv.source_dim), hidden, None)] if conv.projects else []
         made.append(live)
@@ -162,13 +163,13 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
                     logits_dtype, pushes)
 
 
-def _pushed_bytes(ways: tuple[tuple[layer_push.Mode, ...] | None, Any] | None,
+def _pushed_bytes(ways: tuple[tuple[layer_push.Mode, ...], Any] | None,
                   device: float) -> int | None:
     """The bytes of the way to push (`ways`: the modes and the layer
-    above's nodes) that `_layer_push.choose` takes within `device` bytes:
-    its device bytes, and its pairs' where they are in host memory; None
-    where it takes none."""
-    if ways is None or ways[0] is None:
+    above's nodes; None: the layer cannot push) that `_layer_push.choose`
+    takes within `device` bytes: its device bytes, and its pairs' where
+    they are in host memory; None where it takes none."""
+    if ways is None:
         return None
     modes, above = ways
     mode = layer_push.choose(modes, above, device)

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _ffi, host_memory
+from .. import host_memory
 from . import _layer_nodes as layer_nodes
 from ._host_copies import HostCopies
 from ._layer_tables import Report, fits_device, nbytes
@@ -161,16 +161,13 @@ class Push:
     def __init__(self, what: str, dst: layer_nodes.Nodes, width: int, dtype: Any, window: int,
                  report: Report, *, pairs_on_host: bool = False):
         self.window = int(window)
+        self.pairs_on_host = pairs_on_host
         self.slices, self.length = slices(dst)
         size = self.slices * self.length
         if pairs_on_host:
             host_memory.check_host_room(host_bytes(dst), f"{what}: its sorted pairs")
             self.sources, self.targets = np.empty(size, np.int32), np.empty(size, np.int32)
             self.block = _block(dst)
-        else:
-            self.sources = jnp.full(size, PAD, jnp.int32)
-            self.targets = jnp.full(size, dst.rows, jnp.int32)
-        if pairs_on_host:
             with HostCopies() as copies:
                 for k, piece, offsets in self._pieces(dst, report):
                     at = slice(k * self.length, (k + 1) * self.length)
@@ -178,6 +175,8 @@ class Push:
                         copies.put_range(out[at], pairs)
             report.bytes_written += 2 * self.sources.nbytes
         else:
+            self.sources = jnp.full(size, PAD, jnp.int32)
+            self.targets = jnp.full(size, dst.rows, jnp.int32)
             for k, piece, offsets in self._pieces(dst, report):
                 self.sources, self.targets = _sort_slice(self.sources, self.targets, piece,
                                                          offsets, np.int32(k))
@@ -186,7 +185,7 @@ class Push:
         self.rows = jnp.zeros((dst.rows, width), dtype)
         self.sums = jnp.zeros((dst.rows, width), jnp.float32)
         report.bytes_read += self.ids.nbytes + self.counts.nbytes
-        self._report = report if pairs_on_host else None
+        self._report = report
         self._blocks: collections.deque = collections.deque()  # the blocks' calls in flight
         where = "; its sorted pairs in host memory" if pairs_on_host else ""
         report.tables.append(f"{what}: pushed [{dst.rows}, {width}] float32 (the sums of the "
@@ -208,7 +207,7 @@ class Push:
         """Adds the rows of nodes a .. b - 1 (the first b - a of `rows`) to
         the sums of their edges, and keeps those of the nodes in `dst`."""
         at = np.asarray([a, b], np.int32)
-        if self._report is None:
+        if not self.pairs_on_host:
             self.sums, self.rows = _push(self.sums, self.rows, rows, self.sources, self.targets,
                                          self.ids, at, window=self.window, slices=self.slices)
             return
@@ -223,11 +222,10 @@ class Push:
         ends = np.concatenate([[0], np.cumsum(hi - lo)])
         for start in range(0, int(ends[-1]), self.block):
             stop = min(start + self.block, int(ends[-1]))
-            threads = max(1, min(layer_nodes.GATHER_THREADS, (stop - start) // layer_nodes.PIECE))
             pairs = []
             for source in (self.sources, self.targets):
                 block = np.empty(self.block, np.int32)  # its tail past stop: masked
-                _ffi.copy_ranges(source, lo, ends, start, stop, block[: stop - start], threads)
+                layer_nodes.copy_ranges(source, lo, ends, start, stop, block[: stop - start])
                 pairs.append(block)
             self._report.bytes_read += 8 * self.block
             # Two blocks on the device at most (`modes`): the host would
