@@ -32,9 +32,10 @@ constexpr int kHubWarps = 16;         // warps that split the rest of a node's e
 template <typename T, typename V>
 struct Rows {
   static constexpr int kVec = sizeof(V) / sizeof(T);  // elements a lane reads a row
-  const T* __restrict__ table;
+  const char* __restrict__ table;
   int64_t nrows;
   int64_t width;
+  DeviceCache cache;  // a CachedTable's rows in device memory (slots null: none)
 };
 
 // Adds to `acc` (this lane's kVec columns from `col`) the rows of edges
@@ -56,7 +57,12 @@ __device__ __forceinline__ void AddEdges(const Rows<T, V>& rows, const I* __rest
         // j + u <= 31: j is a multiple of kEdges below count <= 32.
         const long long r = __shfl_sync(0xffffffffu, mine, j + u);
         const bool ok = j + u < count && r >= 0 && r < rows.nrows && col < rows.width;
-        loaded[u] = ok ? *reinterpret_cast<const V*>(rows.table + r * rows.width + col) : V{};
+        // A cached row's slot is one more dependent load; the kEdges rows
+        // are still all in flight before the first is added.
+        loaded[u] = ok ? *reinterpret_cast<const V*>(
+                             RowAddress(rows.table, r, rows.width * sizeof(T), rows.cache) +
+                             col * sizeof(T))
+                       : V{};
       }
 #pragma unroll
       for (int u = 0; u < kEdges; ++u) {
@@ -143,11 +149,12 @@ __global__ void __launch_bounds__(kHubWarps * 32)
 }
 
 // The widest load (16, 8, 4 bytes, else one element) that divides the row
-// and the table's address.
+// and the table's and cache's addresses.
 template <typename T>
 int LoadBytes(const NeighborSumArgs& a) {
   const uint64_t bits = static_cast<uint64_t>(a.width * sizeof(T)) |
-                        reinterpret_cast<uintptr_t>(a.table);
+                        reinterpret_cast<uintptr_t>(a.table) |
+                        reinterpret_cast<uintptr_t>(a.cache.rows);
   for (int w : {16, 8, 4}) {
     if (w >= static_cast<int>(sizeof(T)) && (bits & static_cast<uint64_t>(w - 1)) == 0) {
       return w;
@@ -164,7 +171,7 @@ struct CudaRunner {
   void Launch(const NeighborSumArgs& a) const {
     constexpr int64_t kVec = sizeof(V) / sizeof(T);
     const int64_t tiles = (a.width + 32 * kVec - 1) / (32 * kVec);
-    const Rows<T, V> rows{static_cast<const T*>(a.table), a.nrows, a.width};
+    const Rows<T, V> rows{static_cast<const char*>(a.table), a.nrows, a.width, a.cache};
     const auto* indptr = static_cast<const P*>(a.indptr);
     const auto* indices = static_cast<const I*>(a.indices);
     if (a.nnz > kWarpEdges) cudaMemsetAsync(hubs, 0, sizeof(int32_t), stream);
@@ -212,12 +219,31 @@ ffi::Error CheckHubs(ffi::Result<ffi::AnyBuffer>& out, ffi::Result<ffi::AnyBuffe
   return ffi::Error::Success();
 }
 
+// Records the leased tables' events after the launch (close() waits for
+// them); where the launch or a record failed, waits for the stream itself.
+struct Recorder {
+  cudaStream_t stream;
+
+  ffi::Error operator()(const int32_t* handles, int count, bool failed) const {
+    ffi::Error first = ffi::Error::Success();
+    for (int i = 0; i < count; ++i) {
+      ffi::Error e = RecordTableRead(handles[i], stream);
+      if (e.failure() && !first.failure()) first = e;
+    }
+    if (failed || first.failure()) cudaStreamSynchronize(stream);
+    return first;
+  }
+};
+
+CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& hubs) {
+  return CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())};
+}
+
 ffi::Error Run(cudaStream_t stream, ffi::AnyBuffer table, ffi::AnyBuffer indptr,
                ffi::AnyBuffer indices, ffi::AnyBuffer start, ffi::Result<ffi::AnyBuffer> out,
                ffi::Result<ffi::AnyBuffer> hubs) {
   if (auto e = CheckHubs(out, hubs); e.failure()) return e;
-  return NeighborSum(CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())}, table,
-                     indptr, indices, start, out);
+  return NeighborSum(Runner(stream, hubs), table, indptr, indices, start, out);
 }
 
 ffi::Error RunHost(cudaStream_t stream, ffi::AnyBuffer table,
@@ -226,15 +252,35 @@ ffi::Error RunHost(cudaStream_t stream, ffi::AnyBuffer table,
                    ffi::Result<ffi::AnyBuffer> hubs, int64_t indptr_type, int64_t indptr_rows,
                    int64_t indices_type, int64_t indices_rows) {
   if (auto e = CheckHubs(out, hubs); e.failure()) return e;
-  const auto record = [stream](int32_t offsets, int32_t ids, bool failed) {
-    ffi::Error first = RecordTableRead(offsets, stream);
-    ffi::Error second = RecordTableRead(ids, stream);
-    if (failed || first.failure() || second.failure()) cudaStreamSynchronize(stream);
-    return first.failure() ? first : second;
-  };
-  return NeighborSumHost(CudaRunner{stream, static_cast<int32_t*>(hubs->untyped_data())},
-                         HostHandle, record, table, indptr_handle, indices_handle, start, out,
-                         indptr_type, indptr_rows, indices_type, indices_rows);
+  return NeighborSumHost(Runner(stream, hubs), HostHandle, Recorder{stream}, table,
+                         indptr_handle, indices_handle, start, out, indptr_type, indptr_rows,
+                         indices_type, indices_rows);
+}
+
+ffi::Error RunCached(cudaStream_t stream, ffi::Buffer<ffi::S32> table_handle,
+                     ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached, ffi::AnyBuffer indptr,
+                     ffi::AnyBuffer indices, ffi::AnyBuffer start,
+                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> hubs,
+                     int64_t table_type, int64_t table_rows, int64_t width) {
+  if (auto e = CheckHubs(out, hubs); e.failure()) return e;
+  return NeighborSumCached(Runner(stream, hubs), HostHandle, Recorder{stream}, table_handle,
+                           slots, cached, indptr, indices, start, out, table_type, table_rows,
+                           width);
+}
+
+ffi::Error RunCachedHost(cudaStream_t stream, ffi::Buffer<ffi::S32> table_handle,
+                         ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
+                         ffi::Buffer<ffi::S32> indptr_handle,
+                         ffi::Buffer<ffi::S32> indices_handle, ffi::AnyBuffer start,
+                         ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> hubs,
+                         int64_t table_type, int64_t table_rows, int64_t width,
+                         int64_t indptr_type, int64_t indptr_rows, int64_t indices_type,
+                         int64_t indices_rows) {
+  if (auto e = CheckHubs(out, hubs); e.failure()) return e;
+  return NeighborSumCachedHost(Runner(stream, hubs), HostHandle, Recorder{stream},
+                               table_handle, slots, cached, indptr_handle, indices_handle,
+                               start, out, table_type, table_rows, width, indptr_type,
+                               indptr_rows, indices_type, indices_rows);
 }
 
 }  // namespace
@@ -244,4 +290,10 @@ JDIRECT_DEFINE_HANDLER(JdirectNeighborSumCuda, jdirect::Run,
                        JDIRECT_BIND_NEIGHBOR_SUM(.Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 JDIRECT_DEFINE_HANDLER(JdirectNeighborSumHostCuda, jdirect::RunHost,
                        JDIRECT_BIND_NEIGHBOR_SUM_HOST(
+                           .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
+JDIRECT_DEFINE_HANDLER(JdirectNeighborSumCachedCuda, jdirect::RunCached,
+                       JDIRECT_BIND_NEIGHBOR_SUM_CACHED(
+                           .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
+JDIRECT_DEFINE_HANDLER(JdirectNeighborSumCachedHostCuda, jdirect::RunCachedHost,
+                       JDIRECT_BIND_NEIGHBOR_SUM_CACHED_HOST(
                            .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));

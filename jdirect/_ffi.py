@@ -29,10 +29,13 @@ WRITE_HOST = "jdirect_write_host"
 WRITE_HOST_STATIC = "jdirect_write_host_static"
 # The fused sparse optimizer step (jdirect.embeddings on HostTables).
 SPARSE_UPDATE = "jdirect_sparse_update"
-# Sums of neighbours' rows over a CSR (jdirect.neighbor_sum): array operands,
-# or HostTables' handle operands.
+# Sums of neighbours' rows over a CSR (jdirect.neighbor_sum): rows from an
+# array or a HostTable with its cache (CACHED), the CSR from arrays or
+# HostTables (HOST); HostTables are handle operands.
 NEIGHBOR_SUM = "jdirect_neighbor_sum"
 NEIGHBOR_SUM_HOST = "jdirect_neighbor_sum_host"
+NEIGHBOR_SUM_CACHED = "jdirect_neighbor_sum_cached"
+NEIGHBOR_SUM_CACHED_HOST = "jdirect_neighbor_sum_cached_host"
 
 # Target name -> handler symbol stem; the symbol is stem + "Cpu" or "Cuda".
 _TARGETS = {
@@ -47,6 +50,8 @@ _TARGETS = {
     SPARSE_UPDATE: "JdirectSparseUpdate",
     NEIGHBOR_SUM: "JdirectNeighborSum",
     NEIGHBOR_SUM_HOST: "JdirectNeighborSumHost",
+    NEIGHBOR_SUM_CACHED: "JdirectNeighborSumCached",
+    NEIGHBOR_SUM_CACHED_HOST: "JdirectNeighborSumCachedHost",
 }
 
 _ERRLEN = 512

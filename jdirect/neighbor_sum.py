@@ -12,13 +12,14 @@ of the large nodes (int32, one per node).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import _ffi
+from .cached_table import CachedTable
 from .gather import _as_indices
 from .host_table import HostTable
 
@@ -26,12 +27,15 @@ from .host_table import HostTable
 ROW_DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
 _IDS = (np.dtype(np.int32), np.dtype(np.int64))
 _OFFSETS = (np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.int64))
-# XLA's element type numbers (xla_data.proto), as the host CSR's handler reads them.
-_XLA_TYPES = {np.dtype(np.int32): 4, np.dtype(np.int64): 5, np.dtype(np.uint32): 8}
+# XLA's element type numbers (xla_data.proto), as the handlers of host
+# tables (rows, a CSR) read them.
+_XLA_TYPES = {np.dtype(np.int32): 4, np.dtype(np.int64): 5, np.dtype(np.uint32): 8,
+              np.dtype(np.float32): 11, np.dtype(jnp.bfloat16): 16}
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
+def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
+                 indices: jax.Array,
                  start: int | jax.Array = 0, *, size: int | None = None) -> jax.Array:
     """float32[size, *table.shape[1:]]: each node's sum of its neighbours' rows.
 
@@ -49,8 +53,11 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     sequential sum's by float rounding.
 
     Args:
-      table: [rows, ...] float32 or bfloat16 rows (a device or CPU jax.Array
-        or a NumPy array).
+      table: [rows, ...] float32 or bfloat16 rows: a device or CPU jax.Array,
+        a NumPy array, a `jdirect.HostTable`, or a `jdirect.CachedTable`
+        over one (each row the cache holds is read from device memory, the
+        others from host memory over the link: a layer whose input does
+        not fit the device, summed with its hottest rows cached).
       indptr: int32, uint32 or int64 [nodes + 1] offsets into `indices`,
         ascending (int64 values past int32 need jax_enable_x64, as for
         `jdirect.gather`; uint32 holds offsets up to 2**32 - 1 without it).
@@ -70,33 +77,32 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     arguments: closed over, they are refused (their handles are operands;
     `jdirect.gather` also takes closed-over tables).
 
+    A HostTable or CachedTable, like a host CSR, is passed into a traced
+    function as an argument (its handle is an operand).
+
     Raises:
-      TypeError: a table that is not an array of float32 or bfloat16 (a
-        jdirect Table kind: read its rows with `jdirect.gather`), indptr
+      TypeError: a table that is not an array, HostTable or CachedTable of
+        float32 or bfloat16 rows (an Int8Table's packed rows: read them
+        with `jdirect.gather`), indptr
         that is not int32, uint32 or int64, indices that are not int32 or
         int64, one of them a HostTable and the other not, or a `start`
         that is not an integer.
       OverflowError: indptr, indices or `start` values past int32 while
         jax_enable_x64 is off.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
-        indptr, a closed HostTable or one closed over by a traced function,
+        indptr, a closed HostTable or CachedTable, or one closed over by a
+        traced function,
         a `size` outside [0, 2**31 - 1), or `size` None with an array
         `start`.
       RuntimeError: on a GPU, jdirect built without its CUDA library.
     """
-    if not isinstance(table, (jax.Array, np.ndarray)):
-        raise TypeError(f"neighbor_sum reads a jax.Array or NumPy array, got "
-                        f"{type(table).__name__} (read a jdirect table's rows with "
-                        f"jdirect.gather)")
-    table = jnp.asarray(table)
-    if np.dtype(table.dtype) not in ROW_DTYPES:
-        raise TypeError(f"neighbor_sum sums float32 or bfloat16 rows, got "
-                        f"{np.dtype(table.dtype).name}")
-    if table.ndim < 1:
-        raise ValueError("neighbor_sum needs a table of rank >= 1 (rows first)")
+    if isinstance(table, CachedTable) and not table.closed:
+        whole = table.whole_rows()  # every row, in order: the device array
+        table = table if whole is None else whole
+    rows = _host_rows(table) if isinstance(table, (HostTable, CachedTable)) else _array(table)
     host = isinstance(indptr, HostTable) or isinstance(indices, HostTable)
     if host:
-        _check_host_csr(indptr, indices, table, start)
+        _check_host_csr(indptr, indices)
     else:
         indptr, indices = _offsets(indptr), _ids("indices", indices)
     if indptr.shape[0] < 1:
@@ -109,51 +115,115 @@ def neighbor_sum(table: jax.Array, indptr: jax.Array, indices: jax.Array,
     size = int(size)
     if not 0 <= size < _INT32_MAX:
         raise ValueError(f"size must be in [0, 2**31 - 1), got {size}")
+    hosts = ([("table", rows.table)] if isinstance(rows, _HostRows) else []) + (
+        [("indptr", indptr), ("indices", indices)] if host else [])
+    traced = any(isinstance(x, jax.core.Tracer) for x in (start, *jax.tree.leaves(rows)))
+    for name, t in hosts:
+        _check_open(name, t, traced)
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("jdirect.neighbor_sum on a GPU")
     if isinstance(start, int):
         start = jnp.asarray(start, jnp.int32 if abs(start) <= _INT32_MAX else jnp.int64)
+    # The sum reads host tables after their writes dispatched before it, and
+    # later writes in this trace follow it (as `jdirect.gather`'s reads).
+    for _, t in hosts:
+        start = t.after_writes(start)
+    if isinstance(rows, _HostRows):
+        shape = rows.table.shape
+        operands = [rows.table._handle, rows.slots, rows.cached]
+        attrs = dict(table_type=_XLA_TYPES[rows.table.dtype], table_rows=shape[0],
+                     width=int(np.prod(shape[1:], dtype=np.int64)))
+        target = _ffi.NEIGHBOR_SUM_CACHED_HOST if host else _ffi.NEIGHBOR_SUM_CACHED
+    else:
+        shape, operands, attrs = rows.shape, [rows], {}
+        target = _ffi.NEIGHBOR_SUM_HOST if host else _ffi.NEIGHBOR_SUM
+    if host:
+        operands += [indptr._handle, indices._handle]
+        attrs.update(indptr_type=_XLA_TYPES[indptr.dtype], indptr_rows=indptr.shape[0],
+                     indices_type=_XLA_TYPES[indices.dtype], indices_rows=indices.shape[0])
+    else:
+        operands += [indptr, indices]
     # The second result is the GPU's list of the nodes with more edges than
     # one warp sums (a count, then positions): XLA allocates it, so its
     # lifetime follows the program's stream.
-    out = (jax.ShapeDtypeStruct((size,) + tuple(table.shape[1:]), jnp.float32),
+    out = (jax.ShapeDtypeStruct((size,) + tuple(shape[1:]), jnp.float32),
            jax.ShapeDtypeStruct((size + 1,), jnp.int32))
-    if not host:
-        call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM, out, vmap_method="sequential")
-        return call(table, indptr, indices, start)[0]
-    # The sum reads the tables after their writes dispatched before it, and
-    # later writes in this trace follow it (as `jdirect.gather`'s reads).
-    start = indptr.after_writes(indices.after_writes(start))
-    call = jax.ffi.ffi_call(_ffi.NEIGHBOR_SUM_HOST, out, vmap_method="sequential")
-    sums = call(table, indptr._handle, indices._handle, start,
-                indptr_type=_XLA_TYPES[indptr.dtype], indptr_rows=indptr.shape[0],
-                indices_type=_XLA_TYPES[indices.dtype], indices_rows=indices.shape[0])[0]
-    indptr.note_read(sums)
-    indices.note_read(sums)
+    call = jax.ffi.ffi_call(target, out, vmap_method="sequential")
+    sums = call(*operands, start, **attrs)[0]
+    for _, t in hosts:
+        t.note_read(sums)
     return sums
 
 
-def _check_host_csr(indptr: Any, indices: Any, table: jax.Array, start: Any) -> None:
-    """Raises unless indptr and indices are open HostTable vectors of
-    offsets and ids the kernels read, passed into any trace that `table`
-    or `start` belongs to."""
+class _HostRows(NamedTuple):
+    """The rows of a HostTable, and the device cache of a CachedTable over
+    it (slots and rows; empty: none)."""
+
+    table: HostTable
+    slots: jax.Array
+    cached: jax.Array
+
+
+def _array(table: Any) -> jax.Array:
+    """An array table's rows as a jax.Array, checked."""
+    if not isinstance(table, (jax.Array, np.ndarray)):
+        raise TypeError(f"neighbor_sum reads a jax.Array, NumPy array, HostTable or "
+                        f"CachedTable, got {type(table).__name__} (read other tables' rows "
+                        f"with jdirect.gather)")
+    table = jnp.asarray(table)
+    _check_rows(table.dtype, table.ndim)
+    return table
+
+
+def _host_rows(table: HostTable | CachedTable) -> _HostRows:
+    """The rows of a HostTable (an empty cache) or a CachedTable over one."""
+    if isinstance(table, HostTable):
+        empty = (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), table.dtype))
+        host, (slots, cached) = table, empty
+    else:
+        if not isinstance(table.table, HostTable):
+            raise TypeError(f"neighbor_sum reads a CachedTable over a HostTable, got one over "
+                            f"{type(table.table).__name__} (read its rows with jdirect.gather)")
+        if table.closed:
+            raise ValueError("the CachedTable is closed (its cache or its table)")
+        host, (slots, cached) = table.table, table._open_cache()
+    _check_rows(host.dtype, len(host.shape))
+    return _HostRows(host, slots, cached)
+
+
+def _check_rows(dtype: Any, ndim: int) -> None:
+    if np.dtype(dtype) not in ROW_DTYPES:
+        raise TypeError(f"neighbor_sum sums float32 or bfloat16 rows, got {np.dtype(dtype).name}")
+    if ndim < 1:
+        raise ValueError("neighbor_sum needs a table of rank >= 1 (rows first)")
+
+
+def _check_host_csr(indptr: Any, indices: Any) -> None:
+    """Raises unless indptr and indices are HostTable vectors of offsets
+    and ids the kernels read."""
     if not (isinstance(indptr, HostTable) and isinstance(indices, HostTable)):
         raise TypeError(f"indptr and indices must both be HostTables or both arrays, got "
                         f"{type(indptr).__name__} and {type(indices).__name__}")
-    traced = any(isinstance(x, jax.core.Tracer) for x in (table, start))
     for name, t, kinds in (("indptr", indptr, _OFFSETS), ("indices", indices, _IDS)):
         if t.closed:
             raise ValueError(f"the {name} HostTable is closed")
-        if traced and not isinstance(t._handle, jax.core.Tracer):
-            raise ValueError(f"the {name} HostTable is closed over by a traced function: pass "
-                             "the HostTables as its arguments (their handles are operands)")
-        t.restore_donated()
         if len(t.shape) != 1:
             raise ValueError(f"{name} must be a vector, got shape {list(t.shape)}")
         if t.dtype not in kinds:
             raise TypeError(f"{name} must be " + " or ".join(k.name for k in kinds)
                             + f", got {t.dtype.name}")
-        t.check_unwritten("jdirect.neighbor_sum")
+
+
+def _check_open(name: str, table: HostTable, traced: bool) -> None:
+    """Raises unless the HostTable `table` is open and, inside a trace
+    (`traced`), passed in as an argument; readies it for a read."""
+    if table.closed:
+        raise ValueError(f"the {name} HostTable is closed")
+    if traced and not isinstance(table._handle, jax.core.Tracer):
+        raise ValueError(f"the {name} HostTable is closed over by a traced function: pass "
+                         "the HostTables as its arguments (their handles are operands)")
+    table.restore_donated()
+    table.check_unwritten("jdirect.neighbor_sum")
 
 
 def _start(start: Any) -> int | jax.Array:

@@ -162,6 +162,32 @@ def test_a_cache_of_every_row_is_summed_as_the_device_table(graph):
     close(result.logits)
 
 
+def test_a_partial_cache_input_is_summed_from_its_cache_and_host_rows(graph):
+    """The trainer's cache of part of the features (papers100M's on an 80
+    GB H100): layer 1 sums each edge's row from the cache or, uncached,
+    from host memory, in one neighbour sum a chunk over the CSR in host
+    memory (its edges were copied from the host chunk by chunk and read
+    through windows); only the uncached rows' reads cross the link."""
+    host = jdirect.HostTable(graph.features)
+    degrees = np.diff(graph.indptr)
+    cached = np.argsort(-degrees, kind="stable")[:30]
+    table = jdirect.CachedTable(host, cached)
+    model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=3)
+    result = layerwise(model, graph, table, device_budget=1500, chunk_nodes=16, chunk_edges=32)
+    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                               rtol=1e-4, atol=1e-4)
+    assert result.report.edges == ["host CSR", "host CSR"], result.report.edges
+    row = 6 * 4
+    misses = graph.num_edges - degrees[cached].sum()
+    csr = graph.indptr.nbytes + graph.indices.nbytes + 4 * graph.num_nodes
+    written = graph.num_nodes * 8 * 4  # layer 1's output, a host table
+    assert result.report.layers[0][1] == (graph.num_nodes + misses) * row + csr + written
+    assert not table.closed
+    table.close()
+    close(host)
+    close(result.logits)
+
+
 @pytest.mark.parametrize("kind", ["host", "int8"])
 def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hot_rows(graph, kind):
     # A budget below the staged input but above 1 % of its rows: the
@@ -172,6 +198,9 @@ def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hot_rows
     result = layerwise(model, graph, table, device_budget=1500, chunk_nodes=16, chunk_edges=32)
     assert any(t.startswith("layer 0 input cache: device") for t in result.report.tables), \
         result.report.tables
+    # A HostTable's float rows are summed through their cache (over the CSR
+    # in host memory); an Int8Table's packed ones through windows.
+    assert result.report.edges[0] == ("host CSR" if kind == "host" else "copied")
     np.testing.assert_allclose(logits(result), reference(model, graph, rows), rtol=1e-4,
                                atol=1e-4)
     assert not table.closed  # the caller's table: only the cache was released

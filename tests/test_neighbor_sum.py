@@ -263,7 +263,7 @@ def test_random_graphs(nodes, rows, width, max_degree, start, seed):
 @pytest.mark.parametrize("table, indptr, indices, kwargs, error, match", [
     (np.zeros((4, 2), np.float16), [0, 1], [0], {}, TypeError, "float32 or bfloat16"),
     (np.zeros((4, 2), np.int32), [0, 1], [0], {}, TypeError, "float32 or bfloat16"),
-    ([[0.0, 1.0]], [0, 1], [0], {}, TypeError, "jax.Array or NumPy array"),
+    ([[0.0, 1.0]], [0, 1], [0], {}, TypeError, "jax.Array, NumPy array, HostTable or"),
     (np.zeros((), np.float32), [0, 1], [0], {}, ValueError, "rank >= 1"),
     (np.zeros((4, 2), np.float32), np.array([0, 1], np.uint64), [0], {}, TypeError,
      "indptr must be int32, uint32 or int64"),
@@ -301,10 +301,95 @@ def test_values_past_int32_are_refused_while_x64_is_off(kwargs):
         jdirect.neighbor_sum(np.ones((4, 2), np.float32), **kwargs)
 
 
-def test_a_host_table_is_refused_with_a_pointer_to_gather():
-    table = jdirect.HostTable(np.zeros((4, 2), np.float32))
+def _cached(table, rows):
+    return jdirect.CachedTable(table, rows)
+
+
+# (what the rows are read through, the cached ids of a 300-row table or None)
+ROW_SOURCES = [
+    ("host", None),
+    ("cache", "hot"),  # the rows most edges read, scattered slots
+    ("cache", "every-reversed"),  # every row cached, out of order: no host read
+    ("cache", "every"),  # every row in order: the cache's array itself
+    ("cache", "none"),  # an empty cache: every row from the host
+]
+
+
+def _cache_rows(which, indices, rows):
+    if which == "hot":
+        return np.argsort(-np.bincount(indices, minlength=rows), kind="stable")[: rows // 3]
+    return {"every-reversed": np.arange(rows)[::-1], "every": np.arange(rows),
+            "none": np.zeros(0, np.int64)}[which]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize("width", [3, 128, 3703])
+@pytest.mark.parametrize("kind, which", ROW_SOURCES)
+@pytest.mark.parametrize("host_csr", [False, True])
+def test_rows_of_a_host_table_or_a_cache_over_one_sum_like_the_array(dtype, width, kind,
+                                                                      which, host_csr):
+    """Layer-wise inference's input that does not fit the device: rows of
+    a HostTable (host memory, over the link), some or all also in a device
+    cache, over a CSR of arrays or of HostTables; eagerly and under jit with
+    the tables as arguments, hubs past a warp's 512 edges included."""
+    rng = np.random.default_rng(width)
+    rows = 300
+    values = jnp.asarray(rng.standard_normal((rows, width)), dtype)
+    indptr, indices = random_csr(rng, 90, rows, 700)
+    indptr[40:43] = indptr[40]  # isolated nodes
+    indptr[43:] -= indptr[43] - indptr[40]
+    indices = indices[: indptr[-1]]
+    want = reference(np.asarray(values.astype(jnp.float32)), indptr, indices, 0, 90)
+    host = jdirect.HostTable(np.asarray(values))
+    table = host if kind == "host" else _cached(host, _cache_rows(which, indices, rows))
+    csr = (jdirect.HostTable(indptr), jdirect.HostTable(indices)) if host_csr \
+        else (jnp.asarray(indptr), jnp.asarray(indices))
     try:
-        with pytest.raises(TypeError, match="HostTable .*jdirect.gather"):
-            jdirect.neighbor_sum(table, [0, 1], [0])
+        got = np.asarray(jdirect.neighbor_sum(table, *csr))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+        at = jax.jit(lambda t, p, i, s: jdirect.neighbor_sum(t, p, i, s, size=32))
+        for start in (0, 70):
+            np.testing.assert_allclose(np.asarray(at(table, *csr, jnp.int32(start))),
+                                       want[start : start + 32] if start == 0 else
+                                       np.concatenate([want[70:], np.zeros((12, width))]),
+                                       rtol=1e-5, atol=1e-4 * np.abs(want).max())
     finally:
-        table.close()
+        for t in (*csr, host):
+            if isinstance(t, jdirect.HostTable):
+                t.close()
+
+
+def test_a_host_table_closed_closed_over_or_not_of_float_rows_is_refused():
+    indptr, indices = np.array([0, 1, 2], np.int32), np.array([0, 1], np.int32)
+    with jdirect.HostTable(np.zeros((4, 2), np.int32)) as ints, \
+            pytest.raises(TypeError, match="float32 or bfloat16 rows, got int32"):
+        jdirect.neighbor_sum(ints, indptr, indices)
+    packed = jdirect.Int8Table(np.ones((4, 8), np.float32))
+    try:
+        with pytest.raises(TypeError, match="CachedTable over a HostTable, got one over "
+                                            "Int8Table .*jdirect.gather"):
+            jdirect.neighbor_sum(jdirect.CachedTable(packed, [0]), indptr, indices)
+    finally:
+        packed.close()
+    table = jdirect.HostTable(np.ones((4, 2), np.float32))
+    cached = jdirect.CachedTable(table, [1])
+    with pytest.raises(ValueError, match="table HostTable is closed over by a traced"):
+        jax.jit(lambda s: jdirect.neighbor_sum(table, indptr, indices, s, size=2))(
+            jnp.int32(0))
+    cached.close()
+    with pytest.raises(ValueError, match="CachedTable is closed"):
+        jdirect.neighbor_sum(cached, indptr, indices)
+    table.close()
+    with pytest.raises(ValueError, match="table HostTable is closed"):
+        jdirect.neighbor_sum(table, indptr, indices)
+
+
+def test_a_sum_reads_a_host_table_after_its_writes_and_close_waits_for_it():
+    """A write dispatched before the sum is seen by it; closing the table
+    after the sum waits for the sum (its rows are still summed)."""
+    table = jdirect.HostTable(np.ones((6, 4), np.float32))
+    indptr, indices = np.array([0, 3, 6], np.int32), np.array([0, 1, 2, 3, 4, 5], np.int32)
+    written = table.at[jnp.array([1, 4])].set(jnp.full((2, 4), 10.0))
+    sums = jdirect.neighbor_sum(written, indptr, indices)
+    table.close()
+    np.testing.assert_array_equal(np.asarray(sums), np.full((2, 4), 12.0))

@@ -16,7 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ..cached_table import CachedTable
 from ..gather import gather
+from ..host_table import HostTable
 from ..neighbor_sum import ROW_DTYPES, neighbor_sum
 from . import _layer_nodes as layer_nodes
 from . import _layer_tables as tables
@@ -84,7 +86,7 @@ class Steps:
                 counts = jnp.diff(ends)
             else:  # in host memory, which no device program computes from
                 counts = jnp.take(degrees, nodes[:-1], mode="fill", fill_value=0)
-            if fused(conv(params), edges_from):  # a device cache (`hot`) is no array
+            if fused(conv(params), edges_from):  # callers count its `hot` reads
                 sums = neighbor_sum(edges_from, indptr, indices, first, size=size)
                 state = add_row_sums(state, sums, counts.astype(jnp.float32))
                 return close(params, h, s, state), jnp.int32(0)
@@ -118,8 +120,11 @@ class Steps:
             the edges offsets[k] .. offsets[k + 1] - 1 of `nbrs`, source
             rows padded past the table to whole windows (None: a model
             that reads no edges)."""
-            return run(params, table, source, edges_from, hot, rows,
-                       None if nbrs is None else Csr(offsets, nbrs), jnp.int32(0))
+            out, hits = run(params, table, source, edges_from, hot, rows,
+                            None if nbrs is None else Csr(offsets, nbrs), jnp.int32(0))
+            if nbrs is not None and hot is not None and fused(conv(params), edges_from):
+                hits = cache_hits(hot, nbrs, offsets[-1])  # the sum counts none
+            return out, hits
 
         def summed(params, pushed, rows):
             """Output rows of a chunk whose node k is row rows[k] of a
@@ -150,11 +155,17 @@ class Steps:
 def fused(conv: Any, edges_from: Input) -> bool:
     """Whether a layer's edges are summed by one `jdirect.neighbor_sum`:
     its `Conv` sums its sources (`sums_sources`; a Conv without the
-    attribute does not) and they are a device array of float32 or bfloat16
-    rows. Other table kinds (a HostTable, a cache over one) and pinned_host
-    arrays go through the windows' gathers, whose host reads are ordered
-    for the link (`jdirect.gather`)."""
-    return (getattr(conv, "sums_sources", False) and isinstance(edges_from, jax.Array)
+    attribute does not) and they are float32 or bfloat16 rows of a device
+    array, a HostTable or a CachedTable over one (its cached rows read from
+    the device, the rest over the link). Other kinds (an Int8Table and a
+    cache over one, pinned_host arrays) go through the windows' gathers."""
+    if not getattr(conv, "sums_sources", False):
+        return False
+    if isinstance(edges_from, CachedTable):
+        edges_from = edges_from.table
+    if isinstance(edges_from, HostTable):
+        return edges_from.dtype in ROW_DTYPES
+    return (isinstance(edges_from, jax.Array)
             and jax.typeof(edges_from).memory_space != jax.memory.Space.Host
             and np.dtype(edges_from.dtype) in ROW_DTYPES)
 

@@ -143,10 +143,15 @@ def cache_hottest(what: str, table: Input, counts: np.ndarray, room: float,
                   report: Report) -> tuple[Input, np.ndarray | None]:
     """(`table` read through a device cache of its rows of highest `counts`
     in `room` bytes, bool[rows] marking them) for a table kind a cache can
-    wrap (a HostTable or an Int8Table that did not fit whole), else
+    wrap (a HostTable or an Int8Table that did not fit whole); a
+    CachedTable already (the trainer's) with its cached rows marked; else
     (`table`, None). The rows that fit follow the core's sizing rule
     (`jdirect.cached_table.rows_within`), as the trainer's cache does.
     Counts the cached rows' copy in `report`."""
+    if isinstance(table, CachedTable) and table.cached_rows is not None:
+        hot = np.zeros(table.shape[0], bool)
+        hot[table.cached_rows] = True
+        return table, hot
     if not isinstance(table, RegisteredTable):
         return table, None
     rows = table.shape[0]

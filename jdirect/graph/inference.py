@@ -12,12 +12,12 @@ model's `Conv` (models/base.py) run over the CSR:
     table_out[a:b] = activation(finish(state))
 
 A layer whose `Conv` sums its sources (`sums_sources`: GraphSAGE, GCN)
-over a table that is an array (on the device, or staged there) adds all
-of a chunk's edges in one `jdirect.neighbor_sum` instead of windows: each
-edge's source row is read once and added in registers, with no
-[edges, width] buffer of gathered rows written and read back. Other layers
-(GAT, and inputs read from a host table or through a cache) run the
-windows.
+over float rows (an array on the device or staged there, a HostTable, or
+a CachedTable over one: cached rows from the device, the others over the
+link) adds all of a chunk's edges in one `jdirect.neighbor_sum` instead
+of windows: each edge's source row is read once and added in registers,
+with no [edges, width] buffer of gathered rows written and read back.
+Other layers (GAT, and int8-encoded inputs) run the windows.
 
 Chunks hold at most `chunk_nodes` nodes and windows at most `chunk_edges`
 edges, fewer where their bytes would exceed the working budget (below):
@@ -34,12 +34,13 @@ device in one call (one a chunk where its output is a host table): chunks
 are `chunk_nodes` consecutive nodes, each window's sources are read from
 the device CSR inside the call, and the host waits for the device once a
 layer. A summed layer over every node whose CSR does not fit so (papers100M's
-3.2B edges) runs the same way with the CSR in pinned host memory, which
-the neighbour sum reads over the link (`_layer_csr`). Otherwise (a layer
-restricted to some nodes, a CSR that fits neither) each chunk's edge
-sources are built on the host and copied with it, one call a chunk whose
-windows loop on the device (4 bytes an edge of the chunk beside the
-working memory below, padded to a power of two of windows so that few
+3.2B edges), or whose input is in host memory (the device's room then goes
+to a cache of its rows), runs the same way with the CSR in pinned host
+memory, which the neighbour sum reads over the link (`_layer_csr`).
+Otherwise (a layer restricted to some nodes, a CSR that fits neither) each
+chunk's edge sources are built on the host and copied with it, one call a
+chunk whose windows loop on the device (4 bytes an edge of the chunk beside
+the working memory below, padded to a power of two of windows so that few
 shapes compile).
 
 The floor of a layer over every node: each edge reads one row of the
@@ -316,7 +317,11 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 spent, csr = spent - csr.device_bytes(graph), None
             if every and model.uses_neighbors and csr is None:
                 room = budget - spent - out.device_bytes
-                csr = layer_csr.on_device(graph, room, report)
+                # Summing rows from host memory, the device's room goes to a
+                # cache of them (each read per edge), not to the CSR (read
+                # once a layer, in order, over the link).
+                csr = None if summed and tables.on_host(edges_from) \
+                    else layer_csr.on_device(graph, room, report)
                 if csr is None and summed:
                     csr = layer_csr.in_host_memory(graph, room, report)
                 spent += 0 if csr is None else csr.device_bytes(graph)
@@ -326,12 +331,17 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 edges_from, hot = tables.cache_hottest(
                     f"layer {i} input", table, _degrees(graph, src),
                     budget - spent - out.device_bytes, report)
-            hot = None if hot is None else jnp.asarray(hot)
+            # A sum over every node counts its cache's hits from the degrees
+            # (below); the windows and a chunk's sum, on the device.
+            by_degrees = summed and every and csr is not None
+            hot_rows, hot = hot, None if hot is None or by_degrees else jnp.asarray(hot)
             report.edges.append("none" if not model.uses_neighbors else "copied" if csr is None
                                 else "host CSR" if csr.in_host_memory else "device CSR")
             if every and (csr is not None or not model.uses_neighbors):
                 hits = every_node(steps, params, report, table, source, edges_from, csr, hot, out,
                                   dst)
+                if by_degrees and hot_rows is not None:
+                    hits = int(_degrees(graph, src)[hot_rows].sum())
             else:
                 hits = copied_chunks(steps, params, report, table, source, edges_from, hot, out,
                                      src, dst, size, window if model.uses_neighbors else None)
