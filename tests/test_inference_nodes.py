@@ -358,15 +358,14 @@ def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, n
     (pulled), in float32 and bfloat16 tables, through windows of a few edges,
     with an isolated node asked for and with the restricted layer the last;
     on a directed graph too (a node's edges are its in-edges only); with the
-    sorted pairs on the device, or in host memory (an H100's way), copied in
-    blocks of 6 pairs."""
+    sorted pairs on the device, or in host memory (an H100's way), read by
+    the windows from there."""
     graph = graph if kind == "undirected" else directed(graph)
     nodes = np.append(node_sets(graph)[which], graph.num_nodes - 1)  # isolated
     # Pairs sorted in slices of 5 (papers100M's: 2**27), so that a chunk's
-    # pairs lie in several slices and its windows (and blocks) run across them.
+    # pairs lie in several slices and its windows run across them.
     monkeypatch.setattr(_layer_push, "SLICE", 5)
     if pairs == "host":
-        monkeypatch.setattr(_layer_push, "BLOCK", 6)
         ways = _layer_push.modes
         monkeypatch.setattr(_layer_push, "modes", lambda *args: ways(*args)[1:])
     model = build(name, 6, 8, 4, layers, dropout=0.5, seed=16)
@@ -393,7 +392,6 @@ def test_the_push_runs_where_its_sums_fit_the_device_budget(graph, monkeypatch):
     of that the layer makes its table instead, each with the same logits.
     The plan counts what runs: the push's bytes, or the table of every node."""
     monkeypatch.setattr(_layer_push, "SLICE", 5)
-    monkeypatch.setattr(_layer_push, "BLOCK", 4)
     model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
     few = node_sets(graph)["few"]
     above = _layer_nodes.plan(graph, np.unique(few), 3, True)[1]

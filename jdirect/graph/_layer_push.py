@@ -19,27 +19,28 @@ Device memory: the sums (4 bytes an element) and own rows of the
 restricted layer's nodes, its edges' (source, row) pairs sorted by source
 (8 bytes an edge, twice while sorting), and a window of gathered rows.
 Where the pairs do not fit beside the sums (papers100M on an H100: 26.3 GB
-against a 15.8 GB budget), each slice is sorted on the device and kept in
-host memory instead, and each chunk's pairs are copied to the device in
-blocks (`modes`): the device then holds the sums, the own rows and two
-blocks.
+against a 15.8 GB budget), each slice is sorted on the device and written
+by it into pinned host memory instead (HostTables), and each chunk's
+windows read their pairs from there over the link (`jdirect.gather`, in
+stored order: 8 bytes a pair, once a layer) (`modes`): the device then
+holds the sums and the own rows.
 Private to `jdirect.graph.inference`.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import host_memory
+from ..gather import gather
+from ..host_table import HostTable
 from . import _layer_nodes as layer_nodes
-from ._host_copies import HostCopies
 from ._layer_tables import Report, fits_device, nbytes
 
 
@@ -88,10 +89,6 @@ def slices(dst: layer_nodes.Nodes) -> tuple[int, int]:
     return -(-dst.num_edges // length), length
 
 
-# Pairs copied to the device at once where they are kept in host memory.
-BLOCK = 1 << 22
-
-
 class Mode(NamedTuple):
     """A way to push and its device bytes: `all` of its arrays (and a
     slice's sort), and its `largest` array (one allocator block)."""
@@ -109,11 +106,11 @@ def modes(dst: layer_nodes.Nodes, width: int, dtype: Any) -> tuple[Mode, Mode]:
     rows = sums + nbytes((dst.rows, width), dtype) + 8 * dst.rows  # sums, own rows, ids, counts
     count, length = slices(dst)
     pairs = 4 * count * length
-    # On the host: the slices are sorted (and copied out) before the sums
-    # are made; then at most two blocks of pairs are on the device.
+    # On the host: the slices are sorted (and written out) before the sums
+    # are made; the windows then read their pairs from host memory.
     sorting = 64 * length  # a sort's scratch, its slice, the last slice's copies
     return (Mode(False, rows + 2 * pairs + 32 * length, max(sums, pairs)),
-            Mode(True, max(sorting, rows + 16 * _block(dst)), max(sums, 16 * length)))
+            Mode(True, max(sorting, rows), max(sums, 16 * length)))
 
 
 def host_bytes(dst: layer_nodes.Nodes) -> int:
@@ -135,10 +132,6 @@ def choose(ways: tuple[Mode, ...], dst: layer_nodes.Nodes, budget: float) -> Mod
                      or host + host_memory.HOST_RESERVE <= available)):
             return mode
     return None
-
-
-def _block(dst: layer_nodes.Nodes) -> int:
-    return min(BLOCK, math.prod(slices(dst)))
 
 
 class Push:
@@ -166,14 +159,16 @@ class Push:
         size = self.slices * self.length
         if pairs_on_host:
             host_memory.check_host_room(host_bytes(dst), f"{what}: its sorted pairs")
-            self.sources, self.targets = np.empty(size, np.int32), np.empty(size, np.int32)
-            self.block = _block(dst)
-            with HostCopies() as copies:
-                for k, piece, offsets in self._pieces(dst, report):
-                    at = slice(k * self.length, (k + 1) * self.length)
-                    for out, pairs in zip((self.sources, self.targets), _sorted(piece, offsets)):
-                        copies.put_range(out[at], pairs)
-            report.bytes_written += 2 * self.sources.nbytes
+            # Pinned: read in stored order, so 4 KB pages cost no rate, and
+            # pinned in 0.04 s a GB where managed memory would count
+            # against the device's free memory.
+            self.sources, self.targets = (HostTable.empty(size, np.int32, memory="pinned")
+                                          for _ in range(2))
+            writes = [_store_slice(self.sources, self.targets, piece, offsets, np.int32(k))
+                      for k, piece, offsets in self._pieces(dst, report)]
+            jax.block_until_ready(writes)  # the chunks search the sources on the host
+            self._host_sources = self.sources.numpy()
+            report.bytes_written += 8 * size
         else:
             self.sources = jnp.full(size, PAD, jnp.int32)
             self.targets = jnp.full(size, dst.rows, jnp.int32)
@@ -186,7 +181,6 @@ class Push:
         self.sums = jnp.zeros((dst.rows, width), jnp.float32)
         report.bytes_read += self.ids.nbytes + self.counts.nbytes
         self._report = report
-        self._blocks: collections.deque = collections.deque()  # the blocks' calls in flight
         where = "; its sorted pairs in host memory" if pairs_on_host else ""
         report.tables.append(f"{what}: pushed [{dst.rows}, {width}] float32 (the sums of the "
                              f"layer above's {dst.rows:,} nodes over {dst.num_edges:,} "
@@ -211,40 +205,28 @@ class Push:
             self.sums, self.rows = _push(self.sums, self.rows, rows, self.sources, self.targets,
                                          self.ids, at, window=self.window, slices=self.slices)
             return
-        # The chunk's pairs: a range of each sorted slice, laid end to end
-        # and copied to the device a block at a time.
-        firsts = np.arange(self.slices, dtype=np.int64) * self.length
-        # Keys of the slices' dtype: NumPy would convert the slice for others
-        # (a Python int: 0.4 s a search of 2**27 entries, against 11 us).
-        bounds = np.array([np.searchsorted(self.sources[f : f + self.length], at)
-                           for f in firsts])
-        lo, hi = firsts + bounds[:, 0], firsts + bounds[:, 1]  # contiguous, for copy_ranges
-        ends = np.concatenate([[0], np.cumsum(hi - lo)])
-        for start in range(0, int(ends[-1]), self.block):
-            stop = min(start + self.block, int(ends[-1]))
-            pairs = []
-            for source in (self.sources, self.targets):
-                block = np.empty(self.block, np.int32)  # its tail past stop: masked
-                layer_nodes.copy_ranges(source, lo, ends, start, stop, block[: stop - start])
-                pairs.append(block)
-            self._report.bytes_read += 8 * self.block
-            # Two blocks on the device at most (`modes`): the host would
-            # otherwise run ahead, each call holding its block.
-            if len(self._blocks) == 2:
-                self._blocks.popleft().block_until_ready()
-            self.sums, added = _add_block(self.sums, rows, *pairs, np.int32(stop - start), at,
+        # The chunk's pairs: a range of each sorted slice, found on the host
+        # (keys of the slices' dtype: NumPy would convert the slice for
+        # others, 0.4 s a search of 2**27 entries against 11 us).
+        firsts = np.arange(self.slices, dtype=np.int32) * np.int32(self.length)
+        bounds = np.array([np.searchsorted(self._host_sources[f : f + self.length], at)
+                           for f in firsts], np.int32)
+        lo, hi = firsts + bounds[:, 0], firsts + bounds[:, 1]
+        self._report.bytes_read += 8 * int((hi - lo).sum())
+        self.sums, self.rows = _push_host(self.sums, self.rows, rows, self.sources,
+                                          self.targets, self.ids, lo, hi, at,
                                           window=self.window)
-            self._blocks.append(added)
-        self.rows = _keep_own(self.rows, rows, self.ids, at)
 
     def done(self) -> Pushed:
         """The pushed input, complete (its layer ends waiting for the device)."""
         out = jax.block_until_ready(Pushed(self.rows, self.sums, self.counts))
-        self._blocks.clear()
-        if isinstance(self.sources, jax.Array):
-            self.sources.delete()
-            self.targets.delete()
+        for pairs in (self.sources, self.targets):
+            if isinstance(pairs, HostTable):
+                pairs.close()
+            else:
+                pairs.delete()
         self.rows = self.sums = self.counts = self.sources = self.targets = None
+        self._host_sources = None
         return out
 
 
@@ -259,7 +241,17 @@ def _sort_pairs(piece: jax.Array, offsets: jax.Array) -> tuple[jax.Array, jax.Ar
     return jax.lax.sort((piece, row), num_keys=1)
 
 
-_sorted = jax.jit(_sort_pairs)
+@jax.jit
+def _store_slice(sources: HostTable, targets: HostTable, piece: jax.Array, offsets: jax.Array,
+                 k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Writes rows k * len(piece) onward of the host tables `sources` and
+    `targets` with `_sort_pairs(piece, offsets)`, from the device; returns
+    the writes' tokens only (`_layer_tables.write_host`'s way: tables
+    returned from jit would wait for the call)."""
+    piece, row = _sort_pairs(piece, offsets)
+    ids = k * piece.shape[0] + jnp.arange(piece.shape[0], dtype=jnp.int32)
+    return (sources.at[ids].set(piece, unique_indices=True)._after,
+            targets.at[ids].set(row, unique_indices=True)._after)
 
 
 @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -285,17 +277,31 @@ def _lower_bound(values: jax.Array, lo: jax.Array, hi: jax.Array, key: jax.Array
     return jax.lax.fori_loop(0, steps, step, (lo, hi))[0]
 
 
-def _add_windows(sums: jax.Array, rows: jax.Array, sources: jax.Array, targets: jax.Array,
-                 pair: Any, count: jax.Array, a: jax.Array, window: int) -> jax.Array:
+def _ranges(lo: jax.Array, hi: jax.Array, last: int) -> tuple[Callable, jax.Array]:
+    """(pair, count): the pairs at positions [lo[k], hi[k]) of each slice k,
+    laid end to end, are pair(0) .. pair(count - 1) (positions clipped to
+    `last`, so that a padding lane reads inside the pairs)."""
+    ends = jnp.cumsum(hi - lo)
+
+    def pair(p):
+        k = jnp.minimum(jnp.searchsorted(ends, p, side="right"), lo.shape[0] - 1)
+        return jnp.minimum(lo[k] + p - (ends[k] - (hi[k] - lo[k])), last)
+
+    return pair, ends[-1]
+
+
+def _add_windows(sums: jax.Array, rows: jax.Array, read: Callable, pair: Callable,
+                 count: jax.Array, a: jax.Array, window: int) -> jax.Array:
     """`sums` with rows[sources[e] - a] (as float32) added at targets[e] for
-    e = pair(p), p < count, a window of p at a time."""
+    e = pair(p), p < count, a window of p at a time; read(e) gives
+    (sources[e], targets[e])."""
     n, size = sums.shape[0], rows.shape[0]
 
     def one(w, sums):
         p = w * window + jnp.arange(window, dtype=jnp.int32)
-        e = pair(p)
-        u = jnp.clip(sources[e] - a, 0, size - 1)
-        return sums.at[jnp.where(p < count, targets[e], n)].add(
+        sources, targets = read(pair(p))
+        u = jnp.clip(sources - a, 0, size - 1)
+        return sums.at[jnp.where(p < count, targets, n)].add(
             rows[u].astype(jnp.float32), mode="drop")
 
     return jax.lax.fori_loop(0, (count + window - 1) // window, one, sums)
@@ -323,24 +329,23 @@ def _push(sums: jax.Array, own: jax.Array, rows: jax.Array, sources: jax.Array,
     starts = jnp.arange(slices, dtype=jnp.int32) * length
     lo = _lower_bound(sources, starts, starts + length, at[0])
     hi = _lower_bound(sources, lo, starts + length, at[1])
-    ends = jnp.cumsum(hi - lo)  # the chunk's pairs, slice by slice, end to end
-
-    def pair(p):
-        k = jnp.minimum(jnp.searchsorted(ends, p, side="right"), slices - 1)
-        return jnp.minimum(lo[k] + p - (ends[k] - (hi[k] - lo[k])), sources.shape[0] - 1)
-
-    sums = _add_windows(sums, rows, sources, targets, pair, ends[-1], at[0], window)
+    pair, count = _ranges(lo, hi, sources.shape[0] - 1)
+    sums = _add_windows(sums, rows, lambda e: (sources[e], targets[e]), pair, count, at[0],
+                        window)
     return sums, _own(own, rows, ids, at)
 
 
-@functools.partial(jax.jit, static_argnames=("window",), donate_argnums=(0,))
-def _add_block(sums: jax.Array, rows: jax.Array, sources: jax.Array, targets: jax.Array,
-               count: jax.Array, at: jax.Array, *, window: int) -> tuple[jax.Array, jax.Array]:
-    """(`sums` with the first `count` pairs of a block copied from host
-    memory added, as `_push` adds a chunk's; `count`, to wait for)."""
-    last = sources.shape[0] - 1
-    return _add_windows(sums, rows, sources, targets, lambda p: jnp.minimum(p, last), count,
-                        at[0], window), count + 0
+@functools.partial(jax.jit, static_argnames=("window",), donate_argnums=(0, 1))
+def _push_host(sums: jax.Array, own: jax.Array, rows: jax.Array, sources: HostTable,
+               targets: HostTable, ids: jax.Array, lo: jax.Array, hi: jax.Array,
+               at: jax.Array, *, window: int) -> tuple[jax.Array, jax.Array]:
+    """`_push` with the sorted pairs in host tables, each window's read
+    over the link, and the chunk's ranges of them [lo[k], hi[k]) found on
+    the host (where the host has its sources)."""
+    pair, count = _ranges(lo, hi, sources.shape[0] - 1)
 
+    def read(e):  # ascending positions: no sort into address order
+        return gather(sources, e, locality=False), gather(targets, e, locality=False)
 
-_keep_own = jax.jit(_own, donate_argnums=(0,))
+    sums = _add_windows(sums, rows, read, pair, count, at[0], window)
+    return sums, _own(own, rows, ids, at)

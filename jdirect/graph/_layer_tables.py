@@ -35,7 +35,8 @@ class Report:
         into the sums of the restricted layer above (`_layer_push`).
       bytes_read: bytes read from host memory by the device (host input
         rows gathered or staged, the CSR copied whole or window by window,
-        a push's edges and, kept in host memory, its blocks of pairs).
+        a push's edges and, kept in host memory, its pairs read by the
+        windows).
       bytes_written: bytes written from the device to host tables (and a
         push's sorted pairs kept in host memory).
       layers: per layer, input side first, (seconds, bytes read + written

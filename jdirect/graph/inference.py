@@ -66,7 +66,7 @@ it is computed (`_layer_push`; papers100M's evaluation: 6.6M nodes' sums
 instead of a 57 GB table of every node, written and read per edge). The
 edges' (source, row) pairs, sorted by source, stay on the device beside
 the sums where both fit, else in host memory (11.4 GB for papers100M on
-an H100), each chunk's copied to the device in blocks.
+an H100), which each chunk's windows read over the link.
 
 Tables. Layer l reads its input (the features for l = 0) through
 `jdirect.gather`: a HostTable, Int8Table, CachedTable or a jax.Array (a
