@@ -122,6 +122,7 @@ inline ffi::Error LeasedRows(const TableLease& lease, ffi::Buffer<ffi::S32> slot
   a->table = lease.view().data;
   a->nrows = nrows;
   a->cache = DeviceCache{};
+  if (a->row_bytes() == 0) return ffi::Error::Success();  // no row is read
   return MakeCache(slots, cached, nrows, a->row_bytes(), &a->cache);
 }
 

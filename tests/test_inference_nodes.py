@@ -403,6 +403,10 @@ def test_the_push_runs_where_its_sums_fit_the_device_budget(graph, monkeypatch):
     host = [" ".join(run.report.tables).count("host memory") for run in runs.values()]
     assert [run.report.edges[1] for run in runs.values()][:2] == ["pushed", "pushed"]
     assert host[:2] == [0, 1] and runs[on_host.all - 1].report.edges[1] != "pushed"
+    # In host memory, the device writes the sorted slices (padding included)
+    # and reads each pair once: layer 1's bytes over the link.
+    pairs, device = (runs[b].report.layers[0][1] for b in (on_host.all, on_device.all))
+    assert pairs - device == _layer_push.host_bytes(above) + 8 * above.num_edges
     for run in runs.values():
         np.testing.assert_allclose(run.rows(few), runs[on_device.all].rows(few), rtol=1e-5,
                                    atol=1e-6)

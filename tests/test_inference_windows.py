@@ -149,26 +149,38 @@ def test_the_csr_is_copied_to_the_device_once(graph):
     result.close()
 
 
-def test_cache_hits_counted_in_the_device_loop_cross_no_link():
-    """A host input too large to stage, read through a device cache beside
-    the device CSR: only the other edges' reads cross the link."""
+@pytest.mark.parametrize("kind", ["host", "int8"])
+def test_cache_hits_cross_no_link(kind):
+    """A host input too large to stage, read through a device cache: only
+    the other edges' reads cross the link. Float rows are summed by the
+    neighbour sum over the CSR in host memory (its hits counted from the
+    cached rows' degrees); an Int8Table's go through the windows beside the
+    device CSR (their hits counted in the device loop)."""
     dim = 40
     graph = make_graph(dim=dim)
     model = build("sage", dim, 8, 4, 1, dropout=0.5, seed=24)
-    row, out = dim * 4, graph.num_nodes * 4 * 4
+    out = graph.num_nodes * 4 * 4
+    table = (jdirect.HostTable(graph.features) if kind == "host"
+             else jdirect.Int8Table(graph.features))
+    row = table.row_bytes
     budget = out + csr_bytes(graph) + 30 * (row + 4)  # a cache of about 30 rows
-    with jdirect.HostTable(graph.features) as features:
-        result = layerwise(model, graph, features, device_budget=budget)
+    try:
+        result = layerwise(model, graph, table, device_budget=budget)
+    finally:
+        table.close()
     cache, = [t for t in result.report.tables if " cache: " in t]
     cached = int(cache.split("device ")[1].split(" of")[0])
     assert 0 < cached < graph.num_nodes
     degrees = np.sort(np.diff(graph.indptr))[::-1]
     hits = int(degrees[:cached].sum())  # whichever ties the cache took
-    want = (csr_bytes(graph) + cached * row + graph.num_nodes * row
-            + (graph.num_edges - hits) * row)
+    csr = (graph.indptr.nbytes + graph.indices.nbytes + 4 * graph.num_nodes if kind == "host"
+           else csr_bytes(graph))
+    assert result.report.edges == ["host CSR" if kind == "host" else "device CSR"]
+    want = csr + cached * row + graph.num_nodes * row + (graph.num_edges - hits) * row
     assert result.report.bytes_read == want
-    np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
-                               rtol=1e-4, atol=1e-4)
+    if kind == "host":
+        np.testing.assert_allclose(logits(result), reference(model, graph, graph.features),
+                                   rtol=1e-4, atol=1e-4)
     result.close()
 
 

@@ -373,15 +373,23 @@ def test_a_host_table_closed_closed_over_or_not_of_float_rows_is_refused():
         packed.close()
     table = jdirect.HostTable(np.ones((4, 2), np.float32))
     cached = jdirect.CachedTable(table, [1])
-    with pytest.raises(ValueError, match="table HostTable is closed over by a traced"):
-        jax.jit(lambda s: jdirect.neighbor_sum(table, indptr, indices, s, size=2))(
-            jnp.int32(0))
+    for closed_over in (table, cached):
+        with pytest.raises(ValueError, match="table HostTable is closed over by a traced"):
+            jax.jit(lambda s: jdirect.neighbor_sum(closed_over, indptr, indices, s, size=2))(
+                jnp.int32(0))
     cached.close()
     with pytest.raises(ValueError, match="CachedTable is closed"):
         jdirect.neighbor_sum(cached, indptr, indices)
     table.close()
     with pytest.raises(ValueError, match="table HostTable is closed"):
         jdirect.neighbor_sum(table, indptr, indices)
+
+
+def test_rows_of_no_width_through_a_cache_sum_to_empty_rows():
+    with jdirect.HostTable(np.zeros((4, 0), np.float32)) as table:
+        got = jdirect.neighbor_sum(jdirect.CachedTable(table, [1]), np.array([0, 2, 3]),
+                                   np.array([1, 3, 0]))
+    assert got.shape == (2, 0) and got.dtype == np.float32
 
 
 def test_a_sum_reads_a_host_table_after_its_writes_and_close_waits_for_it():

@@ -162,12 +162,21 @@ class Push:
             # Pinned: read in stored order, so 4 KB pages cost no rate, and
             # pinned in 0.04 s a GB where managed memory would count
             # against the device's free memory.
-            self.sources, self.targets = (HostTable.empty(size, np.int32, memory="pinned")
-                                          for _ in range(2))
-            writes = [_store_slice(self.sources, self.targets, piece, offsets, np.int32(k))
-                      for k, piece, offsets in self._pieces(dst, report)]
-            jax.block_until_ready(writes)  # the chunks search the sources on the host
-            self._host_sources = self.sources.numpy()
+            self.sources = self.targets = None
+            try:
+                self.sources = HostTable.empty(size, np.int32, memory="pinned")
+                self.targets = HostTable.empty(size, np.int32, memory="pinned")
+                writes: list = []
+                for k, piece, offsets in self._pieces(dst, report):
+                    if len(writes) >= 2:  # two slices' sorts on the device at most (`modes`)
+                        jax.block_until_ready(writes[-2])
+                    writes.append(_store_slice(self.sources, self.targets, piece, offsets,
+                                               np.int32(k)))
+                jax.block_until_ready(writes)  # the chunks search the sources on the host
+                self._host_sources = self.sources.numpy()
+            except BaseException:
+                self.close()
+                raise
             report.bytes_written += 8 * size
         else:
             self.sources = jnp.full(size, PAD, jnp.int32)
@@ -220,14 +229,19 @@ class Push:
     def done(self) -> Pushed:
         """The pushed input, complete (its layer ends waiting for the device)."""
         out = jax.block_until_ready(Pushed(self.rows, self.sums, self.counts))
+        self.close()
+        self.rows = self.sums = self.counts = None
+        return out
+
+    def close(self) -> None:
+        """Frees the sorted pairs now (a HostTable's pinned memory once no
+        read of it runs): after `done`, or after an error."""
         for pairs in (self.sources, self.targets):
             if isinstance(pairs, HostTable):
                 pairs.close()
-            else:
+            elif isinstance(pairs, jax.Array):
                 pairs.delete()
-        self.rows = self.sums = self.counts = self.sources = self.targets = None
-        self._host_sources = None
-        return out
+        self.sources = self.targets = self._host_sources = None
 
 
 def _sort_pairs(piece: jax.Array, offsets: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -290,16 +304,16 @@ def _ranges(lo: jax.Array, hi: jax.Array, last: int) -> tuple[Callable, jax.Arra
     return pair, ends[-1]
 
 
-def _add_windows(sums: jax.Array, rows: jax.Array, read: Callable, pair: Callable,
-                 count: jax.Array, a: jax.Array, window: int) -> jax.Array:
-    """`sums` with rows[sources[e] - a] (as float32) added at targets[e] for
-    e = pair(p), p < count, a window of p at a time; read(e) gives
-    (sources[e], targets[e])."""
+def _add_windows(sums: jax.Array, rows: jax.Array, read: Callable, count: jax.Array,
+                 a: jax.Array, window: int) -> jax.Array:
+    """`sums` with rows[source - a] (as float32) added at target for the
+    pairs (source, target) = read(p), p < count, a window of p at a time
+    (read(p) of a lane p >= count may be anything)."""
     n, size = sums.shape[0], rows.shape[0]
 
     def one(w, sums):
         p = w * window + jnp.arange(window, dtype=jnp.int32)
-        sources, targets = read(pair(p))
+        sources, targets = read(p)
         u = jnp.clip(sources - a, 0, size - 1)
         return sums.at[jnp.where(p < count, targets, n)].add(
             rows[u].astype(jnp.float32), mode="drop")
@@ -330,9 +344,12 @@ def _push(sums: jax.Array, own: jax.Array, rows: jax.Array, sources: jax.Array,
     lo = _lower_bound(sources, starts, starts + length, at[0])
     hi = _lower_bound(sources, lo, starts + length, at[1])
     pair, count = _ranges(lo, hi, sources.shape[0] - 1)
-    sums = _add_windows(sums, rows, lambda e: (sources[e], targets[e]), pair, count, at[0],
-                        window)
-    return sums, _own(own, rows, ids, at)
+
+    def read(p):
+        e = pair(p)
+        return sources[e], targets[e]
+
+    return _add_windows(sums, rows, read, count, at[0], window), _own(own, rows, ids, at)
 
 
 @functools.partial(jax.jit, static_argnames=("window",), donate_argnums=(0, 1))
@@ -344,8 +361,10 @@ def _push_host(sums: jax.Array, own: jax.Array, rows: jax.Array, sources: HostTa
     the host (where the host has its sources)."""
     pair, count = _ranges(lo, hi, sources.shape[0] - 1)
 
-    def read(e):  # ascending positions: no sort into address order
-        return gather(sources, e, locality=False), gather(targets, e, locality=False)
+    def read(p):
+        # Ascending positions: no sort into address order. Lanes past the
+        # chunk's pairs ask for none (a position past the tables reads nothing).
+        e = jnp.where(p < count, pair(p), sources.shape[0])
+        return tuple(gather(t, e, fill_value=0, locality=False) for t in (sources, targets))
 
-    sums = _add_windows(sums, rows, read, pair, count, at[0], window)
-    return sums, _own(own, rows, ids, at)
+    return _add_windows(sums, rows, read, count, at[0], window), _own(own, rows, ids, at)

@@ -73,7 +73,7 @@ class Steps:
             indptr[first + k] .. indptr[first + k + 1] - 1 of the CSR `csr`
             (a `_layer_csr.Csr`; None: a model that reads no edges; nodes
             past indptr's end: none). A layer whose `Conv` sums its sources
-            (`sums_sources`) over an array adds them in one
+            (`sums_sources`) over float rows (`fused`) adds them in one
             `jdirect.neighbor_sum`, the only reader of a CSR in host
             memory; any other runs its windows in a loop here."""
             h, s, state = open_(params, table, source, rows)

@@ -36,7 +36,10 @@ class Report:
       bytes_read: bytes read from host memory by the device (host input
         rows gathered or staged, the CSR copied whole or window by window,
         a push's edges and, kept in host memory, its pairs read by the
-        windows).
+        windows; a device cache's hits do not count: in a layer over every
+        node summed through a cache they are counted from the cached rows'
+        degrees, exact for an undirected graph, which stores each edge both
+        ways).
       bytes_written: bytes written from the device to host tables (and a
         push's sorted pairs kept in host memory).
       layers: per layer, input side first, (seconds, bytes read + written

@@ -232,6 +232,7 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
     report = Report()
     table, owned, src = features, False, layer_nodes.Nodes(graph)
     csr: layer_csr.Csr | None = None  # the graph's CSR, where the steps read it
+    out: Any = None
     bar = tqdm(total=len(convs), desc="layer-wise inference", unit="layer", leave=False,
                disable=None if progress else True)
     try:
@@ -309,21 +310,22 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 out = tables.Output(name, (dst.rows, conv.out_dim), dtype, budget - spent,
                                     report)
             edges_from, hot = table if source is None else source, None
-            # A CSR in host memory is read by the neighbour sum only (`fused`;
-            # a host input read through a cache, below, is never summed so).
+            # A CSR in host memory is read by the neighbour sum only (`fused`:
+            # float rows, also a HostTable's read through a cache made below).
             summed = fused(conv, edges_from)
             if csr is not None and csr.in_host_memory and not summed:
                 layer_csr.release(csr, table)
                 spent, csr = spent - csr.device_bytes(graph), None
             if every and model.uses_neighbors and csr is None:
                 room = budget - spent - out.device_bytes
-                # Summing rows from host memory, the device's room goes to a
-                # cache of them (each read per edge), not to the CSR (read
-                # once a layer, in order, over the link).
-                csr = None if summed and tables.on_host(edges_from) \
-                    else layer_csr.on_device(graph, room, report)
-                if csr is None and summed:
-                    csr = layer_csr.in_host_memory(graph, room, report)
+                ways = [layer_csr.on_device] + ([layer_csr.in_host_memory] if summed else [])
+                if summed and tables.on_host(edges_from):
+                    # Rows from host memory: the device's room goes first to
+                    # a cache of them (each read per edge), not to the CSR
+                    # (read once a layer, in order, over the link).
+                    ways.reverse()
+                for way in ways:
+                    csr = csr or way(graph, room, report)
                 spent += 0 if csr is None else csr.device_bytes(graph)
             if csr is not None and csr.in_host_memory:
                 report.bytes_read += csr.link_bytes  # read over the link each layer
@@ -331,8 +333,10 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
                 edges_from, hot = tables.cache_hottest(
                     f"layer {i} input", table, _degrees(graph, src),
                     budget - spent - out.device_bytes, report)
-            # A sum over every node counts its cache's hits from the degrees
-            # (below); the windows and a chunk's sum, on the device.
+            # A sum over every node counts its cache's hits from the cached
+            # rows' degrees (below: exact for an undirected graph; its CSR,
+            # in host memory, is read by the sum alone); the windows and a
+            # chunk's sum count theirs on the device.
             by_degrees = summed and every and csr is not None
             hot_rows, hot = hot, None if hot is None or by_degrees else jnp.asarray(hot)
             report.edges.append("none" if not model.uses_neighbors else "copied" if csr is None
@@ -361,8 +365,10 @@ def layerwise(model: nnx.Module, graph: Graph, features: Input, *, nodes: Any = 
             # layer's references before the next layer allocates its tables.
             out = staged = source = edges_from = hot = done = None
             bar.update(1)
-    except BaseException:  # the graph's arrays are not left pinned
+    except BaseException:  # the graph's arrays and a push's pairs are not left pinned
         layer_csr.release(csr, None)
+        if isinstance(out, layer_push.Push):
+            out.close()
         # The traceback keeps this frame: not its tables (a push's 26 GB).
         out = table = None
         raise
