@@ -30,13 +30,15 @@ def get_config() -> TrainConfig:
     # One epoch: no sampled pass (nothing to choose; the full split is
     # measured). gemm_search off: the two models compile 6.4 s faster, and
     # the epoch is as fast (TrainConfig.gemm_search). The whole run took
-    # 48.4-57.0 s as a user runs it on fresh machines (twelfth session;
-    # generating the graph 16-20 s of it), peak RSS 50 GB. Where the push's
-    # sorted pairs do not fit the device beside its sums (an 80 GB H100:
-    # 26.3 GB against ~15.8 GB), they are kept in host memory (11.4 GB) and
-    # the push takes 10.3 GB of the device: 81.6 s on an H200 made
-    # H100-sized, peak RSS 59 GB (twelfth session; not yet measured on an
-    # H100). `--no-full-eval` reports the sampled accuracies only.
+    # 45.8-56.4 s as a user runs it on fresh machines (thirteenth session;
+    # generating the graph 13-25 s of it), peak RSS 50 GB. On an 80 GB H100
+    # the trainer caches about half the rows (15.3 GB), layer 1 sums its
+    # edges through that cache (the others over the link), and the push's
+    # sorted pairs, which do not fit beside its sums (26.3 GB against ~15.8
+    # GB), are written by the device into pinned host memory (11.4 GB) and
+    # read back by each chunk: 57.1 s on an H200 made H100-sized, peak RSS
+    # 60 GB (thirteenth session; not measured on an H100).
+    # `--no-full-eval` reports the sampled accuracies only.
     return TrainConfig(dataset="papers100m", feature_dtype="bfloat16", features="jdirect-cache",
                        batch_size=1024, epochs=1, eval_max=50_000, full_eval=True,
                        gemm_search=False)
