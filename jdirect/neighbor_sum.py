@@ -73,27 +73,23 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
     threads then read its offsets and ids over the link, zero-copy, in the
     order they are stored (each once), while the rows come from `table`: a
     graph whose CSR does not fit beside its rows on the device is summed
-    this way at the device's speed. Under jit, pass the HostTables as
-    arguments: closed over, they are refused (their handles are operands;
-    `jdirect.gather` also takes closed-over tables).
-
-    A HostTable or CachedTable, like a host CSR, is passed into a traced
-    function as an argument (its handle is an operand).
+    this way at the device's speed. Under jit, pass every HostTable (the
+    CSR's, the rows' or a CachedTable's) as an argument: closed over, they
+    are refused (their handles are operands; `jdirect.gather` also takes
+    closed-over tables).
 
     Raises:
       TypeError: a table that is not an array, HostTable or CachedTable of
         float32 or bfloat16 rows (an Int8Table's packed rows: read them
-        with `jdirect.gather`), indptr
-        that is not int32, uint32 or int64, indices that are not int32 or
-        int64, one of them a HostTable and the other not, or a `start`
-        that is not an integer.
+        with `jdirect.gather`), indptr that is not int32, uint32 or int64,
+        indices that are not int32 or int64, one of them a HostTable and
+        the other not, or a `start` that is not an integer.
       OverflowError: indptr, indices or `start` values past int32 while
         jax_enable_x64 is off.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
         indptr, a closed HostTable or CachedTable, or one closed over by a
-        traced function,
-        a `size` outside [0, 2**31 - 1), or `size` None with an array
-        `start`.
+        traced function, a `size` outside [0, 2**31 - 1), or `size` None
+        with an array `start`.
       RuntimeError: on a GPU, jdirect built without its CUDA library.
     """
     if isinstance(table, CachedTable) and not table.closed:
