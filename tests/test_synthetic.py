@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jdirect.graph import PRESETS, synthetic
-from jdirect.graph import _host_copies
+from jdirect.graph.data import _host_copies
 from jdirect.graph.data import _chung_lu, _nodes
 from conftest import newest_only
 

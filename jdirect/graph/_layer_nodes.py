@@ -90,17 +90,10 @@ class Nodes:
         if self.ids is None:
             return graph.indices[lo:hi]
         out = np.empty(hi - lo, graph.indices.dtype)
-        copy_ranges(np.ascontiguousarray(graph.indices), self._starts, self.indptr, lo, hi, out)
+        threads = max(1, min(GATHER_THREADS, (hi - lo) // PIECE))
+        _ffi.copy_ranges(np.ascontiguousarray(graph.indices), self._starts, self.indptr, lo, hi,
+                         out, threads)
         return out
-
-
-def copy_ranges(src: np.ndarray, starts: np.ndarray, offsets: np.ndarray, lo: int, hi: int,
-                out: np.ndarray) -> None:
-    """`_ffi.copy_ranges` (elements lo .. hi - 1 of src's ranges laid end to
-    end, into `out`) on up to GATHER_THREADS threads, at least PIECE
-    elements each."""
-    threads = max(1, min(GATHER_THREADS, (hi - lo) // PIECE))
-    _ffi.copy_ranges(src, starts, offsets, lo, hi, out, threads)
 
 
 # The last plan: its graph (weakly), arguments and destinations; forgotten

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from . import _chung_lu
 from . import _counter_random as random
 from ._chung_lu import EdgeModel
-from .._host_copies import HostCopies
+from ._host_copies import HostCopies
 from ...host_memory import host_empty
 
 # Feature rows generated per device step, in f32 bytes: papers100m's

@@ -31,7 +31,7 @@ from . import _chung_lu, _nodes
 from . import _counter_random as random
 from ._chung_lu import EdgeModel
 from ...placement import device_free_bytes
-from .._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies
+from ._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies
 from .csr import Graph
 
 _DRAW_SLACK = 1.1  # edges drawn per edge kept, at most (retried if more)
