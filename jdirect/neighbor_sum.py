@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _ffi
 from ._arrays import as_indices, is_int
+from ._ops import DeviceCache
 from ._table_base import HostRows, TableBase
 from .cached_table import CachedTable
 from .host_table import HostTable
@@ -114,7 +115,7 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
         [("indptr", indptr), ("indices", indices)] if host else [])
     # Inside a trace any new array is a tracer.
     traced = isinstance(jnp.zeros((), jnp.int32), jax.core.Tracer)
-    handles = [_handle(name, t, traced) for name, t in hosts]
+    handles = {name: _handle(name, t, traced) for name, t in hosts}
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("jdirect.neighbor_sum on a GPU")
     if isinstance(start, int):
@@ -125,7 +126,7 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
         start = t.after_writes(start)
     if isinstance(rows, HostRows):
         shape = rows.table.shape
-        operands = [handles.pop(0), *rows.cache]
+        operands = [handles["table"], *rows.cache]
         attrs = dict(table_type=_XLA_TYPES[rows.table.dtype], table_rows=shape[0],
                      width=int(np.prod(shape[1:], dtype=np.int64)))
         target = _ffi.NEIGHBOR_SUM_CACHED_HOST if host else _ffi.NEIGHBOR_SUM_CACHED
@@ -133,7 +134,7 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
         shape, operands, attrs = rows.shape, [rows], {}
         target = _ffi.NEIGHBOR_SUM_HOST if host else _ffi.NEIGHBOR_SUM
     if host:
-        operands += handles
+        operands += [handles["indptr"], handles["indices"]]
         attrs.update(indptr_type=_XLA_TYPES[indptr.dtype], indptr_rows=indptr.shape[0],
                      indices_type=_XLA_TYPES[indices.dtype], indices_rows=indices.shape[0])
     else:
@@ -173,8 +174,8 @@ def _host_rows(table: TableBase) -> HostRows | jax.Array:
     if rows.whole is not None:
         return _array(rows.whole)
     _check_rows(rows.table.dtype, len(rows.table.shape))
-    if rows.cache is None:
-        empty = (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), rows.table.dtype))
+    if rows.cache is None:  # the kernels take cache operands: empty ones
+        empty = DeviceCache(jnp.zeros((0,), jnp.int32), jnp.zeros((0,), rows.table.dtype))
         return rows._replace(cache=empty)
     return rows
 
