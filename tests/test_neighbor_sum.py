@@ -378,6 +378,9 @@ def test_a_host_table_closed_closed_over_or_not_of_float_rows_is_refused():
         with pytest.raises(TypeError, match=r"HostTable or a CachedTable over one, got "
                                             r"CachedTable\(Int8Table.*jdirect.gather"):
             jdirect.neighbor_sum(jdirect.CachedTable(packed, [0]), indptr, indices)
+        with pytest.raises(TypeError, match=r"HostTable or a CachedTable over one, got "
+                                            r"Int8Table.*jdirect.gather"):
+            jdirect.neighbor_sum(packed, indptr, indices)
     finally:
         packed.close()
     table = jdirect.HostTable(np.ones((4, 2), np.float32))
