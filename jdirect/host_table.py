@@ -97,12 +97,9 @@ class HostTable(RegisteredTable, WritableTable):
 
     The table keeps the array alive. `close()` (or leaving a `with` block)
     stops new gathers, waits for the GPU gathers already reading it and
-    unpins it. A closed table is never read: a call given it (eagerly, or
-    as an argument of a jitted function, compiled before the close or not)
-    or a function traced closing over it raises ValueError before anything
-    is dispatched; only a function compiled while the table was open that
-    closes over it finds it closed when it runs (the handler's error: a
-    ValueError at the call on the CPU backend, a
+    unpins it. A closed table is never read: every call handed it raises
+    ValueError before dispatch, except a function compiled while it was
+    open that closes over it (ValueError at the call on the CPU backend,
     `jax.errors.JaxRuntimeError` when the result is read on a GPU). A
     table collected while open is released too, with a ResourceWarning.
 
@@ -274,14 +271,11 @@ class HostTable(RegisteredTable, WritableTable):
         return HostRows(self, None, None)
 
     def operands(self, what: str, traced: bool) -> TableOperands:
-        """This version's operands of an FFI call that reads or writes it:
-        the one way into a table's registration (reads, writes, the fused
-        optimizer, the neighbour sum).
-
-        Checks that the version can be used and readies it (makes again the
-        leaves a donating call deleted). `what` names the call in errors;
-        `traced`: whether the call is being traced, where a concrete table
-        (closed over) gives its handle's number, a constant of the program.
+        """This version's operands of an FFI call that reads or writes it,
+        checked, with donated leaves made again: the one way into a table's
+        registration. `what` names the call in errors; `traced`: whether it
+        is being traced, where a concrete table (closed over) gives its
+        handle's number, a constant of the program.
 
         Raises:
           ValueError: the table is closed, or this version was already
@@ -383,8 +377,7 @@ class HostTable(RegisteredTable, WritableTable):
     # dtype, memory and writability are static, so tables that differ only in
     # their data share compiled code. So is a closed table's handle number
     # (None while open): a jitted function handed a closed table traces
-    # again, and its view refuses the read there, before anything runs,
-    # where the compiled call would fail in its handler.
+    # again and refuses it there, before anything runs.
     def _tree_flatten(self):
         after = self._after
         # The one check of every call taking the table (two flag reads,
