@@ -323,3 +323,34 @@ def checked_graph(path: Path, **fields) -> Graph:
         return Graph(**fields)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
+
+
+def find_split(root: Path, split: str | None) -> Path:
+    """`root/split/<split>`; with split None, the only directory under
+    `root/split` (FileNotFoundError if none or missing, ValueError if several)."""
+    base = root / "split"
+    names = sorted(p.name for p in base.glob("*") if p.is_dir())
+    if split is not None:
+        if split not in names:
+            raise FileNotFoundError(f"expected a split directory {base / split} (found {names})")
+        return base / split
+    if not names:
+        raise FileNotFoundError(f"expected a split directory under {base}")
+    if len(names) > 1:
+        raise ValueError(f"{base} holds several splits {names}: choose one (split=...)")
+    return base / names[0]
+
+
+def read_splits(directory: Path, known: np.ndarray) -> dict[str, np.ndarray]:
+    """int64 ids of `directory/{train,valid,test}.csv.gz` by name; ValueError
+    naming the file if one holds a node without a label (`known` false).
+    Ranges, repeats and overlaps are the graph's checks (`check_splits`)."""
+    ids = {}
+    for name in ("train", "valid", "test"):
+        path = directory / f"{name}.csv.gz"
+        ids[name] = read_csv(path, np.int64, columns=1).reshape(-1)
+        inside = ids[name][(ids[name] >= 0) & (ids[name] < known.shape[0])]
+        if not known[inside].all():
+            node = int(inside[~known[inside]][0])
+            raise ValueError(f"{path}: node {node} has no label (NaN in node-label)")
+    return ids

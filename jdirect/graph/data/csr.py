@@ -104,9 +104,16 @@ def validate(g: Graph) -> None:
     if n:
         _require(int(g.labels.min()) >= 0 and int(g.labels.max()) < g.num_classes,
                  f"labels must lie in [0, {g.num_classes})")
-    seen = np.zeros(n, np.int8)  # which split (1, 2, 3) holds each node
-    for tag, split in enumerate(("train", "val", "test"), start=1):
-        ids = getattr(g, split)
+    check_splits(n, train=g.train, val=g.val, test=g.test)
+
+
+def check_splits(num_nodes: int, **splits: np.ndarray) -> None:
+    """Raises TypeError or ValueError, naming the split, unless each of
+    `splits` (name -> ids) is a 1-D int64 array of distinct ids in
+    [0, num_nodes) and no id is in two of them."""
+    n = num_nodes
+    seen = np.zeros(n, np.int8)  # which split (1, 2, ...) holds each node
+    for tag, (split, ids) in enumerate(splits.items(), start=1):
         _require(isinstance(ids, np.ndarray) and ids.dtype == np.int64 and ids.ndim == 1,
                  f"{split} must be a 1-D int64 array of node ids", TypeError)
         if not ids.size:
@@ -119,7 +126,7 @@ def validate(g: Graph) -> None:
                              f"(first: {first}, {int(counts[first])} times)")
         clash = ids[seen[ids] != 0]
         if clash.size:
-            other = ("train", "val", "test")[seen[clash[0]] - 1]
+            other = list(splits)[seen[clash[0]] - 1]
             raise ValueError(f"{split} and {other} share {clash.size} node ids "
                              f"(first: {int(clash[0])})")
         seen[ids] = tag

@@ -7,23 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import (Npz, cached_features, checked_graph, csr_of, edge_chunks, need_file,
-                     read_csv, read_labels)
+from ._files import (Npz, cached_features, checked_graph, csr_of, edge_chunks, find_split,
+                     need_file, read_csv, read_labels, read_splits)
 from .csr import Graph
-
-
-def _split_dir(root: Path, split: str | None) -> Path:
-    base = root / "split"
-    names = sorted(p.name for p in base.glob("*") if p.is_dir())
-    if split is not None:
-        if split not in names:
-            raise FileNotFoundError(f"expected a split directory {base / split} (found {names})")
-        return base / split
-    if not names:
-        raise FileNotFoundError(f"expected a split directory under {base}")
-    if len(names) > 1:
-        raise ValueError(f"{base} holds several splits {names}: choose one (split=...)")
-    return base / names[0]
 
 
 def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
@@ -73,15 +59,8 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         del edges
         label_path = raw / "node-label.csv.gz"
         labels, known = read_labels(read_csv(label_path, np.float64), label_path, num_nodes)
-    split_dir = _split_dir(root, split)
-    ids = {}
-    for name in ("train", "valid", "test"):
-        path = split_dir / f"{name}.csv.gz"
-        ids[name] = read_csv(path, np.int64, columns=1).reshape(-1)
-        inside = ids[name][(ids[name] >= 0) & (ids[name] < num_nodes)]  # range: Graph checks
-        if not known[inside].all():
-            node = int(inside[~known[inside]][0])
-            raise ValueError(f"{path}: node {node} has no label (NaN in node-label)")
+    split_dir = find_split(root, split)
+    ids = read_splits(split_dir, known)
     return checked_graph(split_dir, indptr=indptr, indices=indices, features=features, labels=labels,
                   train=ids["train"], val=ids["valid"], test=ids["test"],
                   num_classes=int(labels.max()) + 1, name=root.name)

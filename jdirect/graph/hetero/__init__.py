@@ -1,0 +1,15 @@
+"""Heterogeneous graphs: typed node tables, relations with a CSR each,
+relation-wise sampling on the device, typed reads and R-GraphSAGE.
+
+  data.py      `HeteroGraph`, `hetero_graph` (from edge lists)
+  ogb.py       `load_ogb_hetero` (OGB's heterogeneous raw layout)
+  synthetic.py `typed_synthetic`: a small papers/authors/institutions graph
+  sampling.py  `HeteroSampler`, `HeteroBatch` (fixed shapes per type and relation)
+  features.py  `TypedInputs`: one feature source a type, one read a type
+  models.py    `RGraphSAGE` (a weight per relation, sum or mean across them)
+"""
+
+from .data import HeteroGraph, Relation, RelationCsr, hetero_graph
+from .ogb import load_ogb_hetero
+
+__all__ = ["HeteroGraph", "Relation", "RelationCsr", "hetero_graph", "load_ogb_hetero"]
