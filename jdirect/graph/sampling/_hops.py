@@ -1,7 +1,8 @@
 """The kernels of one hop of `DeviceSampler` (device.py), jnp/lax only:
 reading neighbour ids from the CSR wherever it lives (`take`,
 `read_edges`), drawing distinct positions (`draw_positions`, Floyd's
-algorithm) and merging the picked ids into the next node list with their
+algorithm), the two as one hop's draws from one CSR (`draw_neighbors`,
+which the typed sampler runs per relation) and merging the picked ids into the next node list with their
 labels (`extend`, one sort for K batches)."""
 
 from __future__ import annotations
@@ -66,6 +67,34 @@ def draw_positions(bits: jax.Array, deg: jax.Array) -> jax.Array:
         chosen.append(jnp.where(seen, top[:, i], t[:, i]))
     drawn = jnp.stack(chosen, axis=1)
     return jnp.where(deg[:, None] > fanout, drawn, jnp.where(col < deg[:, None], col, -1))
+
+
+def draw_neighbors(indptr: Table, indices: tuple[Table, ...], nodes: jax.Array,
+                   num_rows: int, bits: jax.Array, fanout: int,
+                   fill: int) -> tuple[jax.Array, jax.Array]:
+    """One hop's draws from one CSR: up to f distinct uniform neighbours of each node.
+
+    Args:
+      indptr, indices: the CSR (`CsrArrays`' fields: device arrays or HostTables).
+      nodes: int32[..., C] row ids; `num_rows` (and above) is padding.
+      bits: uint32 random bits, C * fanout of them per row of `nodes`
+        (shaped [..., C * fanout] or [..., C, fanout]).
+      fanout: f, the most neighbours drawn per node.
+      fill: the id of unused slots (the neighbours' padding value).
+
+    Returns:
+      picked: int32[..., C, f] neighbour ids, `fill` where unused.
+      mask: bool[..., C, f], which slots hold a neighbour (`draw_positions`).
+    """
+    valid = nodes < num_rows
+    rows = jnp.where(valid, nodes, 0)
+    start, end = jnp.split(take(indptr, jnp.concatenate([rows, rows + 1], -1)), 2, axis=-1)
+    deg = jnp.where(valid, (end - start).astype(jnp.int32), 0)
+    pos = draw_positions(bits.reshape(-1, fanout), deg.reshape(-1))
+    pos = pos.reshape(deg.shape + (fanout,))
+    mask = pos >= 0
+    edges = start[..., None] + jnp.maximum(pos, 0).astype(jnp.uint32)
+    return read_edges(indices, edges, mask, fill=fill), mask
 
 
 def extend(nodes: jax.Array, count: jax.Array, picked: jax.Array, cap: int,

@@ -43,7 +43,7 @@ import numpy as np
 from ... import HostTable, placement
 from ..data.csr import Graph
 from ..batch import Batch, check_config, layer_caps
-from ._hops import Table, draw_positions, extend, read_edges, take
+from ._hops import Table, draw_neighbors, extend, take
 
 _MAX_CHUNK = 2**31 - 1  # entries int32 can index
 _SAMPLE_STREAM, _SHUFFLE_STREAM = 0, 1  # independent key streams per seed
@@ -135,16 +135,7 @@ class DeviceSampler:
             # took 3 s to place, for nothing.
             csr = "none"
         self.placement = csr
-        chunks = [graph.indices[i:i + chunk_size] for i in range(0, num_edges, chunk_size)]
-        if csr == "none":
-            indptr, indices = jnp.zeros(1, jnp.uint32), ()
-        elif csr == "device":
-            # In pieces: no uint32 copy of indptr on the host.
-            indptr = placement.put(graph.indptr, np.uint32)
-            indices = tuple(placement.put(c, np.int32) for c in chunks)
-        else:
-            indptr = HostTable(_words(graph.indptr, np.uint32))
-            indices = tuple(HostTable(_words(c, np.int32)) for c in chunks)
+        indptr, indices = place_csr(graph.indptr, graph.indices, csr, chunk_size)
         self.arrays = CsrArrays(indptr, indices, jax.device_put(graph.labels))
 
     def num_batches(self, num_nodes: int) -> int:
@@ -258,16 +249,8 @@ class DeviceSampler:
         bits = jax.vmap(lambda k: jax.random.bits(k, (sum(sizes),), jnp.uint32))(keys)
         bits = jnp.split(bits, np.cumsum(sizes)[:-1].tolist(), axis=1)
         for hop, fanout in enumerate(reversed(self.fanouts), start=1):
-            valid = nodes < n
-            rows = jnp.where(valid, nodes, 0)
-            start, end = jnp.split(take(arrays.indptr, jnp.concatenate([rows, rows + 1], 1)),
-                                   2, axis=1)
-            deg = jnp.where(valid, (end - start).astype(jnp.int32), 0)
-            pos = draw_positions(bits[hop - 1].reshape(-1, fanout), deg.reshape(-1))
-            pos = pos.reshape(deg.shape + (fanout,))
-            mask = pos >= 0
-            edges = start[..., None] + jnp.maximum(pos, 0).astype(jnp.uint32)
-            picked = read_edges(arrays.indices, edges, mask, fill=n)
+            picked, mask = draw_neighbors(arrays.indptr, arrays.indices, nodes, n,
+                                          bits[hop - 1], fanout, fill=n)
             nodes, count, local = extend(nodes, counts[-1], picked, self.caps[hop], n,
                                           self._shift)
             nbrs.append(jnp.where(mask, local, 0))
@@ -282,6 +265,24 @@ class DeviceSampler:
             seed_mask=seed_mask,
             counts=jnp.stack(counts, axis=1),
         )
+
+
+def place_csr(indptr: np.ndarray, indices: np.ndarray, where: str,
+              chunk_size: int = _MAX_CHUNK) -> tuple[Table, tuple[Table, ...]]:
+    """A host CSR placed for sampling (`CsrArrays`' indptr and indices):
+    where "device", copied to device memory as uint32 offsets and int32
+    chunks of at most `chunk_size` ids; "host", the host arrays' 32-bit
+    words wrapped in place as HostTables (nothing is copied); "none", an
+    empty indptr and no chunks (nothing reads it)."""
+    if where == "none":
+        return jnp.zeros(1, jnp.uint32), ()
+    chunks = [indices[i:i + chunk_size] for i in range(0, indices.shape[0], chunk_size)]
+    if where == "device":
+        # In pieces: no uint32 copy of indptr on the host.
+        return (placement.put(indptr, np.uint32),
+                tuple(placement.put(c, np.int32) for c in chunks))
+    return HostTable(_words(indptr, np.uint32)), tuple(HostTable(_words(c, np.int32))
+                                                      for c in chunks)
 
 
 def _fits_on_device(nbytes: int) -> bool:
