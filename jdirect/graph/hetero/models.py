@@ -1,0 +1,164 @@
+"""R-GraphSAGE (and R-GCN, its sum form): a weight per relation, the
+relations' messages summed or averaged per destination type, on the
+blocks of a `HeteroBatch`.
+
+One layer maps every type's rows of level k+1 to its rows of level k:
+
+  h'_t[i] = W_t h_t[i] + b_t + AGG_{r = (s, name, t)} W_r mean_{j in N_r(i)} h_s[j]
+
+AGG is the sum ("sum") or the mean ("mean") over the relations into t that
+the block samples (those of a featureless source type at the input layer,
+which carry nothing, are left out); a node with no r-neighbours gets 0
+from r, as SAGEConv's mean. With "sum" this is R-GCN with the 1/|N_r(i)|
+normaliser (Schlichtkrull et al.: W_0 h_i + sum_r sum_j W_r h_j / c_ir)
+with a self weight per type, and the MAG240M baseline's R-GraphSAGE (OGB-LSC
+`rgnn.py`: a skip map plus a SAGEConv per relation, summed). The mean is
+the homogeneous models' aggregate (`models.base.Edges`, `add_sums`), the
+maps their initialisation (`models.base.linear`), dropout their explicit
+keep-masks (`models.base.dropout_masks` reads `hidden_shapes`).
+
+Featureless types read rows of width 0 (their self map is then a bias) or
+learned rows (`learned`: a dense table in the model, trained with it: for
+graphs whose learned tables fit the device; host-resident rows with sparse
+optimizers are the homogeneous trainer's `LearnedSource`, not wired here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ..models.base import Edges, Masks, add_sums, dropout, layer_dims, linear
+from .data import Relation
+from .sampling import HeteroBatch
+
+AGGREGATES = ("sum", "mean")
+
+
+def _key(rel: Relation) -> str:
+    return "/".join(rel)
+
+
+class RelationalSAGEConv(nnx.Module):
+    """One layer (module doc): a self map per destination type and a
+    neighbour map per relation.
+
+    Args:
+      in_dims: type -> width of its input rows (0: featureless).
+      out_dim: width of every type's output rows.
+      relations: the graph's relations.
+      aggr: "sum" or "mean" across relations.
+    """
+
+    def __init__(self, in_dims: Mapping[str, int], out_dim: int, relations: Sequence[Relation],
+                 *, aggr: str, rngs: nnx.Rngs):
+        self.in_dims, self.out_dim, self.aggr = dict(in_dims), out_dim, aggr
+        self.self_maps = nnx.Dict({t: linear(d, out_dim, rngs=rngs)
+                                   for t, d in in_dims.items() if d})
+        # A featureless type's own row is empty: its output starts at a bias.
+        self.biases = nnx.Dict({t: nnx.Param(jnp.zeros(out_dim)) for t, d in in_dims.items()
+                                if not d})
+        self.neigh_maps = nnx.Dict({_key(r): linear(in_dims[r[0]], out_dim, use_bias=False,
+                                                    rngs=rngs)
+                                    for r in relations if in_dims[r[0]]})
+
+    def __call__(self, h: Mapping[str, jax.Array], sizes: Mapping[str, int],
+                 nbrs: Mapping[Relation, jax.Array],
+                 masks: Mapping[Relation, jax.Array]) -> dict[str, jax.Array]:
+        """Per type t, the output rows [sizes[t], out_dim] of the first
+        sizes[t] rows of h[t] (the destinations lead their sources), with
+        messages along `nbrs[r]` (int32[sizes[dst], f], positions in
+        h[src]) where `masks[r]`."""
+        out = {}
+        for t, n in sizes.items():
+            own = h[t][:n]
+            base = self.self_maps[t](own) if t in self.self_maps else \
+                jnp.broadcast_to(self.biases[t][...], (n, self.out_dim))
+            messages = []
+            for r, nb in nbrs.items():
+                if r[2] != t or _key(r) not in self.neigh_maps:
+                    continue
+                total, count = add_sums((jnp.zeros((n, h[r[0]].shape[1]), jnp.float32),
+                                         jnp.zeros((n,), jnp.float32)),
+                                        Edges(h[r[0]][nb], masks[r], None, n))
+                messages.append(self.neigh_maps[_key(r)](total / jnp.maximum(count, 1.0)[:, None]))
+            if messages:
+                agg = sum(messages)
+                base = base + (agg / len(messages) if self.aggr == "mean" else agg)
+            out[t] = base
+        return out
+
+
+class RGraphSAGE(nnx.Module):
+    """`num_layers` `RelationalSAGEConv`s with ReLU and dropout between
+    them; logits of the target type's seeds.
+
+    Args:
+      in_dims: type -> width of its given rows (0: featureless).
+      relations: the graph's relations (`HeteroGraph.relations`).
+      target: the labelled type.
+      hidden, num_classes, num_layers: widths and depth.
+      aggr: "sum" (R-GCN's form) or "mean" across relations.
+      dropout: rate on hidden activations.
+      learned: type -> (num_nodes, width): learned input rows appended to
+        the type's given rows (module doc).
+
+    Raises:
+      ValueError: unknown aggr, num_layers < 1, a target not in in_dims.
+    """
+
+    uses_neighbors = True
+    activation = staticmethod(jax.nn.relu)
+
+    def __init__(self, in_dims: Mapping[str, int], relations: Sequence[Relation], target: str,
+                 hidden: int, num_classes: int, num_layers: int, *, aggr: str = "sum",
+                 dropout: float = 0.5, learned: Mapping[str, tuple[int, int]] | None = None,
+                 rngs: nnx.Rngs):
+        if aggr not in AGGREGATES:
+            raise ValueError(f"aggr must be one of {AGGREGATES}, got {aggr!r}")
+        if num_layers < 1 or target not in in_dims:
+            raise ValueError(f"need num_layers >= 1 and a target among {list(in_dims)}")
+        learned = dict(learned or {})
+        self.tables = nnx.Dict({t: nnx.Param(0.1 * jax.random.normal(rngs.params(), shape))
+                                for t, shape in learned.items()})
+        dims = {t: d + (learned[t][1] if t in learned else 0) for t, d in in_dims.items()}
+        self.target, self.num_layers, self.rate, self.hidden = target, num_layers, dropout, hidden
+        self.dims = layer_dims(dims[target], hidden, num_classes, num_layers)
+        widths = [dims] + [{t: w for t in dims} for w in self.dims[1:-1]]
+        self.convs = nnx.List(
+            RelationalSAGEConv(w, out, relations, aggr=aggr, rngs=rngs)
+            for w, out in zip(widths, self.dims[1:]))
+
+    def hidden_shapes(self, batch: HeteroBatch) -> list[tuple[int, int]]:
+        """Shapes dropout applies to: every type's output of every layer
+        but the last, layer by layer, types in `batch.nodes` order."""
+        levels = batch.nodes[::-1][1:-1]  # outputs of layers 0..L-2
+        return [(v.shape[0], self.hidden) for level in levels for v in level.values()]
+
+    def __call__(self, x: Mapping[str, jax.Array], batch: HeteroBatch,
+                 keep: Masks = None) -> jax.Array:
+        """Logits float32[batch_size, num_classes] from rows `x[t]`
+        ([len(batch.input_nodes[t]), in_dims[t]], zeros for padding).
+
+        Raises:
+          ValueError: the batch has a block count other than num_layers.
+        """
+        if len(batch.nbrs) != self.num_layers:
+            raise ValueError(f"a {self.num_layers}-layer model needs {self.num_layers} sampled "
+                             f"blocks, got {len(batch.nbrs)}")
+        h = {t: v.astype(jnp.float32) for t, v in x.items()}
+        for t, table in self.tables.items():
+            ids = batch.input_nodes[t]
+            rows = jnp.take(table[...], ids, axis=0, mode="fill", fill_value=0)
+            h[t] = jnp.concatenate([h[t], rows], axis=1)
+        masks = iter(keep or ())
+        for l, conv in enumerate(self.convs):
+            sizes = {t: v.shape[0] for t, v in batch.nodes[self.num_layers - 1 - l].items()}
+            h = conv(h, sizes, batch.nbrs[l], batch.masks[l])
+            if l + 1 < self.num_layers:
+                h = {t: dropout(self.activation(v), next(masks, None), self.rate)
+                     for t, v in h.items()}
+        return h[self.target]
+
