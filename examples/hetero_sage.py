@@ -1,0 +1,115 @@
+"""R-GraphSAGE on a typed graph (papers, authors, institutions), against an
+MLP on the papers' own features, in a plain loop over the public pieces.
+
+`HeteroSampler` samples each batch per relation inside the jitted step,
+`TypedInputs` reads each type's rows from its own feature source (the
+papers' table stays in host memory: `jdirect`), and the model and the loop
+are ordinary Flax NNX and optax. The graph's labels follow who wrote a
+paper, not what it cites (`typed_synthetic`), so the relational model
+should beat the features-only one clearly.
+
+  python examples/hetero_sage.py            # 3,000 papers
+  python examples/hetero_sage.py --small    # 600 papers, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from jdirect.graph.hetero import HeteroGraph
+from jdirect.graph.hetero.features import TypedInputs
+from jdirect.graph.hetero.models import RGraphSAGE
+from jdirect.graph.hetero.sampling import HeteroSampler
+from jdirect.graph.hetero.synthetic import typed_synthetic
+from jdirect.graph.models import MLP, dropout_masks
+
+
+def build(kind: str, graph: HeteroGraph, hidden: int, layers: int, seed: int) -> nnx.Module:
+    """"rsage" (R-GraphSAGE, summing relations) or "mlp" (the papers' own features)."""
+    dims = {t: graph.feature_dim(t) for t in graph.types}
+    if kind == "rsage":
+        return RGraphSAGE(dims, list(graph.relations), graph.target, hidden, graph.num_classes,
+                          layers, dropout=0.2, rngs=nnx.Rngs(seed))
+    return MLP(dims[graph.target], hidden, graph.num_classes, layers, dropout=0.2,
+               rngs=nnx.Rngs(seed))
+
+
+def train_and_test(graph: HeteroGraph, kind: str, *, epochs: int, fanouts=(5, 5),
+                   batch_size: int = 128, hidden: int = 64, seed: int = 0,
+                   log=print) -> float:
+    """Trains `kind` (see `build`) on graph.train; returns its test accuracy."""
+    sampler = HeteroSampler(graph, fanouts, batch_size, seed=seed)
+    inputs = TypedInputs(graph, "jdirect")
+    model = build(kind, graph, hidden, len(fanouts), seed)
+    optimizer = nnx.Optimizer(model, optax.adam(3e-3), wrt=nnx.Param)
+
+    def forward(model, arrays, tables, seeds, key, train: bool):
+        batch = sampler.sample(arrays, seeds, sampler.key(*key))
+        rows = inputs.read(tables, batch.input_nodes)
+        x = rows if kind == "rsage" else rows[graph.target]
+        keep = dropout_masks(model, batch, jax.random.fold_in(sampler.key(*key), 1)) \
+            if train else None
+        return model(x, batch, keep), batch
+
+    @nnx.jit
+    def step(model, optimizer, arrays, tables, seeds, key):
+        def loss_fn(model):
+            logits, batch = forward(model, arrays, tables, seeds, key, True)
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
+            return (ce * batch.seed_mask).sum() / jnp.maximum(batch.seed_mask.sum(), 1)
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    @nnx.jit
+    def correct(model, arrays, tables, seeds, key):
+        logits, batch = forward(model, arrays, tables, seeds, key, False)
+        return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
+
+    train_ids = jnp.asarray(graph.train, jnp.int32)
+    try:
+        for epoch in range(epochs):
+            rows = sampler.epoch_seeds(sampler.arrays, train_ids, epoch)
+            losses = [step(model, optimizer, sampler.arrays, inputs.tables, r,
+                           jnp.array([epoch, i])) for i, r in enumerate(rows)]
+            log(f"{kind} epoch {epoch}: loss {float(jnp.mean(jnp.stack(losses))):.4f}")
+        rows = sampler.epoch_seeds(sampler.arrays, jnp.asarray(graph.test, jnp.int32), 0,
+                                   shuffle=False)
+        right = sum(int(correct(model, sampler.arrays, inputs.tables, r, jnp.array([-1, i])))
+                    for i, r in enumerate(rows))
+    finally:
+        inputs.close()
+        sampler.close()
+    return right / len(graph.test)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                exit_on_error=False)
+    p.add_argument("--small", action="store_true", help="600 papers instead of 3,000")
+    p.add_argument("--epochs", type=int, default=5, help="passes over the training papers")
+    try:
+        args = p.parse_args(argv)
+    except argparse.ArgumentError as e:  # one line, as the command's refusals
+        p.exit(2, f"{p.prog}: error: {e}\n")
+    if args.epochs < 1:
+        p.exit(2, f"{p.prog}: error: --epochs must be >= 1, got {args.epochs}\n")
+    scale = 5 if args.small else 1
+    graph = typed_synthetic(papers=3000 // scale, authors=1500 // scale,
+                            institutions=60 // scale, seed=0)
+    print(graph)
+    accuracy = {kind: train_and_test(graph, kind, epochs=args.epochs) for kind in ("rsage", "mlp")}
+    print(f"test accuracy: R-GraphSAGE {accuracy['rsage']:.3f}, MLP {accuracy['mlp']:.3f} "
+          f"(chance {1 / graph.num_classes:.3f})")
+    return accuracy
+
+
+if __name__ == "__main__":
+    main()
