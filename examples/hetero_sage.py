@@ -21,11 +21,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from jdirect.graph.hetero import HeteroGraph
-from jdirect.graph.hetero.features import TypedInputs
-from jdirect.graph.hetero.models import RGraphSAGE
-from jdirect.graph.hetero.sampling import HeteroSampler
-from jdirect.graph.hetero.synthetic import typed_synthetic
+from jdirect.graph.hetero import (HeteroGraph, HeteroSampler, RGraphSAGE, TypedInputs,
+                                typed_synthetic)
 from jdirect.graph.models import MLP, dropout_masks
 
 

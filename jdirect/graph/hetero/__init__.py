@@ -1,5 +1,6 @@
 """Heterogeneous graphs: typed node tables, relations with a CSR each,
-relation-wise sampling on the device, typed reads and R-GraphSAGE.
+relation-wise sampling on the device, typed reads and R-GraphSAGE
+(docs/heterogeneous.md).
 
   data.py      `HeteroGraph`, `hetero_graph` (from edge lists)
   ogb.py       `load_ogb_hetero` (OGB's heterogeneous raw layout)
@@ -10,6 +11,12 @@ relation-wise sampling on the device, typed reads and R-GraphSAGE.
 """
 
 from .data import HeteroGraph, Relation, RelationCsr, hetero_graph
+from .features import TypedInputs
+from .models import RGraphSAGE, RelationalSAGEConv
 from .ogb import load_ogb_hetero
+from .sampling import HeteroBatch, HeteroSampler
+from .synthetic import typed_synthetic
 
-__all__ = ["HeteroGraph", "Relation", "RelationCsr", "hetero_graph", "load_ogb_hetero"]
+__all__ = ["HeteroBatch", "HeteroGraph", "HeteroSampler", "RGraphSAGE", "Relation",
+           "RelationCsr", "RelationalSAGEConv", "TypedInputs", "hetero_graph", "load_ogb_hetero",
+           "typed_synthetic"]
