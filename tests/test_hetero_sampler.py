@@ -156,3 +156,17 @@ def test_bad_arguments():
     s = HeteroSampler(g, (2,), 8)
     with pytest.raises(ValueError, match=r"seeds must be shaped \(8,\)"):
         s.sample(s.arrays, jnp.zeros(4, jnp.int32), s.key(0, 0))
+
+
+def test_host_placement_draws_as_the_device_one(run):
+    g, s, batches, _ = run
+    host = HeteroSampler(g, (2, {r: f for r, f in zip(g.relations, (3, 2, 1, 2, 4))}), 16,
+                         seed=3, csr="host")
+    try:
+        seeds = s.epoch_seeds(s.arrays, jnp.asarray(g.train, jnp.int32), 0)[0]
+        got = jax.jit(host.sample)(host.arrays, seeds, host.key(0, 0))
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(batches[0])):
+            np.testing.assert_array_equal(np.asarray(a), b)
+    finally:
+        host.close()
+    assert host.arrays is None
