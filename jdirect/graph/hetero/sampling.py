@@ -223,7 +223,6 @@ class HeteroSampler:
                 for table in (rel.indptr,) + rel.indices:
                     table.close()
         self.arrays = None
-        self.arrays = None
 
 
 def _resolve(fanout: Fanout, graph: HeteroGraph) -> dict[Relation, int]:
