@@ -7,10 +7,12 @@ relation-wise sampling on the device, typed reads and R-GraphSAGE
   synthetic.py `typed_synthetic`: a small papers/authors/institutions graph
   sampling.py  `HeteroSampler`, `HeteroBatch` (fixed shapes per type and relation)
   features.py  `TypedInputs`: one feature source a type, one read a type
+  derived.py   `with_derived`: featureless types' rows as their neighbours' mean
   models.py    `RGraphSAGE` (a weight per relation, sum or mean across them)
 """
 
 from .data import HeteroGraph, Relation, RelationCsr, hetero_graph
+from .derived import neighbour_mean, with_derived
 from .features import TypedInputs
 from .models import RGraphSAGE, RelationalSAGEConv
 from .ogb import load_ogb_hetero
@@ -19,4 +21,4 @@ from .synthetic import typed_synthetic
 
 __all__ = ["HeteroBatch", "HeteroGraph", "HeteroSampler", "RGraphSAGE", "Relation",
            "RelationCsr", "RelationalSAGEConv", "TypedInputs", "hetero_graph", "load_ogb_hetero",
-           "typed_synthetic"]
+           "neighbour_mean", "typed_synthetic", "with_derived"]

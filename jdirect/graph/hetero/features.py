@@ -5,14 +5,14 @@ A type with a feature table opens one of `features.SOURCES` over it (any
 source the device sampler can feed: `device`, `jdirect`, `jdirect-cache`,
 ...; the `host` source's staging belongs to the CPU sampler, which has no
 typed form); a featureless type gets the `none` source (rows of width 0;
-`RGraphSAGE`'s `learned` rows then stand in for them). A cache in front of
+`RGraphSAGE`'s `learned` rows then stand in for them), or a derived table
+(`derived.with_derived`: its neighbours' mean) that a source then reads. A cache in front of
 a type's table ranks its rows by the type's degree over every relation
 (`HeteroGraph.degrees`). Each step's `count`s are kept per type, so
 `traffic` reports cache hits and PCIe rows and bytes per type.
 
 Not here yet (issue 55 item 3): one cache budget split across types by the
-sizing rule (each type's source is sized on its own, by `SourceOptions`),
-and derived tables for featureless types (neighbours' mean).
+sizing rule (each type's source is sized on its own, by `SourceOptions`).
 """
 
 from __future__ import annotations
