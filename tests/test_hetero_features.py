@@ -39,3 +39,29 @@ def test_bad_sources():
         TypedInputs(g, "host")
     with pytest.raises(ValueError, match="node type 'venue'"):
         TypedInputs(g, {"venue": "device"})
+
+
+def test_one_cache_budget_goes_to_the_hottest_rows_of_all_types():
+    from jdirect.cached_table import cached_row_bytes
+    from jdirect.graph.hetero.derived import with_derived
+    from jdirect.graph.hetero.features import split_cache
+
+    g = with_derived(typed_synthetic(papers=50, authors=20, institutions=4, seed=1),
+                     {"author": ("paper", "rev_writes", "author")})
+    row = cached_row_bytes(16 * 4)  # both tables: 16 float32 values a row
+    rows = [(int(d), i, t) for i, t in enumerate(g.features) for d in g.degrees(t)]
+    hottest = sorted(range(len(rows)), key=lambda k: -rows[k][0])[:30]
+    want = {t: sum(rows[k][2] == t for k in hottest) / g.num_nodes[t] for t in g.features}
+    assert split_cache(g, 30 * row + row - 1) == pytest.approx(want)
+    assert split_cache(g, 0) == {"paper": 0, "author": 0}
+    assert split_cache(g, 10**9) == {"paper": 1, "author": 1}
+    with pytest.raises(ValueError, match="cache_bytes must be >= 0"):
+        split_cache(g, -1)
+    inputs = TypedInputs(g, "jdirect-cache", cache_bytes=30 * row)
+    try:  # each type's source opened with its share (the CPU backend caches nothing)
+        rows_read = inputs.read(inputs.tables, {"paper": jnp.array([1, 50], jnp.int32),
+                                                "author": jnp.array([3], jnp.int32),
+                                                "institution": jnp.array([0], jnp.int32)})
+        np.testing.assert_array_equal(np.asarray(rows_read["author"]), g.features["author"][[3]])
+    finally:
+        inputs.close()

@@ -11,8 +11,11 @@ a type's table ranks its rows by the type's degree over every relation
 (`HeteroGraph.degrees`). Each step's `count`s are kept per type, so
 `traffic` reports cache hits and PCIe rows and bytes per type.
 
-Not here yet (issue 55 item 3): one cache budget split across types by the
-sizing rule (each type's source is sized on its own, by `SourceOptions`).
+One cache budget serves every type (`cache_bytes`): `split_cache` gives
+it to the hottest rows of all types together, ranked by degree across
+every relation, each row costing its cached bytes by the core's sizing
+rule (`jdirect.cached_table.cached_row_bytes`), and each type's cache
+source then keeps its share of its rows.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import dataclasses
+
 import jax
 import numpy as np
 
+from ...cached_table import cached_row_bytes
 from ..features import SOURCES, SourceOptions
+from ..features.encoding import STORED, row_bytes
 from ..features.none import EmptySource
 from .data import HeteroGraph
 
@@ -48,18 +55,21 @@ class TypedInputs:
       sources: a name of `features.SOURCES` for every type with features,
         or type -> name; types without features always take `none`.
       options: the `SourceOptions` each source opens with.
+      cache_bytes: one device cache budget for all types (`split_cache`):
+        each type's source opens with its share as `cache_fraction`. None:
+        each source sizes its own cache from `options`.
 
     Attributes:
       sources: type -> the opened `FeatureSource`.
       tables: type -> its `table`: the pytree to pass into a jitted step.
 
     Raises:
-      ValueError: an unknown source name, a type not in the graph, or a
-        source that needs the CPU sampler.
+      ValueError: an unknown source name, a type not in the graph, a
+        source that needs the CPU sampler, or a negative cache_bytes.
     """
 
     def __init__(self, graph: HeteroGraph, sources: str | Mapping[str, str] = "jdirect",
-                 options: SourceOptions = SourceOptions()):
+                 options: SourceOptions = SourceOptions(), *, cache_bytes: int | None = None):
         names = {t: sources for t in graph.features} if isinstance(sources, str) else dict(sources)
         for t, name in names.items():
             if t not in graph.num_nodes:
@@ -67,12 +77,15 @@ class TypedInputs:
             if name not in SOURCES or SOURCES[name].needs_cpu_sampler:
                 usable = [n for n, c in SOURCES.items() if not c.needs_cpu_sampler]
                 raise ValueError(f"source {name!r} for {t!r}: choose from {usable}")
+        shares = {} if cache_bytes is None else split_cache(graph, cache_bytes)
         self.sources = {}
         try:
             for t in graph.types:
                 name = names.get(t, "none") if t in graph.features else "none"
-                self.sources[t] = (SOURCES[name](_TypeRows(graph, t), options) if name != "none"
-                                   else EmptySource(None, options))
+                own = (dataclasses.replace(options, cache_fraction=shares[t]) if t in shares
+                       else options)
+                self.sources[t] = (SOURCES[name](_TypeRows(graph, t), own) if name != "none"
+                                   else EmptySource(None, own))
         except BaseException:
             self.close()
             raise
@@ -98,3 +111,28 @@ class TypedInputs:
         """Closes every type's source."""
         for s in self.sources.values():
             s.close()
+
+
+def split_cache(graph: HeteroGraph, cache_bytes: int) -> dict[str, float]:
+    """Per type with features, the share of its rows that one cache of
+    `cache_bytes` keeps when it takes the hottest rows of all types
+    together: rows ranked by `HeteroGraph.degrees` (ties: type order, then
+    id), each costing `cached_row_bytes` of its stored row, taken while
+    they fit.
+
+    Raises:
+      ValueError: cache_bytes < 0.
+    """
+    if cache_bytes < 0:
+        raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+    types = list(graph.features)
+    if not types:
+        return {}
+    degrees = np.concatenate([graph.degrees(t) for t in types])
+    owner = np.repeat(np.arange(len(types)), [graph.num_nodes[t] for t in types])
+    cost = np.array([cached_row_bytes(row_bytes(STORED, graph.feature_dim(t),
+                                                graph.features[t].dtype)) for t in types])
+    order = np.argsort(-degrees, kind="stable")
+    taken = order[np.cumsum(cost[owner[order]]) <= cache_bytes]
+    counts = np.bincount(owner[taken], minlength=len(types))
+    return {t: counts[i] / max(graph.num_nodes[t], 1) for i, t in enumerate(types)}
