@@ -9,16 +9,18 @@ relation-wise sampling on the device, typed reads and R-GraphSAGE
   features.py  `TypedInputs`: one feature source a type, one read a type
   derived.py   `with_derived`: featureless types' rows as their neighbours' mean
   models.py    `RGraphSAGE` (a weight per relation, sum or mean across them)
+  inference.py `full_logits`: layer-wise full-graph inference of the target type
 """
 
 from .data import HeteroGraph, Relation, RelationCsr, hetero_graph
 from .derived import neighbour_mean, with_derived
-from .features import TypedInputs
+from .features import TypedInputs, split_cache
+from .inference import full_logits
 from .models import RGraphSAGE, RelationalSAGEConv
 from .ogb import load_ogb_hetero
 from .sampling import HeteroBatch, HeteroSampler
 from .synthetic import typed_synthetic
 
 __all__ = ["HeteroBatch", "HeteroGraph", "HeteroSampler", "RGraphSAGE", "Relation",
-           "RelationCsr", "RelationalSAGEConv", "TypedInputs", "hetero_graph", "load_ogb_hetero",
-           "neighbour_mean", "typed_synthetic", "with_derived"]
+           "RelationCsr", "RelationalSAGEConv", "TypedInputs", "full_logits", "hetero_graph",
+           "load_ogb_hetero", "neighbour_mean", "split_cache", "typed_synthetic", "with_derived"]

@@ -73,21 +73,31 @@ class RelationalSAGEConv(nnx.Module):
         h[src]) where `masks[r]`."""
         out = {}
         for t, n in sizes.items():
-            own = h[t][:n]
-            base = self.self_maps[t](own) if t in self.self_maps else \
-                jnp.broadcast_to(self.biases[t][...], (n, self.out_dim))
-            messages = []
+            means = {}
             for r, nb in nbrs.items():
-                if r[2] != t or _key(r) not in self.neigh_maps:
-                    continue
-                total, count = add_sums((jnp.zeros((n, h[r[0]].shape[1]), jnp.float32),
-                                         jnp.zeros((n,), jnp.float32)),
-                                        Edges(h[r[0]][nb], masks[r], None, n))
-                messages.append(self.neigh_maps[_key(r)](total / jnp.maximum(count, 1.0)[:, None]))
-            if messages:
-                agg = sum(messages)
-                base = base + (agg / len(messages) if self.aggr == "mean" else agg)
-            out[t] = base
+                if r[2] == t and _key(r) in self.neigh_maps:
+                    total, count = add_sums((jnp.zeros((n, h[r[0]].shape[1]), jnp.float32),
+                                             jnp.zeros((n,), jnp.float32)),
+                                            Edges(h[r[0]][nb], masks[r], None, n))
+                    means[r] = total / jnp.maximum(count, 1.0)[:, None]
+            out[t] = self.combine(t, h[t][:n], means)
+        return out
+
+    def combine(self, node_type: str, own: jax.Array,
+                means: Mapping[Relation, jax.Array]) -> jax.Array:
+        """float32[n, out_dim]: the outputs of n `node_type` nodes from their
+        own rows `own` [n, in_dims[node_type]] and, per relation r into the
+        type, their neighbours' mean rows `means[r]` [n, in_dims[src]]
+        (zeros for none): the module doc's formula. Sampled blocks and
+        full-graph inference (inference.py) both end here."""
+        n = own.shape[0]
+        out = self.self_maps[node_type](own) if node_type in self.self_maps else \
+            jnp.broadcast_to(self.biases[node_type][...], (n, self.out_dim))
+        messages = [self.neigh_maps[_key(r)](m) for r, m in means.items()
+                    if _key(r) in self.neigh_maps]
+        if messages:
+            agg = sum(messages)
+            out = out + (agg / len(messages) if self.aggr == "mean" else agg)
         return out
 
 
