@@ -9,6 +9,7 @@ relation-wise sampling on the device, typed reads and R-GraphSAGE
   features.py  `TypedInputs`: one feature source a type, one read a type
   derived.py   `with_derived`: featureless types' rows as their neighbours' mean
   models.py    `RGraphSAGE` (a weight per relation, sum or mean across them)
+  to_hetero.py `ToHetero`: any registry model with its layers per relation (PyG's to_hetero)
   inference.py `full_logits`: layer-wise full-graph inference of the target type
 """
 
@@ -20,7 +21,8 @@ from .models import RGraphSAGE, RelationalSAGEConv
 from .ogb import load_ogb_hetero
 from .sampling import HeteroBatch, HeteroSampler
 from .synthetic import typed_synthetic
+from .to_hetero import ToHetero
 
 __all__ = ["HeteroBatch", "HeteroGraph", "HeteroSampler", "RGraphSAGE", "Relation",
-           "RelationCsr", "RelationalSAGEConv", "TypedInputs", "full_logits", "hetero_graph",
+           "RelationCsr", "RelationalSAGEConv", "ToHetero", "TypedInputs", "full_logits", "hetero_graph",
            "load_ogb_hetero", "neighbour_mean", "split_cache", "typed_synthetic", "with_derived"]
