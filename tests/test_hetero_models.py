@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jdirect.graph.hetero.data import relation_key
 from jdirect.graph.hetero.models import RGraphSAGE
 from jdirect.graph.hetero.sampling import HeteroSampler
 from jdirect.graph.models import dropout_masks
@@ -34,14 +35,14 @@ def reference(model: RGraphSAGE, x: dict, batch, aggr: str) -> np.ndarray:
                 acc = np.tile(np.asarray(conv.biases[t][...]), (n, 1))
             msgs = []
             for r, nb in b.nbrs[l].items():
-                if r[2] != t or "/".join(r) not in conv.neigh_maps:
+                if r[2] != t or relation_key(r) not in conv.neigh_maps:
                     continue
                 mean = np.zeros((n, h[r[0]].shape[1]))
                 for i in range(n):
                     picked = nb[i][b.masks[l][r][i]]
                     if picked.size:
                         mean[i] = h[r[0]][picked].mean(0)
-                msgs.append(mean @ np.asarray(conv.neigh_maps["/".join(r)].kernel[...]))
+                msgs.append(mean @ np.asarray(conv.neigh_maps[relation_key(r)].kernel[...]))
             if msgs:
                 acc = acc + (sum(msgs) / len(msgs) if aggr == "mean" else sum(msgs))
             out[t] = acc

@@ -24,5 +24,6 @@ from .synthetic import typed_synthetic
 from .to_hetero import ToHetero
 
 __all__ = ["HeteroBatch", "HeteroGraph", "HeteroSampler", "RGraphSAGE", "Relation",
-           "RelationCsr", "RelationalSAGEConv", "ToHetero", "TypedInputs", "full_logits", "hetero_graph",
-           "load_ogb_hetero", "neighbour_mean", "split_cache", "typed_synthetic", "with_derived"]
+           "RelationCsr", "RelationalSAGEConv", "ToHetero", "TypedInputs", "full_logits",
+           "hetero_graph", "load_ogb_hetero", "neighbour_mean", "split_cache", "typed_synthetic",
+           "with_derived"]

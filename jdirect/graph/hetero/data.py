@@ -184,6 +184,11 @@ def relation_csr(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int, *
     return RelationCsr(indptr[:num_dst + 1], indices)
 
 
+def relation_key(relation: Relation) -> str:
+    """"src/name/dst": a relation as the string key of a module's per-relation layers."""
+    return "/".join(relation)
+
+
 def reversed_name(name: str) -> str:
     """The name of relation `name`'s reverse (PyG's ToUndirected: "rev_" + name)."""
     return f"rev_{name}"

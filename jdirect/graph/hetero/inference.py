@@ -17,9 +17,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from .data import HeteroGraph
+from .data import HeteroGraph, relation_key
 from .derived import neighbour_mean
-from .models import RelationalSAGEConv, RGraphSAGE, _key
+from .models import RelationalSAGEConv, RGraphSAGE
 
 
 @functools.partial(nnx.jit, static_argnames=("node_type", "relu"))
@@ -51,7 +51,7 @@ def full_logits(model: RGraphSAGE, graph: HeteroGraph, *, chunk: int = 1 << 16) 
     for l, conv in enumerate(model.convs):
         last = l + 1 == model.num_layers
         means = {r: neighbour_mean(graph, r, h[r[0]], chunk=chunk)
-                 for r in graph.relations if _key(r) in conv.neigh_maps}
+                 for r in graph.relations if relation_key(r) in conv.neigh_maps}
         out = {}
         for t in [model.target] if last else graph.types:  # the last layer: the target alone
             n = graph.num_nodes[t]

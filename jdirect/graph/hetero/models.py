@@ -31,14 +31,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ..models.base import Edges, Masks, add_sums, dropout, layer_dims, linear
-from .data import Relation
+from .data import Relation, relation_key
 from .sampling import HeteroBatch
 
 AGGREGATES = ("sum", "mean")
-
-
-def _key(rel: Relation) -> str:
-    return "/".join(rel)
 
 
 class RelationalSAGEConv(nnx.Module):
@@ -60,8 +56,8 @@ class RelationalSAGEConv(nnx.Module):
         # A featureless type's own row is empty: its output starts at a bias.
         self.biases = nnx.Dict({t: nnx.Param(jnp.zeros(out_dim)) for t, d in in_dims.items()
                                 if not d})
-        self.neigh_maps = nnx.Dict({_key(r): linear(in_dims[r[0]], out_dim, use_bias=False,
-                                                    rngs=rngs)
+        self.neigh_maps = nnx.Dict({relation_key(r): linear(in_dims[r[0]], out_dim,
+                                                            use_bias=False, rngs=rngs)
                                     for r in relations if in_dims[r[0]]})
 
     def __call__(self, h: Mapping[str, jax.Array], sizes: Mapping[str, int],
@@ -75,7 +71,7 @@ class RelationalSAGEConv(nnx.Module):
         for t, n in sizes.items():
             means = {}
             for r, nb in nbrs.items():
-                if r[2] == t and _key(r) in self.neigh_maps:
+                if r[2] == t and relation_key(r) in self.neigh_maps:
                     total, count = add_sums((jnp.zeros((n, h[r[0]].shape[1]), jnp.float32),
                                              jnp.zeros((n,), jnp.float32)),
                                             Edges(h[r[0]][nb], masks[r], None, n))
@@ -93,8 +89,8 @@ class RelationalSAGEConv(nnx.Module):
         n = own.shape[0]
         out = self.self_maps[node_type](own) if node_type in self.self_maps else \
             jnp.broadcast_to(self.biases[node_type][...], (n, self.out_dim))
-        messages = [self.neigh_maps[_key(r)](m) for r, m in means.items()
-                    if _key(r) in self.neigh_maps]
+        messages = [self.neigh_maps[relation_key(r)](m) for r, m in means.items()
+                    if relation_key(r) in self.neigh_maps]
         if messages:
             agg = sum(messages)
             out = out + (agg / len(messages) if self.aggr == "mean" else agg)

@@ -200,9 +200,10 @@ class HeteroSampler:
                     counts[t].append(counts[t][-1])
                     continue
                 flat = [picked[r].reshape(1, -1) for r in rels]
+                shift = (2 * n[t] + 1).bit_length()  # extend's key layout, per type
                 nodes[t], count, local = extend(nodes[t], counts[t][-1],
                                                 jnp.concatenate(flat, axis=1)[..., None],
-                                                self.caps[hop][t], n[t], (2 * n[t] + 1).bit_length())
+                                                self.caps[hop][t], n[t], shift)
                 counts[t].append(count)
                 bounds = np.cumsum([0] + [f.shape[1] for f in flat])
                 for r, a, b in zip(rels, bounds[:-1], bounds[1:]):

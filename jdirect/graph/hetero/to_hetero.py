@@ -23,8 +23,8 @@ from flax import nnx
 
 from ..models import build
 from ..models.base import Edges, Masks, dropout
-from .data import Relation
-from .models import AGGREGATES, _key
+from .data import Relation, relation_key
+from .models import AGGREGATES
 from .sampling import HeteroBatch
 
 
@@ -57,8 +57,9 @@ class ToHetero(nnx.Module):
         if lonely:
             raise ValueError(f"node types {lonely} have no relation into them: add reverse "
                              "relations (hetero_graph(..., reverse=True))")
-        models = {_key(r): build(name, in_dim, hidden, num_classes, num_layers, dropout=dropout,
-                                 seed=seed + i) for i, r in enumerate(relations)}
+        models = {relation_key(r): build(name, in_dim, hidden, num_classes, num_layers,
+                                         dropout=dropout, seed=seed + i)
+                  for i, r in enumerate(relations)}
         if not next(iter(models.values())).uses_neighbors:
             raise ValueError(f"model {name!r} reads no neighbours: nothing to make typed")
         self.models = nnx.Dict(models)
@@ -88,7 +89,7 @@ class ToHetero(nnx.Module):
         for l in range(self.num_layers):
             out: dict[str, list[jax.Array]] = {}
             for r, nb in batch.nbrs[l].items():
-                conv = self.models[_key(r)].convs[l]
+                conv = self.models[relation_key(r)].convs[l]
                 n = nb.shape[0]
                 h_dst = h[r[2]][:n]
                 s_dst, s_src = conv.source(h_dst), conv.source(h[r[0]])
