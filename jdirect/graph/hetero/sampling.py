@@ -51,8 +51,9 @@ class HeteroBatch(NamedTuple):
     first; layer l maps level L-l to level L-1-l):
 
       nodes[k][t]   int32[caps[k][t]]: level k's t-type ids, padded with
-                    num_nodes[t]; nodes[k][t] is a prefix of nodes[k+1][t],
-                    so `input_nodes` (level L) holds every level.
+                    num_nodes[t]; its counts[t][k] valid ids lead
+                    nodes[k+1][t], so `input_nodes` (level L) holds every
+                    level's ids at the same positions.
       nbrs[l][r]    int32[caps[L-1-l][d], fanout of r in layer l] for each
                     relation r = (s, name, d) taking part: row i lists the
                     sampled r-neighbours of nodes[L-1-l][d][i] as positions

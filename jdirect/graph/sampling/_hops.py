@@ -2,8 +2,9 @@
 reading neighbour ids from the CSR wherever it lives (`take`,
 `read_edges`), drawing distinct positions (`draw_positions`, Floyd's
 algorithm), the two as one hop's draws from one CSR (`draw_neighbors`,
-which the typed sampler runs per relation) and merging the picked ids into the next node list with their
-labels (`extend`, one sort for K batches)."""
+which the typed sampler runs per relation) and merging the picked ids
+into the next node list with their labels (`extend`, one sort for K
+batches)."""
 
 from __future__ import annotations
 
