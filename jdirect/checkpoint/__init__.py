@@ -22,7 +22,8 @@
 
 from .errors import CheckpointError, TableCheckpointError
 from .format import FORMAT, read_metadata
-from .steps import Checkpoints, check_checkpoint_dir, normalised_settings
+from .directory import check_checkpoint_dir
+from .steps import Checkpoints, normalised_settings
 from .tables import restore_tables, save_tables
 
 __all__ = ["CheckpointError", "Checkpoints", "FORMAT", "TableCheckpointError",

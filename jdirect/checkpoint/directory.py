@@ -1,6 +1,7 @@
 """The checkpoint directory layer: files that appear complete or not at all,
 one writer a directory, and nothing followed at the names jdirect gives its
-own files.
+own files; `check_checkpoint_dir`, a run's check of its directory before
+any work.
 
 Used by every checkpoint (`save_tables` and the trainer's `Checkpoints`).
 The atomic replace itself, the temporaries and the refusal of what is not
@@ -59,7 +60,9 @@ import weakref
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from .._files import atomic_write, kind_of, open_regular, remove_stale_temporaries
+from .._files import (NotAFile, atomic_write, file_in_the_way, kind_of, open_regular,
+                      probe_writable, remove_stale_temporaries)
+from .errors import CheckpointError
 
 
 def replace_own(path: Path, write: Callable[[BinaryIO], None],
@@ -193,3 +196,67 @@ def writer_lock(directory: Path) -> DirectoryLock | None:
         return None
     remove_stale_temporaries(directory)
     return lock
+
+
+def check_checkpoint_dir(directory: str | Path, *, read_only: bool = False,
+                         read_only_option: str = "read_only=True") -> Path:
+    """Checks that a run can use `directory` for checkpoints, before any work.
+
+    With `read_only`, that it exists. Otherwise that it can be created and
+    written (a probe file of ours is written, fsynced and removed, so a
+    full disk or a read-only mount fails here) and that no other run holds
+    it; the lock is released again (`Checkpoints` takes it for the run).
+
+    Args:
+      read_only_option: how the caller's user asks for read-only use, named
+        in the messages: a CLI passes its flag ("--checkpoint-read-only").
+
+    Returns:
+      The directory as an absolute path.
+
+    Raises:
+      CheckpointError: one line naming the directory: it or a folder on its
+        way is a file, it does not exist (read_only), it cannot be written
+        (suggesting `read_only_option`), it is in use by another run
+        (naming its pid, host and start time), or something other than a
+        regular file is at its lock's name (named, untouched).
+    """
+    directory = Path(directory).absolute()
+    if read_only:
+        _refuse_files(directory)
+        if not directory.is_dir():
+            raise CheckpointError(f"checkpoint directory {directory} does not exist; "
+                                  f"{read_only_option} only resumes from an existing one")
+        return directory
+    lock = lock_for_writing(directory, read_only_option)
+    if lock is not None:
+        lock.release()
+    return directory
+
+
+def _refuse_files(directory: Path) -> None:
+    """CheckpointError if `directory`, or a folder on its way, is a file."""
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} is a file, not a directory")
+    if (blocker := file_in_the_way(directory)) is not None:
+        raise CheckpointError(f"cannot make checkpoint directory {directory}: {blocker} is a "
+                              "file, not a directory")
+
+
+def lock_for_writing(directory: Path, read_only_option: str) -> DirectoryLock | None:
+    """The writer's lock on `directory`, created if missing (`writer_lock`).
+    Raises as check_checkpoint_dir."""
+    _refuse_files(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe_writable(directory)
+        return writer_lock(directory)
+    except DirectoryInUse as e:
+        raise CheckpointError(f"checkpoint directory {e}; wait for it to end, or give this "
+                              "run another checkpoint directory") from None
+    except NotAFile as e:
+        raise CheckpointError(str(e)) from None
+    except OSError as e:
+        raise CheckpointError(
+            f"cannot write checkpoints to {directory} ({e.strerror or e}); choose a writable "
+            f"directory, or pass {read_only_option} to resume from it without saving") from e

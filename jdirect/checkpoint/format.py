@@ -21,11 +21,10 @@ OldFormat, naming the format, in one line.
 Reading trusts nothing before it is checked: the file must be a regular
 file (a path jdirect names itself is not followed if it is a link:
 `jdirect._files.open_regular`); the archive may hold only what the writer
-writes (stored members, unencrypted, regular, no two of one name, exactly
-the header's leaves); `header.json` is read only up to MAX_HEADER_BYTES
-and must have the structure above (types and all) before any of it is
-used; each leaf's `.npy` header must give the entry's shape and item size
-and its data the bytes that shape holds. Every way a file can fail
+writes, and `header.json` is read only up to MAX_HEADER_BYTES and used
+only once its structure is the one above (header.py); each leaf's `.npy`
+header must give the entry's shape and item size and its data the bytes
+that shape holds. Every way a file can fail
 (zipfile's errors, an encrypted flag or an unknown compression method
 flipped on, cut data, JSON of another structure) raises Damaged, one line.
 """
@@ -35,8 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import stat
 import struct
 import zipfile
 import zlib
@@ -49,13 +46,10 @@ import numpy as np
 
 from .._files import NotAFile, open_regular
 from ..host_table import HostTable
+from .errors import Damaged, OldFormat
+from .header import FORMAT, HEADER, MAX_HEADER_BYTES, entry_dtype, read_header
 
-FORMAT = 2
-HEADER = "header.json"
 CHUNK_BYTES = 64 << 20
-# The most of header.json a reader reads (and a writer writes): the
-# metadata (a run's settings and history) and a few hundred bytes a leaf.
-MAX_HEADER_BYTES = 8 << 20
 # What reading a damaged or crafted archive can raise: zipfile's own
 # errors (BadZipFile, an encrypted flag: RuntimeError, an unknown method or
 # version: NotImplementedError), a cut file (EOFError, OSError), zlib, a
@@ -65,23 +59,6 @@ MAX_HEADER_BYTES = 8 << 20
 _DAMAGE = (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError, EOFError,
            RuntimeError, zipfile.BadZipFile, zlib.error, struct.error, OverflowError,
            SyntaxError)
-# The ZIP flags a checkpoint's members may have: a data descriptor (0x8,
-# written where the file cannot seek) and UTF-8 names (0x800).
-_FLAGS = 0x808
-# The most a leaf's .npy header takes: its 12-byte prefix and NumPy's
-# largest header (read_array_header's max_header_size, 10,000).
-_NPY_HEADER_BYTES = 12 + 10_000
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-class Damaged(ValueError):
-    """A checkpoint file is unreadable, cut, or differs from its hashes; the
-    message says what (not the path: the caller names it)."""
-
-
-class OldFormat(ValueError):
-    """A checkpoint file of a format this jdirect does not read; the message
-    names the format."""
 
 
 class NonFinite(ValueError):
@@ -214,7 +191,7 @@ def _read_member(member: BinaryIO, size: int, entry: dict[str, Any], out: np.nda
     if np.lib.format.read_magic(member) != (2, 0):
         raise ValueError("a leaf member is not a .npy file of version 2.0")
     shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
-    want = _dtype(entry["dtype"])
+    want = entry_dtype(entry["dtype"])
     if tuple(shape) != tuple(entry["shape"]) or fortran or dtype.itemsize != want.itemsize:
         raise ValueError(f"its .npy header says shape {shape} of {dtype.itemsize}-byte items, "
                          f"the checkpoint's header {tuple(entry['shape'])} of {want.itemsize}")
@@ -278,56 +255,6 @@ def _read_leaf(archive: zipfile.ZipFile, i: int, entry: dict[str, Any], out: np.
         raise Damaged(f"{entry['path']} has {bad} non-finite values")
 
 
-def _dtype(name: str) -> np.dtype:
-    """The NumPy dtype a leaf entry names (bfloat16 and jax's other names too)."""
-    return np.dtype(jnp.dtype(name))
-
-
-def _check_members(infos: list[zipfile.ZipInfo]) -> None:
-    """Raises Damaged unless every member of `infos` is what the writer
-    writes: stored (not compressed), not encrypted (no flags but _FLAGS),
-    a regular file (not a directory or a link)."""
-    for info in infos:
-        kind = stat.S_IFMT(info.external_attr >> 16)
-        if info.filename.endswith("/") or kind not in (0, stat.S_IFREG):
-            raise Damaged(f"its member {info.filename!r} is not a file (a directory or a link)")
-        if info.flag_bits & 0x1:
-            raise Damaged(f"its member {info.filename!r} is encrypted")
-        if info.flag_bits & ~_FLAGS:
-            raise Damaged(f"its member {info.filename!r} has flags {info.flag_bits:#x}, which "
-                          "no checkpoint sets")
-        if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
-            raise Damaged(f"its member {info.filename!r} is compressed (method "
-                          f"{info.compress_type}); checkpoints store their members as they are")
-
-
-def _checked_header(header: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(metadata, leaf entries) of a parsed header.json of this format, once
-    its structure is the writer's, every field of its type.
-
-    Raises:
-      Damaged: it is not (what is wrong, and where).
-    """
-    if not isinstance(header.get("metadata"), dict) or not isinstance(header.get("leaves"), list):
-        raise Damaged("its header has no metadata object or no leaf list")
-    for i, entry in enumerate(header["leaves"]):
-        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
-                and isinstance(entry.get("shape"), list)
-                and all(type(n) is int and 0 <= n < 2**63 for n in entry["shape"])
-                and isinstance(entry.get("dtype"), str) and isinstance(entry.get("key_impl"), str)
-                and isinstance(entry.get("sha256"), str) and _SHA256.match(entry["sha256"])):
-            raise Damaged(f"its header's leaf {i} is not an entry of path, shape, dtype, "
-                          "key_impl and sha256")
-        try:
-            dtype = _dtype(entry["dtype"])
-        except (TypeError, ValueError):
-            dtype = None
-        if dtype is None or dtype.hasobject or dtype.fields is not None or dtype.name != \
-                entry["dtype"]:
-            raise Damaged(f"its header's leaf {i} has the dtype {entry['dtype']!r}")
-    return header["metadata"], header["leaves"]
-
-
 class Reader:
     """An open checkpoint file: its header, checked, and its leaves, read on demand.
 
@@ -360,52 +287,13 @@ class Reader:
             self._file.close()
             raise Damaged(f"not a checkpoint, or cut short ({type(e).__name__}: {e})") from e
         try:
-            self.metadata, self.entries = self._header()
+            self.metadata, self.entries = read_header(self._archive)
         except (OldFormat, Damaged):
             self.close()
             raise
         except _DAMAGE as e:
             self.close()
             raise Damaged(f"its header is unreadable ({type(e).__name__}: {e})") from e
-
-    def _header(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """(metadata, leaf entries), once the header and then every member
-        are checked (the header first: a file of format 1 is named so)."""
-        infos = self._archive.infolist()
-        names = [info.filename for info in infos]
-        if "header.npy" in names and HEADER not in names:
-            raise OldFormat(_old(1))  # a trainer step file of format 1
-        if HEADER not in names:
-            raise Damaged("it has no header.json")
-        if len(set(names)) != len(names):
-            raise Damaged("it holds two members of one name")
-        info = self._archive.getinfo(HEADER)
-        _check_members([info])
-        if info.file_size > MAX_HEADER_BYTES:
-            raise Damaged(f"its header.json takes {info.file_size:,} bytes, more than the "
-                          f"{MAX_HEADER_BYTES:,} of a checkpoint's")
-        with self._archive.open(info) as f:
-            raw = f.read(MAX_HEADER_BYTES + 1)
-        header = json.loads(raw)
-        if not isinstance(header, dict):
-            raise Damaged("its header is not a JSON object")
-        found = header.get("format")
-        if found != FORMAT:
-            if type(found) is int and 0 < found < 1000:
-                raise OldFormat(_old(found))
-            raise Damaged(f"its header names no format ({found!r})")
-        metadata, entries = _checked_header(header)
-        _check_members(infos)
-        if set(names) != {HEADER, *(f"leaf{i}.npy" for i in range(len(entries)))}:
-            raise Damaged(f"its members are not header.json and the {len(entries)} leaves "
-                          "it lists")
-        for i, e in enumerate(entries):
-            size = self._archive.getinfo(f"leaf{i}.npy").file_size
-            nbytes = int(np.prod(e["shape"], dtype=object)) * _dtype(e["dtype"]).itemsize
-            if not nbytes <= size <= nbytes + _NPY_HEADER_BYTES:
-                raise Damaged(f"its member leaf{i}.npy takes {size:,} bytes, the shape of "
-                              f"{e['path']} {nbytes:,} and a .npy header")
-        return metadata, entries
 
     def mismatches(self, names: list[str], leaves: list[Any]) -> list[str]:
         """How the saved leaves differ from `leaves` (paths, shapes, dtypes,
@@ -436,7 +324,7 @@ class Reader:
         out = []
         for i, (entry, name, leaf) in enumerate(zip(self.entries, names, leaves)):
             target = memory(leaf, name) if is_table(leaf) else \
-                np.empty(entry["shape"], _dtype(entry["dtype"]))
+                np.empty(entry["shape"], entry_dtype(entry["dtype"]))
             _read_leaf(self._archive, i, entry, target, finite)
             out.append(leaf if is_table(leaf) else _like(target, entry, leaf))
         return out
@@ -456,12 +344,6 @@ def _spec_words(spec: tuple) -> tuple:
     """(shape, dtype) of a (path, shape, dtype, key_impl) spec, with the key
     implementation where there is one."""
     return spec[1:] if spec[3] else spec[1:3]
-
-
-def _old(found: int) -> str:
-    by = "an older" if found < FORMAT else "a newer"
-    return (f"a checkpoint of format {found!r}, written by {by} jdirect; this one reads format "
-            f"{FORMAT} only")
 
 
 def _like(host: np.ndarray, entry: dict[str, Any], leaf: Any) -> Any:

@@ -37,9 +37,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .._files import NotAFile, file_in_the_way, probe_writable
+from .._files import NotAFile
 from . import format as fmt
-from .directory import DirectoryInUse, DirectoryLock, own_kind, replace_own, writer_lock
+from .directory import (DirectoryLock, check_checkpoint_dir, lock_for_writing, own_kind,
+                        replace_own)
 from .errors import CheckpointError
 from .tables import reread_caches, restore_targets, restored_tree
 
@@ -102,69 +103,6 @@ def _not_a_step(path: Path, directory: Path) -> str:
             f"file?); move it out of {directory}")
 
 
-def check_checkpoint_dir(directory: str | Path, *, read_only: bool = False,
-                         read_only_option: str = "read_only=True") -> Path:
-    """Checks that a run can use `directory` for checkpoints, before any work.
-
-    With `read_only`, that it exists. Otherwise that it can be created and
-    written (a probe file of ours is written, fsynced and removed, so a
-    full disk or a read-only mount fails here) and that no other run holds
-    it; the lock is released again (`Checkpoints` takes it for the run).
-
-    Args:
-      read_only_option: how the caller's user asks for read-only use, named
-        in the messages: a CLI passes its flag ("--checkpoint-read-only").
-
-    Returns:
-      The directory as an absolute path.
-
-    Raises:
-      CheckpointError: one line naming the directory: it or a folder on its
-        way is a file, it does not exist (read_only), it cannot be written
-        (suggesting `read_only_option`), or it is in use by another run
-        (naming its pid, host and start time).
-    """
-    directory = Path(directory).absolute()
-    if read_only:
-        _refuse_files(directory)
-        if not directory.is_dir():
-            raise CheckpointError(f"checkpoint directory {directory} does not exist; "
-                                  f"{read_only_option} only resumes from an existing one")
-        return directory
-    lock = _lock(directory, read_only_option)
-    if lock is not None:
-        lock.release()
-    return directory
-
-
-def _refuse_files(directory: Path) -> None:
-    """CheckpointError if `directory`, or a folder on its way, is a file."""
-    if directory.exists() and not directory.is_dir():
-        raise CheckpointError(f"checkpoint directory {directory} is a file, not a directory")
-    if (blocker := file_in_the_way(directory)) is not None:
-        raise CheckpointError(f"cannot make checkpoint directory {directory}: {blocker} is a "
-                              "file, not a directory")
-
-
-def _lock(directory: Path, read_only_option: str) -> DirectoryLock | None:
-    """The writer's lock on `directory`, created if missing (`writer_lock`).
-    Raises as check_checkpoint_dir."""
-    _refuse_files(directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe_writable(directory)
-        return writer_lock(directory)
-    except DirectoryInUse as e:
-        raise CheckpointError(f"checkpoint directory {e}; wait for it to end, or give this "
-                              "run another checkpoint directory") from None
-    except NotAFile as e:
-        raise CheckpointError(str(e)) from None
-    except OSError as e:
-        raise CheckpointError(
-            f"cannot write checkpoints to {directory} ({e.strerror or e}); choose a writable "
-            f"directory, or pass {read_only_option} to resume from it without saving") from e
-
-
 class Checkpoints:
     """Saves a training-state pytree after each epoch and restores the newest good one.
 
@@ -205,7 +143,7 @@ class Checkpoints:
             self._dir = check_checkpoint_dir(directory, read_only=True)
             return
         self._dir = Path(directory).absolute()
-        self._lock = _lock(self._dir, "read_only=True")
+        self._lock = lock_for_writing(self._dir, "read_only=True")
 
     @property
     def directory(self) -> Path:
