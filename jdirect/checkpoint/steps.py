@@ -30,12 +30,13 @@ make safe, and streams host tables larger than memory could hold twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .._files import NotAFile
 from . import format as fmt
@@ -96,11 +97,6 @@ def _step_metadata(epoch: int, metadata: dict[str, Any]) -> dict[str, Any]:
     if saved != epoch or type(saved) is not int:
         raise fmt.Damaged(f"it holds the step of epoch {saved!r}, not {epoch}")
     return metadata
-
-
-def _not_a_step(path: Path, directory: Path) -> str:
-    return (f"{path} is a checkpoint but no run's step (it has no run settings: a save_tables "
-            f"file?); move it out of {directory}")
 
 
 class Checkpoints:
@@ -213,22 +209,15 @@ class Checkpoints:
             vanished = False
             for epoch in reversed(epochs):
                 path = _step_path(self._dir, epoch)
+                advice = (f"resume it with the jdirect that wrote it, or move {self._dir} "
+                          "aside to start the run over")
                 try:
-                    with fmt.Reader(path, follow=False) as reader:
-                        meta = _step_metadata(epoch, reader.metadata)
+                    with self._open_step(epoch, advice) as (reader, meta):
                         self._check_compatible(path, meta["run_config"], reader, names, leaves)
                         restored = reader.read(names, leaves, finite=True)
                 except FileNotFoundError:  # rotated away by the writer since it was listed
                     vanished = True
                     continue
-                except NotAFile as e:
-                    raise CheckpointError(str(e)) from None
-                except _NotAStep:
-                    raise CheckpointError(_not_a_step(path, self._dir)) from None
-                except fmt.OldFormat as e:
-                    raise CheckpointError(f"{path} is {e}: resume it with the jdirect that "
-                                          f"wrote it, or move {self._dir} aside to start the "
-                                          "run over") from None
                 except fmt.Damaged as e:
                     if str(path) not in damaged:
                         damaged[str(path)] = f"{path} is damaged ({e})"
@@ -251,6 +240,34 @@ class Checkpoints:
             f"no intact checkpoint in {self._dir}: " + "; ".join(damaged.values())
             + f". Move {self._dir} aside to start the run over.")
 
+    @contextlib.contextmanager
+    def _open_step(self, epoch: int, advice: str) -> Iterator[tuple[fmt.Reader, dict[str, Any]]]:
+        """(reader, metadata) of the step of `epoch`, open while in the block.
+
+        Raises:
+          CheckpointError: what is at its name is not a step of this format:
+            a symbolic link, directory or FIFO (not followed or opened); a
+            save_tables file; a file of another format (`advice` says what
+            to do).
+          FileNotFoundError, fmt.Damaged: as `fmt.Reader`, or a damaged
+            step's metadata.
+        """
+        path = _step_path(self._dir, epoch)
+        try:
+            reader = fmt.Reader(path, follow=False)
+        except NotAFile as e:
+            raise CheckpointError(str(e)) from None
+        except fmt.OldFormat as e:
+            raise CheckpointError(f"{path} is {e}: {advice}") from None
+        with reader:
+            try:
+                meta = _step_metadata(epoch, reader.metadata)
+            except _NotAStep:
+                raise CheckpointError(
+                    f"{path} is a checkpoint but no run's step (it has no run settings: a "
+                    f"save_tables file?); move it out of {self._dir}") from None
+            yield reader, meta
+
     def _check_compatible(self, path: Path, saved: dict[str, Any], reader: fmt.Reader,
                           names: list[str], leaves: list[Any]) -> None:
         self._check_settings(path, saved)
@@ -271,20 +288,16 @@ class Checkpoints:
 
     def _vet_existing_steps(self) -> None:
         """Refuses to save into a directory holding steps of other settings
-        or of an older format, which rotation would delete. Steps too
+        or of another format, which rotation would delete, or anything else
+        at a step's name (a link, a directory, a save_tables file). Steps too
         damaged to name their settings are taken as this run's
         (restore_latest fell back past them)."""
         for epoch in self.epochs():
             path = _step_path(self._dir, epoch)
             try:
-                saved = _step_metadata(epoch, fmt.read_metadata(path, follow=False))["run_config"]
-            except NotAFile as e:
-                raise CheckpointError(str(e)) from None
-            except _NotAStep:
-                raise CheckpointError(_not_a_step(path, self._dir)) from None
-            except fmt.OldFormat as e:
-                raise CheckpointError(f"{path} is {e}: give this run another checkpoint "
-                                      "directory, or move it aside") from None
+                with self._open_step(epoch, "give this run another checkpoint directory, or "
+                                     "move it aside") as (_, meta):
+                    saved = meta["run_config"]
             except (OSError, fmt.Damaged):
                 continue
             self._check_settings(path, saved)
