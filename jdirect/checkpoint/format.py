@@ -356,10 +356,18 @@ def _like(host: np.ndarray, entry: dict[str, Any], leaf: Any) -> Any:
 
 
 def read_metadata(path: str | Path, *, follow: bool = True) -> dict[str, Any]:
-    """The metadata of the checkpoint file at `path` (no leaf is read).
+    """The metadata of the checkpoint file at `path` (no leaf is read; at
+    most MAX_HEADER_BYTES of its header).
+
+    Args:
+      follow: follow a symbolic link at `path` (False: refuse one).
 
     Raises:
-      FileNotFoundError, NotAFile, OldFormat, Damaged: as `Reader`.
+      FileNotFoundError: nothing at `path`.
+      OSError (`jdirect._files.NotAFile`): a directory, FIFO or device there
+        (or a link, `follow` False); nothing is read from it.
+      ValueError: `errors.OldFormat`, a file of another format (named);
+        `errors.Damaged`, anything else that is not an intact checkpoint.
     """
     with Reader(path, follow=follow) as reader:
         return reader.metadata
