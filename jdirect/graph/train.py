@@ -36,9 +36,10 @@ from typing import NoReturn
 import jax
 
 from .. import environment
+from ..checkpoint import CheckpointError, check_checkpoint_dir
 from .data import DATASETS, PRESETS
 from .features import ENCODINGS, SOURCES
-from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
+from .io import check_metrics_path
 from .models import MODELS
 from .training import parallel
 from .training.config import (FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig, apply_flags,

@@ -52,7 +52,7 @@ import numpy as np
 
 from ...host_memory import host_empty
 
-from ...checkpoint.directory import TMP_PREFIX, atomic_write
+from ..._files import TMP_PREFIX, atomic_write
 from .csr import FEATURE_DTYPES, Graph, csr_from_edge_chunks
 
 # Edges handled per step while building a CSR from an edge file; the
