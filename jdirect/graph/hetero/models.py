@@ -97,7 +97,54 @@ class RelationalSAGEConv(nnx.Module):
         return out
 
 
-class RGraphSAGE(nnx.Module):
+class TypedMessagePassing(nnx.Module):
+    """The forward pass, dropout shapes and checks shared by the typed
+    models (`RGraphSAGE`, `to_hetero.ToHetero`): `inputs` makes each
+    type's float32 rows of `batch.input_nodes`, `layer(l, h, batch)` maps
+    level L-l's rows to level L-1-l's, with `activation` and dropout
+    between layers. Subclasses set `target`, `num_layers`, `hidden`, `rate`."""
+
+    uses_neighbors = True
+    activation = staticmethod(jax.nn.relu)
+    target: str
+    num_layers: int
+    hidden: int
+    rate: float
+
+    def inputs(self, x: Mapping[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        return {t: v.astype(jnp.float32) for t, v in x.items()}
+
+    def layer(self, l: int, h: dict[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        raise NotImplementedError
+
+    def hidden_shapes(self, batch: HeteroBatch) -> list[tuple[int, int]]:
+        """Shapes dropout applies to: every type's output of every layer
+        but the last, layer by layer, types in `batch.nodes` order."""
+        levels = batch.nodes[::-1][1:-1]  # outputs of layers 0..L-2
+        return [(v.shape[0], self.hidden) for level in levels for v in level.values()]
+
+    def __call__(self, x: Mapping[str, jax.Array], batch: HeteroBatch,
+                 keep: Masks = None) -> jax.Array:
+        """Logits float32[batch_size, num_classes] from rows `x[t]`
+        ([len(batch.input_nodes[t]), width of t], zeros for padding).
+
+        Raises:
+          ValueError: the batch has a block count other than num_layers.
+        """
+        if len(batch.nbrs) != self.num_layers:
+            raise ValueError(f"a {self.num_layers}-layer model needs {self.num_layers} sampled "
+                             f"blocks, got {len(batch.nbrs)}")
+        h = self.inputs(x, batch)
+        masks = iter(keep or ())
+        for l in range(self.num_layers):
+            h = self.layer(l, h, batch)
+            if l + 1 < self.num_layers:
+                h = {t: dropout(self.activation(v), next(masks, None), self.rate)
+                     for t, v in h.items()}
+        return h[self.target]
+
+
+class RGraphSAGE(TypedMessagePassing):
     """`num_layers` `RelationalSAGEConv`s with ReLU and dropout between
     them; logits of the target type's seeds.
 
@@ -114,9 +161,6 @@ class RGraphSAGE(nnx.Module):
     Raises:
       ValueError: unknown aggr, num_layers < 1, a target not in in_dims.
     """
-
-    uses_neighbors = True
-    activation = staticmethod(jax.nn.relu)
 
     def __init__(self, in_dims: Mapping[str, int], relations: Sequence[Relation], target: str,
                  hidden: int, num_classes: int, num_layers: int, *, aggr: str = "sum",
@@ -137,34 +181,14 @@ class RGraphSAGE(nnx.Module):
             RelationalSAGEConv(w, out, relations, aggr=aggr, rngs=rngs)
             for w, out in zip(widths, self.dims[1:]))
 
-    def hidden_shapes(self, batch: HeteroBatch) -> list[tuple[int, int]]:
-        """Shapes dropout applies to: every type's output of every layer
-        but the last, layer by layer, types in `batch.nodes` order."""
-        levels = batch.nodes[::-1][1:-1]  # outputs of layers 0..L-2
-        return [(v.shape[0], self.hidden) for level in levels for v in level.values()]
-
-    def __call__(self, x: Mapping[str, jax.Array], batch: HeteroBatch,
-                 keep: Masks = None) -> jax.Array:
-        """Logits float32[batch_size, num_classes] from rows `x[t]`
-        ([len(batch.input_nodes[t]), in_dims[t]], zeros for padding).
-
-        Raises:
-          ValueError: the batch has a block count other than num_layers.
-        """
-        if len(batch.nbrs) != self.num_layers:
-            raise ValueError(f"a {self.num_layers}-layer model needs {self.num_layers} sampled "
-                             f"blocks, got {len(batch.nbrs)}")
-        h = {t: v.astype(jnp.float32) for t, v in x.items()}
+    def inputs(self, x: Mapping[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        """The given rows, each learned type's rows appended."""
+        h = super().inputs(x, batch)
         for t, table in self.tables.items():
-            ids = batch.input_nodes[t]
-            rows = jnp.take(table[...], ids, axis=0, mode="fill", fill_value=0)
+            rows = jnp.take(table[...], batch.input_nodes[t], axis=0, mode="fill", fill_value=0)
             h[t] = jnp.concatenate([h[t], rows], axis=1)
-        masks = iter(keep or ())
-        for l, conv in enumerate(self.convs):
-            sizes = {t: v.shape[0] for t, v in batch.nodes[self.num_layers - 1 - l].items()}
-            h = conv(h, sizes, batch.nbrs[l], batch.masks[l])
-            if l + 1 < self.num_layers:
-                h = {t: dropout(self.activation(v), next(masks, None), self.rate)
-                     for t, v in h.items()}
-        return h[self.target]
+        return h
 
+    def layer(self, l: int, h: dict[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        sizes = {t: v.shape[0] for t, v in batch.nodes[self.num_layers - 1 - l].items()}
+        return self.convs[l](h, sizes, batch.nbrs[l], batch.masks[l])

@@ -15,20 +15,20 @@ relations) or it would have no outputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from ..models import build
-from ..models.base import Edges, Masks, dropout
+from ..models.base import Edges
 from .data import Relation, relation_key
-from .models import AGGREGATES
+from .models import AGGREGATES, TypedMessagePassing
 from .sampling import HeteroBatch
 
 
-class ToHetero(nnx.Module):
+class ToHetero(TypedMessagePassing):
     """A registry model per relation, combined per destination type.
 
     Args:
@@ -44,8 +44,6 @@ class ToHetero(nnx.Module):
       ValueError: an unknown model or aggr, a model that reads no
         neighbours (the MLP), or a type with no relation into it.
     """
-
-    uses_neighbors = True
 
     def __init__(self, name: str, in_dim: int, relations: Sequence[Relation], target: str,
                  hidden: int, num_classes: int, num_layers: int, *, aggr: str = "sum",
@@ -68,42 +66,22 @@ class ToHetero(nnx.Module):
         self.rate, self.hidden = dropout, hidden
         self.activation = type(next(iter(models.values()))).activation
 
-    def hidden_shapes(self, batch: HeteroBatch) -> list[tuple[int, int]]:
-        """As `RGraphSAGE.hidden_shapes`: every type's hidden outputs, layer by layer."""
-        levels = batch.nodes[::-1][1:-1]
-        return [(v.shape[0], self.hidden) for level in levels for v in level.values()]
-
-    def __call__(self, x: Mapping[str, jax.Array], batch: HeteroBatch,
-                 keep: Masks = None) -> jax.Array:
-        """Logits float32[batch_size, num_classes] from rows `x[t]` of
-        `batch.input_nodes[t]`, every type `in_dim` wide.
-
-        Raises:
-          ValueError: the batch has a block count other than num_layers.
-        """
-        if len(batch.nbrs) != self.num_layers:
-            raise ValueError(f"a {self.num_layers}-layer model needs {self.num_layers} sampled "
-                             f"blocks, got {len(batch.nbrs)}")
-        h = {t: v.astype(jnp.float32) for t, v in x.items()}
-        masks = iter(keep or ())
-        for l in range(self.num_layers):
-            out: dict[str, list[jax.Array]] = {}
-            for r, nb in batch.nbrs[l].items():
-                conv = self.models[relation_key(r)].convs[l]
-                n = nb.shape[0]
-                h_dst = h[r[2]][:n]
-                s_dst, s_src = conv.source(h_dst), conv.source(h[r[0]])
-                state = conv.reduce(conv.init(h_dst, s_dst), s_dst,
-                                    Edges(s_src[nb], batch.masks[l][r], None, n))
-                out.setdefault(r[2], []).append(conv.finish(state, h_dst, s_dst))
-            h = {}
-            for t, level in batch.nodes[self.num_layers - 1 - l].items():
-                parts = out.get(t)
-                if parts is None:  # no relation sampled into t: no t nodes at this level
-                    h[t] = jnp.zeros((level.shape[0], self.hidden), jnp.float32)
-                else:
-                    h[t] = sum(parts) / len(parts) if self.aggr == "mean" else sum(parts)
-            if l + 1 < self.num_layers:
-                h = {t: dropout(self.activation(v), next(masks, None), self.rate)
-                     for t, v in h.items()}
-        return h[self.target]
+    def layer(self, l: int, h: dict[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        """Each relation's layer l on its block, summed or averaged per type."""
+        out: dict[str, list[jax.Array]] = {}
+        for r, nb in batch.nbrs[l].items():
+            conv = self.models[relation_key(r)].convs[l]
+            n = nb.shape[0]
+            h_dst = h[r[2]][:n]
+            s_dst, s_src = conv.source(h_dst), conv.source(h[r[0]])
+            state = conv.reduce(conv.init(h_dst, s_dst), s_dst,
+                                Edges(s_src[nb], batch.masks[l][r], None, n))
+            out.setdefault(r[2], []).append(conv.finish(state, h_dst, s_dst))
+        h = {}
+        for t, level in batch.nodes[self.num_layers - 1 - l].items():
+            parts = out.get(t)
+            if parts is None:  # no relation sampled into t: no t nodes at this level
+                h[t] = jnp.zeros((level.shape[0], self.hidden), jnp.float32)
+            else:
+                h[t] = sum(parts) / len(parts) if self.aggr == "mean" else sum(parts)
+        return h
