@@ -170,3 +170,16 @@ def test_host_placement_draws_as_the_device_one(run):
     finally:
         host.close()
     assert host.arrays is None
+
+
+def test_sample_many_equals_one_batch_at_a_time(run):
+    g, s, batches, _ = run
+    rows = s.epoch_seeds(s.arrays, jnp.asarray(g.train, jnp.int32), 0)
+    keys = jnp.stack([s.key(0, i) for i in range(3)])
+    many = jax.jit(s.sample_many)(s.arrays, rows, keys)
+    assert s.max_group >= 3
+    for k, one in enumerate(batches):
+        for a, b in zip(jax.tree.leaves(many), jax.tree.leaves(one)):
+            np.testing.assert_array_equal(np.asarray(a)[k], b)
+    with pytest.raises(ValueError, match="sample_many takes 1 to"):
+        s.sample_many(s.arrays, rows, keys[:2])

@@ -107,13 +107,15 @@ class HeteroSampler:
     Attributes:
       fanouts: tuple (per layer) of dict relation -> int, as resolved.
       caps: list (per level) of dict type -> padded size.
+      max_group: most batches `sample_many` samples at once.
       arrays: the `HeteroArrays` to pass to `sample`.
 
     Raises:
       TypeError: `graph` is not a `HeteroGraph`.
       ValueError: no fanouts, a fanout or batch size below 1, a mapping
-        that misses or adds a relation, unknown `csr`, or a type of
-        2**31 - 1 nodes or more or a relation of 2**32 edges or more.
+        that misses or adds a relation, unknown `csr`, a type of 2**31 - 1
+        nodes or more, a relation of 2**32 edges or more, or padded sizes
+        that int32 cannot index.
     """
 
     # The seeds and keys of `DeviceSampler` (these read only `seed` and `batch_size`).
@@ -146,6 +148,18 @@ class HeteroSampler:
             for (s, _, d), f in layer.items():
                 cap[s] += prev[d] * f
             self.caps.append({t: min(self.num_nodes[t], c) for t, c in cap.items()})
+        # `extend`'s sort keys: (batch << shift) | (id << 1) | picked, in 32
+        # bits, over at most the level plus its picks, indexed with int32.
+        self._shifts = {t: (2 * c + 1).bit_length() for t, c in self.num_nodes.items()}
+        sort_size = max(
+            self.caps[hop - 1][t] + sum(self.caps[hop - 1][d] * f
+                                        for (s, _, d), f in layer.items() if s == t)
+            for hop, layer in enumerate(reversed(self.fanouts), start=1) for t in self.num_nodes)
+        if sort_size >= 2**31:
+            raise ValueError(f"batch_size {self.batch_size} with these fanouts needs "
+                             f"{sort_size:,} sort slots per hop, more than int32 can index")
+        self.max_group = max(1, min(min(2 ** (32 - b) for b in self._shifts.values()),
+                                    (2**31 - 1) // sort_size))
         self.placement = csr
         self.arrays = HeteroArrays(
             {rel: RelationArrays(*place_csr(c.indptr, c.indices, csr))
@@ -173,50 +187,79 @@ class HeteroSampler:
         seeds = jnp.asarray(seeds, jnp.int32)
         if seeds.shape != (self.batch_size,):
             raise ValueError(f"seeds must be shaped ({self.batch_size},), got {seeds.shape}")
+        return jax.tree.map(lambda x: x[0], self.sample_many(arrays, seeds[None], key[None]))
+
+    def sample_many(self, arrays: HeteroArrays, seeds: jax.Array,
+                    keys: jax.Array) -> HeteroBatch:
+        """`sample` of K batches at once, each hop's merge of a type one
+        sort over all K batches (as `DeviceSampler.sample_many`); jittable.
+        Batch k equals `sample(arrays, seeds[k], keys[k])`.
+
+        Args:
+          seeds: int32[K, batch_size], rows as `sample`'s; 1 <= K <= max_group.
+          keys: K keys along a leading axis.
+
+        Returns:
+          A `HeteroBatch` whose every array has a leading axis of K.
+
+        Raises:
+          ValueError: `seeds` not shaped [K, batch_size] with K in [1,
+            max_group], or `keys` not K keys.
+        """
         n = self.num_nodes
+        seeds = jnp.asarray(seeds, jnp.int32)
+        if seeds.ndim != 2 or seeds.shape[1] != self.batch_size:
+            raise ValueError(f"seeds must be shaped (K, {self.batch_size}), got {seeds.shape}")
+        group = seeds.shape[0]
+        if not 1 <= group <= self.max_group or keys.shape[:1] != (group,):
+            raise ValueError(f"sample_many takes 1 to {self.max_group} batches and one key "
+                             f"each, got seeds {seeds.shape} and keys {keys.shape}")
         seed_mask = seeds >= 0
-        # One leading axis of one batch: the shape `extend` works in.
-        nodes = {t: jnp.full((1, c), n[t], jnp.int32) for t, c in self.caps[0].items()}
-        nodes[self.target] = jnp.where(seed_mask, seeds, n[self.target])[None]
-        counts = {t: [jnp.zeros(1, jnp.int32)] for t in n}
-        counts[self.target] = [jnp.sum(seed_mask, dtype=jnp.int32)[None]]
-        levels, nbrs, masks = [{t: v[0] for t, v in nodes.items()}], [], []
+        nodes = {t: jnp.full((group, c), n[t], jnp.int32) for t, c in self.caps[0].items()}
+        nodes[self.target] = jnp.where(seed_mask, seeds, n[self.target])
+        counts = {t: [jnp.zeros(group, jnp.int32)] for t in n}
+        counts[self.target] = [jnp.sum(seed_mask, axis=1, dtype=jnp.int32)]
+        levels, nbrs, masks = [dict(nodes)], [], []
         for hop in range(1, len(self.fanouts) + 1):
             layer = self.fanouts[len(self.fanouts) - hop]
-            key, *keys = jax.random.split(key, 1 + len(self.hop_relations(hop)))
+            rels = self.hop_relations(hop)
+            # Per batch, one key per (hop, relation): draws follow each batch's key alone.
+            rel_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, hop),
+                                                           len(rels)))(keys)
             picked, hop_masks = {}, {}
-            for rel, k in zip(self.hop_relations(hop), keys):
+            for i, rel in enumerate(rels):
                 src, _, dst = rel
-                fanout = layer[rel]
-                bits = jax.random.bits(k, (1, self.caps[hop - 1][dst] * fanout), jnp.uint32)
+                size = self.caps[hop - 1][dst] * layer[rel]
+                bits = jax.vmap(lambda k: jax.random.bits(k, (size,), jnp.uint32))(
+                    rel_keys[:, i])
                 csr = arrays.relations[rel]
                 picked[rel], hop_masks[rel] = draw_neighbors(
-                    csr.indptr, csr.indices, nodes[dst], n[dst], bits, fanout, fill=n[src])
+                    csr.indptr, csr.indices, nodes[dst], n[dst], bits, layer[rel], fill=n[src])
             hop_nbrs = {}
             for t in n:
-                rels = [r for r in picked if r[0] == t]
-                if not rels:  # nothing reaches t at this hop: the level only grows its padding
-                    pad = jnp.full((1, self.caps[hop][t] - nodes[t].shape[1]), n[t], jnp.int32)
+                into = [r for r in picked if r[0] == t]
+                if not into:  # nothing reaches t at this hop: the level only grows its padding
+                    pad = jnp.full((group, self.caps[hop][t] - nodes[t].shape[1]), n[t],
+                                   jnp.int32)
                     nodes[t] = jnp.concatenate([nodes[t], pad], axis=1)
                     counts[t].append(counts[t][-1])
                     continue
-                flat = [picked[r].reshape(1, -1) for r in rels]
-                shift = (2 * n[t] + 1).bit_length()  # extend's key layout, per type
+                flat = [picked[r].reshape(group, -1) for r in into]
                 nodes[t], count, local = extend(nodes[t], counts[t][-1],
                                                 jnp.concatenate(flat, axis=1)[..., None],
-                                                self.caps[hop][t], n[t], shift)
+                                                self.caps[hop][t], n[t], self._shifts[t])
                 counts[t].append(count)
                 bounds = np.cumsum([0] + [f.shape[1] for f in flat])
-                for r, a, b in zip(rels, bounds[:-1], bounds[1:]):
+                for r, a, b in zip(into, bounds[:-1], bounds[1:]):
                     local_r = local[:, a:b, 0].reshape(picked[r].shape)
-                    hop_nbrs[r] = jnp.where(hop_masks[r], local_r, 0)[0]
+                    hop_nbrs[r] = jnp.where(hop_masks[r], local_r, 0)
             nbrs.append(hop_nbrs)
-            masks.append({r: m[0] for r, m in hop_masks.items()})
-            levels.append({t: v[0] for t, v in nodes.items()})
+            masks.append(hop_masks)
+            levels.append(dict(nodes))
         labels = jnp.where(seed_mask, arrays.labels[jnp.where(seed_mask, seeds, 0)], 0)
         return HeteroBatch(nodes=tuple(levels), nbrs=tuple(reversed(nbrs)),
                            masks=tuple(reversed(masks)), labels=labels, seed_mask=seed_mask,
-                           counts={t: jnp.concatenate(c) for t, c in counts.items()})
+                           counts={t: jnp.stack(c, axis=1) for t, c in counts.items()})
 
     def close(self) -> None:
         """Releases the CSR arrays (host tables closed; `arrays` becomes None)."""
