@@ -11,11 +11,13 @@ relation-wise sampling on the device, typed reads and R-GraphSAGE
   models.py    `RGraphSAGE` (a weight per relation, sum or mean across them)
   to_hetero.py `ToHetero`: any registry model with its layers per relation (PyG's to_hetero)
   inference.py `full_logits`: layer-wise full-graph inference of the target type
+  homogeneous.py `to_homogeneous`: one `Graph` of every type, for homogeneous baselines
 """
 
 from .data import HeteroGraph, Relation, RelationCsr, hetero_graph
 from .derived import neighbour_mean, with_derived
 from .features import TypedInputs, split_cache
+from .homogeneous import to_homogeneous
 from .inference import full_logits
 from .models import RGraphSAGE, RelationalSAGEConv
 from .ogb import load_ogb_hetero
@@ -25,5 +27,5 @@ from .to_hetero import ToHetero
 
 __all__ = ["HeteroBatch", "HeteroGraph", "HeteroSampler", "RGraphSAGE", "Relation",
            "RelationCsr", "RelationalSAGEConv", "ToHetero", "TypedInputs", "full_logits",
-           "hetero_graph", "load_ogb_hetero", "neighbour_mean", "split_cache", "typed_synthetic",
-           "with_derived"]
+           "hetero_graph", "load_ogb_hetero", "neighbour_mean", "split_cache", "to_homogeneous",
+           "typed_synthetic", "with_derived"]
