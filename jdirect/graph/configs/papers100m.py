@@ -22,7 +22,7 @@ def get_config() -> TrainConfig:
     # row), 2026-11-28 (benchmarks/results/LOG.md, tenth session):
     #   layer 1, every node, reads the cache's rows as the device table and
     #     the CSR pinned in place; it makes no table: each chunk of its rows is
-    #     added into layer 2's float32 sums (`_layer_push`: 26.3 GB of device
+    #     added into layer 2's float32 sums (`inference/_push.py`: 26.3 GB of device
     #     memory with the sorted edge pairs) instead of a 57 GB host table.
     #   layer 2, the 339,603 val + test nodes and their neighbours: 6.6M
     #     nodes, 1.43B edges; 3.4 GB on the device.

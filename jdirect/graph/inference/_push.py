@@ -37,11 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import host_memory
-from ..gather import gather
-from ..host_table import HostTable
-from . import _layer_nodes as layer_nodes
-from ._layer_tables import Report, fits_device, nbytes
+from ... import host_memory
+from ...gather import gather
+from ...host_table import HostTable
+from . import _nodes as layer_nodes
+from ._tables import Report, fits_device, nbytes
 
 
 class Pushed(NamedTuple):
@@ -137,7 +137,7 @@ def choose(ways: tuple[Mode, ...], dst: layer_nodes.Nodes, budget: float) -> Mod
 class Push:
     """The output of a layer over every node, pushed into the layer above's
     sums over the restricted nodes `dst` chunk by chunk (`write`), as
-    `_layer_tables.Output` would store it; `done` returns the `Pushed`
+    `_tables.Output` would store it; `done` returns the `Pushed`
     input of the layer above.
 
     Args:
@@ -260,7 +260,7 @@ def _store_slice(sources: HostTable, targets: HostTable, piece: jax.Array, offse
                  k: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Writes rows k * len(piece) onward of the host tables `sources` and
     `targets` with `_sort_pairs(piece, offsets)`, from the device; returns
-    the writes' tokens only (`_layer_tables.write_host`'s way: tables
+    the writes' tokens only (`_tables.write_host`'s way: tables
     returned from jit would wait for the call)."""
     piece, row = _sort_pairs(piece, offsets)
     ids = k * piece.shape[0] + jnp.arange(piece.shape[0], dtype=jnp.int32)

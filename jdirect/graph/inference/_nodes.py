@@ -21,9 +21,9 @@ import weakref
 
 import numpy as np
 
-from .. import _ffi
-from .._arrays import sorted_unique
-from .data import Graph
+from ... import _ffi
+from ..._arrays import sorted_unique
+from ..data import Graph
 
 # A layer is restricted to the nodes that the next one reads only while
 # the next one has at most this share of the graph's node count in edges

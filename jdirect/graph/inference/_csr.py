@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..host_table import HostTable
-from . import _layer_tables as tables
-from ._layer_tables import Report
-from .data import Graph
+from ...host_table import HostTable
+from . import _tables as tables
+from ._tables import Report
+from ..data import Graph
 
 
 class Csr(NamedTuple):
