@@ -4,6 +4,7 @@ bad flags and paths in one line before doing any work."""
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import pytest
@@ -46,6 +47,9 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys, monkeypatch):
     assert "best sampled validation" in printed and "sage - mlp" in printed
     assert "(full split; layers 1 (" in printed
     assert f"devices: {devices} in 1 process(es)" in printed
+    # Where compiled programs are kept between runs, said once, with how to turn it off.
+    assert printed.count(f"compiled programs are kept in {os.environ['JAX_COMPILATION_CACHE_DIR']}"
+                         " for the next run (--compilation-cache none: off)") == 1
 
 
 @pytest.mark.parametrize("flags, name", [
