@@ -19,7 +19,7 @@ def get_config() -> TrainConfig:
     # full_eval on: full-split accuracy by layer-wise inference (3 layers,
     # hidden 256, bfloat16 tables as the features). On an H200 (the CLI gives
     # JAX half the GPU, ~70 GB; training keeps the 28.9 GB cache of every
-    # row), 2026-11-28 (benchmarks/results/LOG.md, tenth session):
+    # row), 2026-11-28 (benchmarks/results/journal/LOG.md, tenth session):
     #   layer 1, every node, reads the cache's rows as the device table and
     #     the CSR pinned in place; it makes no table: each chunk of its rows is
     #     added into layer 2's float32 sums (`inference/_push.py`: 26.3 GB of device
