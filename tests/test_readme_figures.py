@@ -55,3 +55,10 @@ def test_a_figure_off_the_page_or_of_another_date_is_named():
     assert unquoted(README.replace(row, "| 29.7 s | H200 | 2026-11-27 |"), RESULTS) == [
         "'layer-wise inference of all 111M `papers100m` nodes': '29.7 s' on H200, 2026-11-27"]
     assert unquoted("no tables", RESULTS) == ["the README has no figure table"]
+
+
+def test_the_results_page_is_current_figures_with_commands_in_the_repository():
+    # History lives in benchmarks/results/journal/; a command citing a
+    # script outside the repository (.diag/) cannot be rerun.
+    assert len(RESULTS.splitlines()) <= 120
+    assert ".diag/" not in RESULTS
