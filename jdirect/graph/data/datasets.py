@@ -41,9 +41,8 @@ from .synthetic import generate
 # kept 0.245 at full size; 0.28 kept 0.236 at 61K nodes), so a graph of
 # --scale S reaches lower GNN accuracies than the full preset. Unit variance: on
 # products' raw features (standard deviation 3.5) GAT stayed near chance
-# (validation 0.03 against 0.12 on standardised ones after 4 epochs of a
-# 6,000-node graph; GraphSAGE 0.35 against 0.39, CPU, 2026-11-27).
-# Measured by benchmarks/presets.py.
+# where standardised ones let it learn (benchmarks/results/journal/LOG.md,
+# 2026-11-27). Measured by benchmarks/presets.py.
 CALIBRATED = {
     "products": dict(noise=3.4, homophily=0.24, label_noise=0.1, unit_variance=True),
     "papers100m": dict(noise=3.0, homophily=0.3, label_noise=0.25, unit_variance=True),

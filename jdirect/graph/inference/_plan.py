@@ -23,9 +23,9 @@ from ..data import Graph
 
 # The most destination nodes a step computes and edges a window reads, by
 # default (each layer takes fewer where its working memory would not fit).
-# 2**18 nodes: papers100M's layers, whose outputs go to host memory one
-# call a chunk, took 43 s over every node against 61-66 s with 2**16
-# (H100, 2026-11-28: each call costs the host milliseconds).
+# 2**18 nodes: each call costs the host milliseconds, and papers100M's
+# layers, whose outputs go to host memory one call a chunk, ran faster so
+# than with 2**16 (benchmarks/RESULTS.md, layer-wise inference).
 CHUNK_NODES = 1 << 18
 CHUNK_EDGES = 1 << 20
 
