@@ -17,7 +17,7 @@ from jdirect.environment import user_cache_dir
 from jdirect.host_memory import memory_of
 from test_graph_data import assert_same_graph
 
-from jdirect.graph import load_ogb_node, load_reddit, synthetic
+from jdirect.graph import load_dataset, load_ogb_node, load_reddit, synthetic
 from jdirect.graph.data import _files
 
 
@@ -82,6 +82,18 @@ def test_ogb_round_trip(tmp_path, tiny, layout, monkeypatch):
     cache, = (tmp_path / "user-cache/jdirect/datasets").iterdir()
     assert cache.name.startswith("ogbn_tiny-")
     assert sorted(p.name for p in cache.iterdir()) == ["features.json", "features.npy"]
+
+
+def test_the_feature_read_has_a_bar_when_asked(tmp_path, tiny, monkeypatch):
+    # A large table's read into table memory takes a while: the CLI's
+    # progress setting reaches it through load_dataset.
+    shown, real = [], _files.tqdm
+    monkeypatch.setattr(_files, "tqdm", lambda it, **kw: shown.append(kw["disable"]) or
+                        real(it, **kw))
+    root = write_ogb(tmp_path / "ogbn_tiny", tiny, "npz")
+    load_dataset("ogb", root, progress=True)
+    load_ogb_node(root)
+    assert shown == [None, True]  # None: drawn where stderr is a terminal
 
 
 def test_the_user_cache_directory_follows_xdg(tmp_path, monkeypatch):

@@ -51,6 +51,7 @@ from typing import BinaryIO
 
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from ...environment import user_cache_dir
 from ...host_memory import host_empty
@@ -208,10 +209,12 @@ def cache_folder(root: Path, cache_dir: str | Path | None) -> Path:
 
 
 def cached_features(cache_dir: Path, source: Path, write: Callable[[BinaryIO], None], *,
-                    allow_nonfinite: bool, dtype: str | None) -> np.ndarray:
+                    allow_nonfinite: bool, dtype: str | None,
+                    progress: bool = False) -> np.ndarray:
     """The feature table from `cache_dir/features.npy`, (re)built by
     `write(file)` unless the cache records `source` as it is now, converted
-    once to `dtype` (None: kept if it is a table dtype, else float32).
+    once to `dtype` (None: kept if it is a table dtype, else float32);
+    `progress`: a tqdm bar of its read into table memory (on a terminal).
 
     Raises:
       ValueError: the cache is unreadable (delete it to rebuild), the table
@@ -258,11 +261,12 @@ def cached_features(cache_dir: Path, source: Path, write: Callable[[BinaryIO], N
             raise ValueError(msg + "; fix the file (a program of your own may load it anyway "
                              "with the loader's allow_nonfinite=True)")
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
-    return _into_table_memory(features, dtype, source, check=not record["nonfinite"])
+    return _into_table_memory(features, dtype, source, check=not record["nonfinite"],
+                              progress=progress)
 
 
 def _into_table_memory(features: np.ndarray, dtype: str | None, source: Path, *,
-                       check: bool) -> np.ndarray:
+                       check: bool, progress: bool = False) -> np.ndarray:
     """The memory-mapped cache read once into `jdirect.host_empty` memory
     (host-resident managed memory on a GPU, where zero-copy gathers run at
     the link's rate), in chunks (the table is never held twice), converted
@@ -279,7 +283,9 @@ def _into_table_memory(features: np.ndarray, dtype: str | None, source: Path, *,
     top = float(jnp.finfo(out.dtype).max)
     narrower = top < float(np.finfo(np.float32).max)
     step = max(1, (1 << 28) // max(1, features[:1].nbytes))
-    for start in range(0, features.shape[0], step):
+    # disable=None: tqdm draws only on a terminal (a log file gets no bar).
+    for start in tqdm(range(0, features.shape[0], step), desc=f"{source.name}: features",
+                      unit="chunk", disable=None if progress else True, leave=False):
         with np.errstate(over="ignore"):
             out[start:start + step] = features[start:start + step]
         if check and narrower and not np.isfinite(out[start:start + step]).all():

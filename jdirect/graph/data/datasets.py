@@ -109,7 +109,7 @@ def _files(name: str, load: Callable[..., Graph]) -> Opener:
         if overrides:
             raise ValueError(f"dataset {name!r} takes no {', '.join(sorted(overrides))} "
                              "(its sizes come from its files)")
-        return load(Path(data_dir), feature_dtype=feature_dtype)
+        return load(Path(data_dir), feature_dtype=feature_dtype, progress=progress)
 
     return open_files
 

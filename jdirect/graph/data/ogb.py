@@ -28,7 +28,7 @@ def _split_dir(root: Path, split: str | None) -> Path:
 
 def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
                   allow_nonfinite: bool = False, feature_dtype: str | None = None,
-                  cache_dir: str | Path | None = None) -> Graph:
+                  cache_dir: str | Path | None = None, progress: bool = False) -> Graph:
     """Loads an OGB node-property dataset from its raw directory.
 
     Args:
@@ -46,6 +46,8 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         cache directory (`$XDG_CACHE_HOME/jdirect/datasets/`, else
         `~/.cache/jdirect/datasets/`) named after `root`. The dataset's own
         folder is never written.
+      progress: a tqdm bar of the features' read into table memory, on
+        stderr where it is a terminal.
 
     Raises:
       FileNotFoundError: a required file is missing (named in the message).
@@ -58,7 +60,8 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         with Npz(raw / "data.npz") as data:
             num_nodes = int(data.array("num_nodes_list").sum())
             features = cached_features(cache, data.path, lambda f: data.copy("node_feat", f),
-                                       allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
+                                       allow_nonfinite=allow_nonfinite, dtype=feature_dtype,
+                                       progress=progress)
             with data.mapped("edge_index", cache) as edges:
                 indptr, indices = csr_of(edge_chunks(edges, data.path), num_nodes, data.path,
                                        symmetrize=undirected)
@@ -73,7 +76,7 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         feat_path = need_file(raw / "node-feat.csv.gz")
         features = cached_features(
             cache, feat_path, lambda f: np.save(f, read_csv(feat_path, np.float32)),
-            allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
+            allow_nonfinite=allow_nonfinite, dtype=feature_dtype, progress=progress)
         indptr, indices = csr_of(edge_chunks(edges.T, edge_path), num_nodes, edge_path,
                                symmetrize=undirected)
         del edges
