@@ -255,7 +255,7 @@ def test_cpu_runs_say_read_not_over_pcie_and_show_no_cache_figures():
 
 
 def test_the_progress_bars_move_on_short_epochs_and_during_evaluation(monkeypatch):
-    import jdirect.graph.inference as inference_module
+    import jdirect.graph.inference._layerwise as inference_module
     import jdirect.graph.training.epochs as epochs_module
     from jdirect.graph.training.config import TrainConfig
 

@@ -59,7 +59,7 @@ def expected_rows(src, dst, num_dst, drop_loops: bool) -> list[list[int]]:
 
 
 def test_round_trip(tmp_path):
-    g = load_ogb_hetero(write_mag(tmp_path / "mag"))
+    g = load_ogb_hetero(write_mag(tmp_path / "mag"), cache_dir=tmp_path / "cache")
     assert dict(g.num_nodes) == COUNTS and g.target == "paper" and g.num_classes == 3
     np.testing.assert_array_equal(g.features["paper"], FEATURES["paper"])
     assert g.feature_dim("author") == 0 and "author" not in g.features
@@ -86,7 +86,7 @@ def test_round_trip(tmp_path):
 
 
 def test_one_way_keeps_relations_as_given(tmp_path):
-    g = load_ogb_hetero(write_mag(tmp_path / "mag"), reverse=False)
+    g = load_ogb_hetero(write_mag(tmp_path / "mag"), reverse=False, cache_dir=tmp_path / "cache")
     assert set(g.relations) == set(EDGES)
     pairs = EDGES[("paper", "cites", "paper")]
     want = expected_rows(pairs[:, 0], pairs[:, 1], 9, drop_loops=True)
@@ -142,7 +142,7 @@ def test_bad_files_are_refused_in_one_line(tmp_path, what):
     text = _damage(root, what)
     error = FileNotFoundError if what == "missing" else ValueError
     with pytest.raises(error) as info:
-        load_ogb_hetero(root)
+        load_ogb_hetero(root, cache_dir=root.parent / "cache")
     message = str(info.value)
     assert text in message and "\n" not in message
     assert str(root) in message or what == "counts" and "num-node-dict" in message

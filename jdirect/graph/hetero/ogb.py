@@ -10,8 +10,9 @@ raw directory; nothing is fetched.
 
 Reads go through the homogeneous loaders' checked readers (data/_files.py),
 so damaged files get their one-line errors naming the file; a type's
-features are cached as `jdirect-cache/features.npy` beside its
-node-feat.csv.gz, as the homogeneous loader caches its table.
+features are cached as `node-feat/<type>/features.npy` in the loader's
+cache folder (`cache_dir`, as `load_ogb_node`'s: the dataset's own folder
+is never written).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data._files import cached_features, find_split, read_csv, read_labels, read_splits
+from ..data._files import (cache_folder, cached_features, find_split, read_csv,
+                           read_labels, read_splits)
 from .data import HeteroGraph, Relation, hetero_graph
 
 _SEP = "___"
@@ -71,8 +73,8 @@ def _typed_dirs(base: Path, counts: dict[str, int]) -> list[Path]:
 
 
 def load_ogb_hetero(root: Path, *, split: str | None = None, reverse: bool = True,
-                    allow_nonfinite: bool = False,
-                    feature_dtype: str | None = None) -> HeteroGraph:
+                    allow_nonfinite: bool = False, feature_dtype: str | None = None,
+                    cache_dir: str | Path | None = None) -> HeteroGraph:
     """Loads an OGB heterogeneous node-property dataset (module doc's layout).
 
     Args:
@@ -80,8 +82,8 @@ def load_ogb_hetero(root: Path, *, split: str | None = None, reverse: bool = Tru
       split: the directory under split/ to use; needed when there are several.
       reverse: add reverse relations, and store same-type relations both
         ways (`hetero_graph`'s `reverse`; PyG's ToUndirected).
-      allow_nonfinite, feature_dtype: as `load_ogb_node`'s, for every
-        type's table.
+      allow_nonfinite, feature_dtype, cache_dir: as `load_ogb_node`'s, for
+        every type's table.
 
     Returns:
       The graph; its target is the one type under raw/node-label.
@@ -104,7 +106,8 @@ def load_ogb_hetero(root: Path, *, split: str | None = None, reverse: bool = Tru
     features = {}
     for d in _typed_dirs(raw / "node-feat", counts):
         path = d / "node-feat.csv.gz"
-        table = cached_features(d, path, lambda f, p=path: np.save(f, read_csv(p, np.float32)),
+        table = cached_features(cache_folder(root, cache_dir) / "node-feat" / d.name, path,
+                                lambda f, p=path: np.save(f, read_csv(p, np.float32)),
                                 allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
         if table.shape[0] != counts[d.name]:
             raise ValueError(f"{path}: {table.shape[0]} rows for {counts[d.name]} {d.name} nodes")

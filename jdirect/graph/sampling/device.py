@@ -43,7 +43,7 @@ import numpy as np
 from ... import HostTable, placement
 from ..data.csr import Graph
 from ..batch import Batch, check_config, layer_caps
-from ._hops import Table, draw_neighbors, extend, take
+from ._hops import Table, draw_neighbors, extend
 
 _MAX_CHUNK = 2**31 - 1  # entries int32 can index
 _SAMPLE_STREAM, _SHUFFLE_STREAM = 0, 1  # independent key streams per seed

@@ -247,7 +247,11 @@ class Trainer:
         except Exception as e:  # whatever it was, the training is done and kept
             raise EvaluationFailed(f"the evaluation after training failed "
                                    f"({first_line(e)})") from e
-        return fit_result(self, best["epoch"], sampled, full)
+        return fit_result(cfg, self.history, best["epoch"], sampled, full, epochs=self.epochs,
+                          devices=self.mesh.size,
+                          steps_per_call=getattr(self.feed, "steps_per_call", 1),
+                          sampled_eval=self.sampled_eval, learned=self.learned is not None,
+                          has_val=len(self.graph.val) > 0, report=self.full_eval)
 
     @property
     def sampled_eval(self) -> bool:
