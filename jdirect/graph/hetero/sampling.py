@@ -118,10 +118,13 @@ class HeteroSampler:
         that int32 cannot index.
     """
 
-    # The seeds and keys of `DeviceSampler` (these read only `seed` and `batch_size`).
+    # The seeds and keys of `DeviceSampler` (these read only `seed` and
+    # `batch_size`), and its `sample`: one batch, `sample_many`'s K = 1 (here
+    # a `HeteroBatch`; seeds int32[batch_size], ValueError if shaped otherwise).
     key = DeviceSampler.key
     epoch_seeds = DeviceSampler.epoch_seeds
     num_batches = DeviceSampler.num_batches
+    sample = DeviceSampler.sample
 
     def __init__(self, graph: HeteroGraph, fanouts: Sequence[Fanout], batch_size: int, *,
                  seed: int = 0, csr: str = "device"):
@@ -172,32 +175,18 @@ class HeteroSampler:
         layer = self.fanouts[len(self.fanouts) - hop]
         return [r for r in layer if self.caps[hop - 1][r[2]] > 0]
 
-    def sample(self, arrays: HeteroArrays, seeds: jax.Array, key: jax.Array) -> HeteroBatch:
-        """Samples one batch; jittable, a pure function of its arguments.
+    def sample_many(self, arrays: HeteroArrays, seeds: jax.Array,
+                    keys: jax.Array) -> HeteroBatch:
+        """K batches at once, each hop's merge of a type one sort over all K
+        batches (as `DeviceSampler.sample_many`); jittable, a pure function
+        of its arguments. Batch k equals `sample(arrays, seeds[k], keys[k])`.
 
         Args:
           arrays: `self.arrays`.
-          seeds: int32[batch_size] distinct target ids, then -1 padding (a
-            row of `epoch_seeds`); other values give undefined batches.
-          key: from `self.key(epoch, step)`.
-
-        Raises:
-          ValueError: `seeds` is not shaped [batch_size].
-        """
-        seeds = jnp.asarray(seeds, jnp.int32)
-        if seeds.shape != (self.batch_size,):
-            raise ValueError(f"seeds must be shaped ({self.batch_size},), got {seeds.shape}")
-        return jax.tree.map(lambda x: x[0], self.sample_many(arrays, seeds[None], key[None]))
-
-    def sample_many(self, arrays: HeteroArrays, seeds: jax.Array,
-                    keys: jax.Array) -> HeteroBatch:
-        """`sample` of K batches at once, each hop's merge of a type one
-        sort over all K batches (as `DeviceSampler.sample_many`); jittable.
-        Batch k equals `sample(arrays, seeds[k], keys[k])`.
-
-        Args:
-          seeds: int32[K, batch_size], rows as `sample`'s; 1 <= K <= max_group.
-          keys: K keys along a leading axis.
+          seeds: int32[K, batch_size]: per row, distinct target ids then -1
+            padding (a row of `epoch_seeds`; other values give undefined
+            batches); 1 <= K <= max_group.
+          keys: K keys along a leading axis (`self.key(epoch, step)`).
 
         Returns:
           A `HeteroBatch` whose every array has a leading axis of K.
