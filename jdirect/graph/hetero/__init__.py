@@ -2,16 +2,16 @@
 relation-wise sampling on the device, typed reads and R-GraphSAGE
 (docs/heterogeneous.md).
 
-  data.py      `HeteroGraph`, `hetero_graph` (from edge lists)
-  ogb.py       `load_ogb_hetero` (OGB's heterogeneous raw layout)
-  synthetic.py `typed_synthetic`: a small papers/authors/institutions graph
-  sampling.py  `HeteroSampler`, `HeteroBatch` (fixed shapes per type and relation)
-  features.py  `TypedInputs`: one feature source a type, one read a type
-  derived.py   `with_derived`: featureless types' rows as their neighbours' mean
-  models.py    `RGraphSAGE` (a weight per relation, sum or mean across them)
-  to_hetero.py `ToHetero`: any registry model with its layers per relation (PyG's to_hetero)
-  inference.py `full_logits`: layer-wise full-graph inference of the target type
-  homogeneous.py `to_homogeneous`: one `Graph` of every type, for homogeneous baselines
+  data.py         `HeteroGraph`, `hetero_graph` (from edge lists)
+  ogb.py          `load_ogb_hetero` (OGB's heterogeneous raw layout)
+  synthetic.py    `typed_synthetic`: a small papers/authors/institutions graph
+  sampling.py     `HeteroSampler`, `HeteroBatch` (fixed shapes per type and relation)
+  features.py     `TypedInputs`: one feature source a type, one read a type
+  derived.py      `with_derived`: featureless types' rows as their neighbours' mean
+  models.py       `RGraphSAGE` (a weight per relation, sum or mean across them)
+  to_hetero.py    `ToHetero`: a registry model's layers per relation (PyG's to_hetero)
+  inference.py    `full_logits`: layer-wise full-graph inference of the target type
+  homogeneous.py  `to_homogeneous`: one `Graph` of every type, for homogeneous baselines
 """
 
 from .data import HeteroGraph, Relation, RelationCsr, hetero_graph

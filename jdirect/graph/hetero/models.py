@@ -112,9 +112,12 @@ class TypedMessagePassing(nnx.Module):
     rate: float
 
     def inputs(self, x: Mapping[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        """Per type, the float32 input rows of `batch.input_nodes` from the given `x`."""
         return {t: v.astype(jnp.float32) for t, v in x.items()}
 
     def layer(self, l: int, h: dict[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        """Layer l: per type, level L-1-l's rows [len(batch.nodes[L-1-l][t]),
+        width] from level L-l's `h`."""
         raise NotImplementedError
 
     def hidden_shapes(self, batch: HeteroBatch) -> list[tuple[int, int]]:
@@ -190,5 +193,6 @@ class RGraphSAGE(TypedMessagePassing):
         return h
 
     def layer(self, l: int, h: dict[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
+        """`convs[l]` on the batch's layer-l blocks."""
         sizes = {t: v.shape[0] for t, v in batch.nodes[self.num_layers - 1 - l].items()}
         return self.convs[l](h, sizes, batch.nbrs[l], batch.masks[l])
