@@ -14,6 +14,7 @@ from typing import Any, Callable, Protocol
 from .csr import Graph
 from .ogb import load_ogb_node
 from .reddit import load_reddit
+from .splits import resplit
 from .synthetic import generate
 
 # Sizes of the synthetic presets. `products` matches ogbn-products: 2,449,029
@@ -98,13 +99,16 @@ def _files(name: str, load: Callable[..., Graph]) -> Opener:
     feature dtype does (the table is converted once as it is loaded)."""
 
     def open_files(data_dir: str | Path | None, *, seed: int, progress: bool,
-                   feature_dtype: str | None = None, **overrides) -> Graph:
+                   feature_dtype: str | None = None, split: str | None = None,
+                   **overrides) -> Graph:
         if data_dir is None:
             raise ValueError(f"dataset {name!r} needs --data-dir pointing at its files")
         if overrides:
             raise ValueError(f"dataset {name!r} takes no {', '.join(sorted(overrides))} "
                              "(its sizes come from its files)")
-        return load(Path(data_dir), feature_dtype=feature_dtype)
+        # A split is the OGB loader's (a directory, or drawn over its labelled nodes).
+        return load(Path(data_dir), feature_dtype=feature_dtype,
+                    **({} if split is None else dict(split=split, seed=seed)))
 
     return open_files
 
@@ -142,15 +146,22 @@ class GraphSettings(Protocol):
     feature_dtype: str | None
     seed: int
     progress: bool
+    split: str | None
 
 
 def load_graph(cfg: GraphSettings) -> Graph:
     """The graph a run's configuration names: `cfg.dataset` from
     `cfg.data_dir`, generated from `cfg.seed` with `cfg.feature_dtype`
-    (synthetic presets), a progress bar if `cfg.progress`.
+    (synthetic presets), a progress bar if `cfg.progress`, its splits
+    those of `cfg.split` (an OGB split directory, or a random split drawn
+    from `cfg.seed`: `splits`).
 
     Raises as `load_dataset` does.
     """
     overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
-    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
-                        **overrides)
+    if cfg.split is not None and cfg.dataset == "ogb":
+        overrides["split"] = cfg.split
+    graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
+                         **overrides)
+    return graph if cfg.split is None or "split" in overrides else resplit(graph, cfg.split,
+                                                                            cfg.seed)

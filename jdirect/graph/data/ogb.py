@@ -10,6 +10,7 @@ import numpy as np
 from ._files import (Npz, cached_features, checked_graph, csr_of, edge_chunks, need_file,
                      read_csv, read_labels)
 from .csr import Graph
+from .splits import RANDOM, parse_random_split, random_split
 
 
 def _split_dir(root: Path, split: str | None) -> Path:
@@ -27,7 +28,8 @@ def _split_dir(root: Path, split: str | None) -> Path:
 
 
 def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
-                  allow_nonfinite: bool = False, feature_dtype: str | None = None) -> Graph:
+                  allow_nonfinite: bool = False, feature_dtype: str | None = None,
+                  seed: int = 0) -> Graph:
     """Loads an OGB node-property dataset from its raw directory.
 
     Args:
@@ -35,6 +37,8 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
       undirected: store every edge in both directions (as OGB's loaders do
         for products; usual for papers100M too).
       split: the directory under split/ to use; needed when there are several.
+        "random:TRAIN,VAL,TEST": fractions of the labelled nodes drawn from
+        `seed` instead (`splits.random_split`; no split/ needed).
       allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
         instead of refusing them.
       feature_dtype: the feature table's dtype (one of FEATURE_DTYPES); None
@@ -73,6 +77,11 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         del edges
         label_path = raw / "node-label.csv.gz"
         labels, known = read_labels(read_csv(label_path, np.float64), label_path, num_nodes)
+    if split is not None and split.startswith(RANDOM):
+        train, val, test = random_split(np.flatnonzero(known), parse_random_split(split), seed)
+        return checked_graph(root, indptr=indptr, indices=indices, features=features,
+                             labels=labels, train=train, val=val, test=test,
+                             num_classes=int(labels.max()) + 1, name=root.name)
     split_dir = _split_dir(root, split)
     ids = {}
     for name in ("train", "valid", "test"):
