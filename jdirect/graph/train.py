@@ -198,6 +198,8 @@ def parser() -> argparse.ArgumentParser:
     add("--patience", type=_number(int, 0),
         help="stop after this many epochs without a better validation accuracy (0: off)")
     add("--eval-every", type=_number(int, 1), help="validate every this many epochs")
+    add("--row-normalize", action="store_true", default=None,
+        help="scale each feature row to sum 1 (the Planetoid papers' preprocessing)")
     add("--split", help="OGB files: the split directory under split/ to use, or "
                         "random:TRAIN,VAL,TEST fractions of the labelled nodes (seeded)")
     add("--epochs", type=_number(int, 1), help="passes over the training nodes")

@@ -8,8 +8,11 @@ package plus one line in `DATASETS` (or, for a synthetic size, one entry in
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Protocol
+
+import numpy as np
 
 from .csr import Graph
 from .ogb import load_ogb_node
@@ -147,6 +150,7 @@ class GraphSettings(Protocol):
     seed: int
     progress: bool
     split: str | None
+    row_normalize: bool
 
 
 def load_graph(cfg: GraphSettings) -> Graph:
@@ -154,7 +158,8 @@ def load_graph(cfg: GraphSettings) -> Graph:
     `cfg.data_dir`, generated from `cfg.seed` with `cfg.feature_dtype`
     (synthetic presets), a progress bar if `cfg.progress`, its splits
     those of `cfg.split` (an OGB split directory, or a random split drawn
-    from `cfg.seed`: `splits`).
+    from `cfg.seed`: `splits`), its feature rows scaled to sum 1 with
+    `cfg.row_normalize` (`row_normalized`).
 
     Raises as `load_dataset` does.
     """
@@ -163,5 +168,16 @@ def load_graph(cfg: GraphSettings) -> Graph:
         overrides["split"] = cfg.split
     graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
                          **overrides)
-    return graph if cfg.split is None or "split" in overrides else resplit(graph, cfg.split,
-                                                                            cfg.seed)
+    if cfg.split is not None and "split" not in overrides:
+        graph = resplit(graph, cfg.split, cfg.seed)
+    return dataclasses.replace(graph, features=row_normalized(graph.features)) \
+        if cfg.row_normalize else graph
+
+
+def row_normalized(features: np.ndarray) -> np.ndarray:
+    """float32 `features` with each row divided by the sum of its absolute
+    values (rows of zeros stay zero): the Planetoid papers' preprocessing of
+    bag-of-words rows (Kipf's `preprocess_features`)."""
+    x = np.asarray(features, np.float32)
+    sums = np.abs(x).sum(axis=1, keepdims=True)
+    return np.ascontiguousarray(x / np.where(sums > 0, sums, 1.0), dtype=np.float32)

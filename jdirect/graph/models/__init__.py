@@ -47,6 +47,6 @@ def build(name: str, in_dim: int, hidden: int, num_classes: int, num_layers: int
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-    takes = inspect.signature(MODELS[name]).parameters
+    takes = inspect.signature(MODELS[name].__init__).parameters
     return MODELS[name](in_dim, hidden, num_classes, num_layers, dropout=dropout,
                         rngs=nnx.Rngs(seed), **{k: v for k, v in options.items() if k in takes})

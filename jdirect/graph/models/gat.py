@@ -47,7 +47,8 @@ class GATConv(nnx.Module):
     def __init__(self, din: int, dout: int, heads: int, *, concat: bool,
                  attention_dropout: float = 0.0, rngs: nnx.Rngs):
         init = nnx.initializers.glorot_uniform()
-        self.lin = nnx.Linear(din, heads * dout, use_bias=False, rngs=rngs)
+        # Glorot as the paper's code and PyG's GATConv (the attention vectors too).
+        self.lin = nnx.Linear(din, heads * dout, use_bias=False, kernel_init=init, rngs=rngs)
         self.att_src = nnx.Param(init(rngs.params(), (heads, dout)))
         self.att_dst = nnx.Param(init(rngs.params(), (heads, dout)))
         self.bias = nnx.Param(jnp.zeros((heads * dout if concat else dout,)))

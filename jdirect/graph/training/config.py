@@ -75,6 +75,8 @@ class TrainConfig:
         there are several), or "random:TRAIN,VAL,TEST" fractions of the
         labelled nodes drawn from `seed` (`data.splits`); None: the one
         split directory.
+      row_normalize: scale each feature row to sum 1 as the graph loads
+        (the Planetoid papers' preprocessing of word-count rows).
       epochs: passes over the training nodes; `min_steps` raises the count
         so that small graphs still get that many optimizer steps.
       seed: fixes the synthetic graph, the initial weights, every sample
@@ -172,6 +174,7 @@ class TrainConfig:
     patience: int = 0
     eval_every: int = 1
     split: str | None = None
+    row_normalize: bool = False
     epochs: int = 3
     min_steps: int = 0
     seed: int = 0

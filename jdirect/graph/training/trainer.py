@@ -223,7 +223,7 @@ class Trainer:
                 # model has them, so it is the one evaluated. An epoch not
                 # validated (eval_every) is never the best.
                 if ((validated or not self.sampled_eval)
-                        and (m["val_acc"] is None or m["val_acc"] > best["val_acc"])
+                        and (m["val_acc"] is None or m["val_acc"] >= best["val_acc"])
                         or own.trainable):
                     best = dict(state=keep(), epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
