@@ -54,11 +54,14 @@ full inference (tests/test_inference.py checks it).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from .. import _counter_random as counter_random
 
 State = Any  # a pytree of per-destination arrays
 
@@ -380,9 +383,20 @@ def layer_dims(in_dim: int, hidden: int, num_classes: int, num_layers: int) -> t
 def dropout_masks(model: nnx.Module, batch: Any, key: jax.Array) -> Keep:
     """Keep-masks for one training step of `model` on `batch`, drawn from
     `key`: `model.dropout_spec(batch)` with each `Drop` a bool mask (True:
-    kept) of its shape, kept with probability 1 - its rate."""
+    kept) of its shape, each element kept with probability 1 - its rate
+    (to 2**-32).
+
+    The elements are counter-based hashes of (the mask's key, the element's
+    index) (`.._counter_random`: a few integer multiplies an element), not
+    threefry's bits: a full batch's input mask (every node's feature row)
+    is then a small part of its step on a CPU, where threefry's was most of
+    it (benchmarks/RESULTS.md, real graphs)."""
     leaves, tree = jax.tree.flatten(model.dropout_spec(batch),
                                     is_leaf=lambda d: isinstance(d, Drop))
-    keys = jax.random.split(key, max(len(leaves), 1))
-    return jax.tree.unflatten(tree, [jax.random.bernoulli(k, 1.0 - d.rate, d.shape)
-                                     for k, d in zip(keys, leaves)])
+    keys = jax.random.bits(key, (max(len(leaves), 1), 2), jnp.uint32)
+    masks = []
+    for k, d in zip(keys, leaves):
+        index = jnp.arange(math.prod(d.shape), dtype=jnp.uint32).reshape(d.shape)
+        keep = min(round((1.0 - d.rate) * 2**32), 2**32 - 1)
+        masks.append(counter_random.bits(k, index) < jnp.uint32(keep))
+    return jax.tree.unflatten(tree, masks)
