@@ -76,8 +76,8 @@ def test_symmetric_gcn_refuses_a_sampled_block(small):
 
 def gat_reference(g: Graph, conv, h: np.ndarray, keep: np.ndarray | None, rate: float):
     """GAT's layer with dense NumPy: softmax over {i} + N(i) of
-    LeakyReLU(a_src.z_j + a_dst.z_i) per head, neighbours' weights dropped
-    by `keep` [E, H] (scaled 1/(1-rate)), the self weight always kept."""
+    LeakyReLU(a_src.z_j + a_dst.z_i) per head, the weights dropped by `keep`
+    = ([E, H] of the edges, [N, H] of the nodes' own), scaled 1/(1-rate)."""
     heads, f = conv.heads, conv.head_dim
     z = (h @ np.asarray(conv.lin.kernel[...])).reshape(len(h), heads, f)
     a_src = (z * np.asarray(conv.att_src[...])).sum(-1)
@@ -91,7 +91,8 @@ def gat_reference(g: Graph, conv, h: np.ndarray, keep: np.ndarray | None, rate: 
         e = leaky(a_src[nbrs] + a_dst[i])  # [1 + deg, H]
         alpha = np.exp(e - e.max(0)) / np.exp(e - e.max(0)).sum(0)
         if keep is not None:
-            alpha[1:] *= keep[edges] / (1 - rate)
+            alpha[0] *= keep[1][i] / (1 - rate)
+            alpha[1:] *= keep[0][edges] / (1 - rate)
         out[i] = (alpha[..., None] * z[nbrs]).sum(0)
     out = out.reshape(len(h), -1) if conv.concat else out.mean(1)
     return out + np.asarray(conv.bias[...])
@@ -103,7 +104,7 @@ def test_gat_full_batch_is_the_dense_attention(small, attention_dropout):
                   attention_dropout=attention_dropout)
     batch = jax.device_put(full_batch(small, small.train))
     keep = dropout_masks(model, batch, jax.random.key(2)) if attention_dropout else None
-    att = [None, None] if keep is None else [np.asarray(k) for k in keep.attention]
+    att = [None, None] if keep is None else [tuple(map(np.asarray, k)) for k in keep.attention]
     h1 = gat_reference(small, model.convs[0], small.features, att[0], attention_dropout)
     h1 = np.where(h1 > 0, h1, np.expm1(np.minimum(h1, 0)))  # ELU
     want = gat_reference(small, model.convs[1], h1, att[1], attention_dropout)

@@ -79,8 +79,10 @@ class Edges(NamedTuple):
     `norm` float32 per edge (`valid`'s shape), 1 / sqrt(deg(j) + 1) of each
     edge's source j, its degree in the whole graph with the self-loop: what
     a `FullBatch` knows and a sampled block (or a window of layer-wise
-    inference) does not; `keep` bool per edge and head (`valid`'s shape +
-    (heads,)), attention dropout's keep-mask (training only).
+    inference) does not; `keep`, attention dropout's keep-masks (training
+    only): (bool per edge and head, `valid`'s shape + (heads,); bool per
+    destination and head [num_dst, heads], of the node's own weight). A
+    training step's edges arrive in one `reduce` call.
     """
 
     rows: jax.Array
@@ -88,7 +90,7 @@ class Edges(NamedTuple):
     seg: jax.Array | None
     num_dst: int
     norm: jax.Array | None = None
-    keep: jax.Array | None = None
+    keep: tuple[jax.Array, jax.Array] | None = None
 
     def _mask(self, x: jax.Array, fill: Any) -> jax.Array:
         valid = self.valid.reshape(self.valid.shape + (1,) * (x.ndim - self.valid.ndim))
@@ -186,8 +188,8 @@ class Keep(NamedTuple):
 
     Attributes:
       inputs: for the input rows `x`.
-      attention: per layer, for the attention weight of each edge and head
-        (GAT; `Edges.keep`).
+      attention: per layer, for the attention weights (GAT; `Edges.keep`):
+        a pair, of each edge's and of each destination's own, per head.
       hidden: per layer but the last, for its activated output.
     Filled with `Drop`s by `dropout_spec`, with bool masks by `dropout_masks`.
     """
@@ -214,7 +216,7 @@ class GNNModel(Protocol):
 
 
 def block(conv: Conv, h: jax.Array, nbrs: jax.Array, mask: jax.Array,
-          keep: jax.Array | None = None) -> jax.Array:
+          keep: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """One layer on a sampled block: rows `h` of the block's sources (the
     destinations first), neighbour positions `nbrs` int32[n, f] into them
     and `mask` bool[n, f]; returns the n destinations' output rows.
@@ -227,7 +229,7 @@ def block(conv: Conv, h: jax.Array, nbrs: jax.Array, mask: jax.Array,
 
 
 def full_layer(conv: Conv, h: jax.Array, batch: FullBatch,
-               keep: jax.Array | None = None) -> jax.Array:
+               keep: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """One layer over every node of a `FullBatch`: rows `h` [N, in_dim] of
     every node; returns [N, out_dim], each node aggregating all its
     neighbours (flat `Edges` of the whole graph, with the sources' degree
@@ -247,7 +249,8 @@ class MessagePassing(nnx.Module):
 
     `make(din, dout, last)` builds each layer, input side first. A layer
     with an `attention_rate` above 0 (GAT) has its attention weights
-    dropped in training (`Edges.keep`, one per edge and `heads`).
+    dropped in training (`Edges.keep`: per edge and head, and per node and
+    head for its own weight).
     """
 
     uses_neighbors = True
@@ -270,9 +273,10 @@ class MessagePassing(nnx.Module):
             else [n.shape[0] for n in batch.nbrs]
         edges = [batch.src.shape] * self.num_layers if full else [n.shape for n in batch.nbrs]
         attention = tuple(
-            Drop(e + (conv.heads,), conv.attention_rate)
+            (Drop(e + (conv.heads,), conv.attention_rate), Drop((n, conv.heads),
+                                                                 conv.attention_rate))
             if getattr(conv, "attention_rate", 0.0) > 0 else None
-            for e, conv in zip(edges, self.convs))
+            for e, n, conv in zip(edges, rows, self.convs))
         hidden = tuple(Drop((n, conv.out_dim), self.rate) if self.rate > 0 else None
                        for n, conv in zip(rows[:-1], self.convs))
         inputs = Drop((batch.input_nodes.shape[0], self.dims[0]), self.input_rate) \

@@ -11,9 +11,9 @@ and apply ELU, the last layer averages its `output_heads` heads into the
 logits (the paper on Cora: 8 hidden heads of 8, 1 output head).
 
 Attention dropout (`attention_dropout`, training only): each neighbour's
-coefficient alpha_ij is dropped (and the kept ones scaled by 1 / (1 -
-rate)) after the softmax, which is computed over all of them; the self
-coefficient alpha_ii is always kept (it enters in `init`, before any edge).
+coefficient alpha_ij and each node's own alpha_ii is dropped (and the kept
+ones scaled by 1 / (1 - rate)) after the softmax, which is computed over
+all of them, as the paper's code drops the attention matrix's entries.
 
 Neighbours may arrive in several edge windows: `reduce` keeps an online
 softmax per destination and head (running max m, denominator d and
@@ -83,6 +83,9 @@ class GATConv(nnx.Module):
 
     def reduce(self, state, s_dst: jax.Array, edges: Edges):
         m, d, acc = state
+        kept = lambda w, keep: jnp.where(keep, w / (1.0 - self.attention_rate), 0.0)
+        if edges.keep is not None:  # training: the node's own weight (init's) dropped here
+            acc = acc * kept(1.0, edges.keep[1])[..., None]
         e = self.logits(s_dst, edges)
         m_new = jnp.maximum(m, edges.top(e))  # finite: m is
         scale = jnp.exp(m - m_new)
@@ -90,10 +93,9 @@ class GATConv(nnx.Module):
         z, _, _ = self._split(edges.rows.astype(jnp.float32))
         # Dropout of alpha_ij = p / d: the kept p's, rescaled, in the sum
         # only; the denominator keeps every p (the softmax over all).
-        kept = p if edges.keep is None else jnp.where(edges.keep, p / (1.0 - self.attention_rate),
-                                                      0.0)
+        w = p if edges.keep is None else kept(p, edges.keep[0])
         return (m_new, d * scale + edges.total(p),
-                acc * scale[..., None] + edges.total(kept[..., None] * z))
+                acc * scale[..., None] + edges.total(w[..., None] * z))
 
     def finish(self, state, h_dst: jax.Array, s_dst: jax.Array) -> jax.Array:
         _, d, acc = state

@@ -56,7 +56,8 @@ class TrainConfig:
         takes one fanout per layer.
       input_dropout: dropout of the input rows (the papers' dropout of the
         first layer's input); `dropout` falls between layers.
-      attention_dropout: GAT: dropout of each neighbour's attention weight.
+      attention_dropout: GAT: dropout of the attention weights (each
+        neighbour's and the node's own).
       heads, output_heads: GAT: heads of the hidden layers (concatenated;
         `hidden` is their total width) and of the output layer (averaged).
       gcn_norm: GCN: "mean" (D~^-1 A~, what a sampled block computes; the
