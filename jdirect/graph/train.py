@@ -134,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=_Defaults)
     add = p.add_argument
     add("--config", help="a configuration: one of "
-                         f"{', '.join(sorted(q.stem.replace('_', '-') for q in CONFIGS.glob('*.py')))} (default: "
+                         f"{', '.join(sorted(q.stem for q in CONFIGS.glob('*.py')))} (default: "
                          "the dataset's own if there is one, else 'default'), or a path to a .py "
                          "file with get_config()")
     add("--dataset", choices=sorted(DATASETS),

@@ -40,7 +40,7 @@ def load_config(name_or_path: str | Path | None = None, *, dataset: str | None =
     # A name's hyphens are its file's underscores (planetoid-gcn: planetoid_gcn.py).
     path = Path(name) if name.endswith(".py") else configs / f"{name.replace('-', '_')}.py"
     if not path.is_file():
-        known = sorted(p.stem.replace("_", "-") for p in configs.glob("*.py"))
+        known = sorted(p.stem for p in configs.glob("*.py"))
         raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")
     spec = importlib.util.spec_from_file_location(f"jdirect_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
