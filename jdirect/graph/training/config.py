@@ -238,7 +238,8 @@ class TrainConfig:
         for f in self.fanouts:
             _check(_is_int(f) and 0 < f <= MAX_FANOUT, "fanouts",
                    f"must be integers in [1, {MAX_FANOUT}], got {f!r}")
-        for name in ("batch_size", "hidden", "epochs", "prefetch", "workers", "log_every"):
+        for name in ("batch_size", "hidden", "epochs", "prefetch", "workers", "log_every",
+                     "heads", "output_heads", "eval_every"):
             value = getattr(self, name)
             _check(_is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
         _check(_is_int(self.min_steps) and self.min_steps >= 0, "min_steps",
@@ -315,9 +316,6 @@ def _check_embedding(cfg: TrainConfig) -> None:
 
 def _check_model_settings(cfg: TrainConfig) -> None:
     _check(cfg.batch in BATCHES, "batch", f"must be one of {BATCHES}, got {cfg.batch!r}")
-    for name in ("heads", "output_heads", "eval_every"):
-        value = getattr(cfg, name)
-        _check(_is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
     _check(_is_int(cfg.patience) and cfg.patience >= 0, "patience",
            f"must be an integer >= 0 (0: no early stopping), got {cfg.patience!r}")
     _check(cfg.layers is None or (_is_int(cfg.layers) and cfg.layers >= 1), "layers",
