@@ -11,7 +11,7 @@ import numpy as np
 
 from ._arrays import all_distinct, ascending
 from ._ops import DeviceCache, Pending, ReadRequest, WholeCache
-from ._table_base import RegisteredTable, TableBase
+from ._table_base import HostRows, RegisteredTable, TableBase
 
 # The cache sizing rule, for every cache of rows (the trainer's feature
 # sources, layer-wise inference, `CachedTable.from_counts`, the benchmarks):
@@ -180,6 +180,16 @@ class CachedTable(TableCache):
         """Frees the cache's device memory (once no computation uses it);
         the wrapped table stays open."""
         self._cache = None
+
+    def host_rows(self) -> HostRows | None:
+        """The wrapped table's stored rows with this cache (see
+        `TableBase.host_rows`)."""
+        inner = self.table.host_rows()
+        if inner is None:
+            return None
+        if self.closed:
+            raise ValueError("the CachedTable is closed (its cache or its table)")
+        return HostRows(inner.table, self._cache, self.whole_rows())
 
     def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
         """The table protocol's read (see `jdirect.table.Table`)."""

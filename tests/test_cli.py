@@ -11,6 +11,7 @@ import pytest
 # The CLI: the `jdirect-train` command's module (examples/train_graphsage.py calls it).
 from jdirect.graph import train as train_graphsage
 from jdirect.graph.training import TrainConfig, config, parallel
+from jdirect.graph.training.config import parse_cache_fraction
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -124,6 +125,20 @@ def test_a_cache_fraction_neither_auto_nor_a_share_is_one_line(value):
     with pytest.raises(ValueError) as e:
         TrainConfig(cache_fraction=value).validate()
     assert str(e.value) == f"cache_fraction must be 'auto' or a number in [0, 1], got {value!r}"
+
+
+@pytest.mark.parametrize("text", ["1.5", "-0.1", "nan", "inf", "half", "True"])
+def test_a_cache_fraction_is_checked_in_one_place_for_every_entry(text, capsys):
+    """The command line, the parser the benchmarks use and the config agree
+    (issue 56: three checks, one of them without the range)."""
+    message = f"cache_fraction must be 'auto' or a number in [0, 1], got {text!r}"
+    with pytest.raises(ValueError) as e:
+        parse_cache_fraction(text)
+    assert str(e.value) == message
+    with pytest.raises(SystemExit):
+        train_graphsage.parser().parse_args(["--cache-fraction", text])
+    assert capsys.readouterr().err.strip().endswith(message)
+    assert parse_cache_fraction("0.25") == 0.25 and parse_cache_fraction("auto") == "auto"
 
 
 def test_an_unwritable_metrics_path_fails_before_training(tmp_path, capsys):

@@ -42,7 +42,7 @@ from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
 from .models import MODELS
 from .training import parallel
 from .models.gcn import NORMS
-from .training.config import (AUTO, BATCHES, FEATURE_DTYPES, L2_SCOPES, MAX_SEED, SAMPLERS,
+from .training.config import (BATCHES, FEATURE_DTYPES, L2_SCOPES, MAX_SEED, SAMPLERS,
                               TrainConfig, apply_flags, parse_cache_fraction, parse_fanouts)
 from .training.config_files import CONFIGS, load_config
 from .training.learned import MEMORY, OPTIMIZERS
@@ -78,12 +78,10 @@ def _number(kind: type, low: float, high: float | None = None, *, open_low: bool
 
 
 def _cache_fraction(text: str) -> float | str:
-    """--cache-fraction: "auto" or a number in [0, 1], the setting's value."""
     try:
-        value = parse_cache_fraction(text)
+        return parse_cache_fraction(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
-    return value if value == AUTO else _number(float, 0, 1)(text)
 
 
 def _fanouts(text: str) -> tuple[int, ...]:
@@ -161,8 +159,7 @@ def parser() -> argparse.ArgumentParser:
              "of on a side stream during the previous step")
     add("--cache-fraction", type=_cache_fraction,
         help="jdirect-cache, jdirect-partitioned: share of the (encoded) feature table kept "
-             "on each device, or auto: as many rows as fit in half the free device memory, "
-             "every row when the table fits")
+             "on each device, in [0, 1], or auto: what fits (docs/training.md)")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
              "auto: bfloat16 when a device cache takes only a share of the rows, else "
