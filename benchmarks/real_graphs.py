@@ -87,6 +87,8 @@ def main() -> None:
         if not (root / "raw").is_dir():
             p.error(f"{root} is not an OGB node-property directory (no raw/)")
     records, rows = [], []
+    meta = run_meta(config=dict(dirs=[str(d) for d in args.dirs], runs=args.runs,
+                                seeds=args.seeds), summary=rows)
     for root in args.dirs:
         key = graph_key(root)
         graphs = {}  # by row_normalize: the papers' configurations normalise rows
@@ -104,6 +106,7 @@ def main() -> None:
                                config=config, seconds=seconds)
                     records.append(rec)
                     accs.append(rec["test_acc"])
+                    write_json(args.json, meta, records)  # each run kept as it ends
                     print(f"{root.name} {config} {model} seed {seed}: test {rec['test_acc']:.4f} "
                           f"(val {rec['val_acc']:.4f}, best epoch {rec['best_epoch']} of "
                           f"{rec['epochs']}, {rec['batch']} batch, {1e3 * rec['epoch_s']:.1f} "
@@ -127,8 +130,6 @@ def main() -> None:
               f"{r['mean']:7.4f} {r['spread']:7.4f} "
               + (f"{pub:9.4f} {100 * (r['mean'] - pub):+8.1f}" if pub else f"{'-':>9} {'-':>8}")
               + f" {r['epoch_ms']:8.1f} {r['first_run_s']:6.1f}")
-    meta = run_meta(config=dict(dirs=[str(d) for d in args.dirs], runs=args.runs,
-                                seeds=args.seeds), summary=rows)
     write_json(args.json, meta, records)
     plot(rows, args.json.with_suffix(".png"))
 
