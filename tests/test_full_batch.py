@@ -266,3 +266,16 @@ def test_an_explicit_epochs_flag_is_the_epochs_run():
     assert train.resolve_config(args).min_steps == 0
     args = train.parser().parse_args([])
     assert train.resolve_config(args).min_steps == 100  # the default configuration's floor
+
+
+def test_attention_dropout_on_a_sampled_block_drops_edges_and_own_weights(small):
+    model = build("gat", 12, 8, 3, 2, dropout=0.0, seed=0, heads=2, output_heads=1,
+                  attention_dropout=0.5)
+    batch = NeighborSampler(small, (5, 5), 8, seed=0).sample(small.train[:8], (0, 0))
+    x = jnp.take(jnp.asarray(small.features), batch.input_nodes, axis=0, mode="fill",
+                 fill_value=0)
+    keep = dropout_masks(model, batch, jax.random.key(3))
+    edges, own = keep.attention[1]
+    assert edges.shape == batch.nbrs[1].shape + (1,) and own.shape == (8, 1)
+    out = model(x, batch, keep)
+    assert np.isfinite(out).all() and not np.allclose(out, model(x, batch))

@@ -53,4 +53,5 @@ class GraphSAGE(MessagePassing):
     def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, input_dropout: float = 0.0, rngs: nnx.Rngs):
         super().__init__(in_dim, hidden, num_classes, num_layers, dropout=dropout,
-                         input_dropout=input_dropout, make=lambda a, b, last: SAGEConv(a, b, rngs=rngs))
+                         input_dropout=input_dropout,
+                         make=lambda a, b, last: SAGEConv(a, b, rngs=rngs))
