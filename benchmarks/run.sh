@@ -8,7 +8,7 @@
 # every file of the stages that finished, even when a later one runs out of
 # time (2026-11-27: a call's suite logs were lost so).
 # Each stage fits one 10-minute call unless said; figures it produced are
-# recorded in benchmarks/RESULTS.md (the journal: benchmarks/results/LOG.md).
+# recorded in benchmarks/RESULTS.md (the journal: benchmarks/results/journal/LOG.md).
 #
 #   tests        pytest on the GPU, no preallocation: TESTS (default: the whole
 #                suite, PYTEST_ARGS "-n 6 -rfE": six workers share the GPU; or

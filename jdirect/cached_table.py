@@ -215,6 +215,24 @@ class CachedTable(TableCache):
         inside = (idx >= 0) & (idx < n)
         return inside & (slots[jnp.clip(idx, 0, n - 1)] >= 0)
 
+    def _reread(self) -> None:
+        """Reads the cached rows again from the wrapped table, in place:
+        `jdirect.restore_tables` (and a run's restore) call it once the
+        table's rows were restored, so this object serves them too. A
+        version rebuilt from arrays (no `cached_rows`) finds its rows from
+        its slots.
+
+        Raises:
+          ValueError: the cache is closed.
+        """
+        slots = self._open_cache().slots
+        rows = self.cached_rows
+        if rows is None:
+            where = np.asarray(slots)
+            ids = np.flatnonzero(where >= 0)
+            rows = ids[np.argsort(where[ids], kind="stable")]
+        self._cache = self._device_cache(slots, self.table.cache_rows(rows))
+
     def _open_cache(self) -> DeviceCache:
         if self._cache is None:
             raise ValueError("this CachedTable is closed (its cache was freed)")

@@ -4,6 +4,7 @@ bad flags and paths in one line before doing any work."""
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import pytest
@@ -45,8 +46,14 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys, monkeypatch):
     assert saved["sage"]["devices"] == devices and saved["sage"]["processes"] == 1
     printed = capsys.readouterr().out
     assert "best sampled validation" in printed and "sage - mlp" in printed
-    assert "(full split; layers 1 (" in printed
+    # The accuracy line in a user's words; where each layer read its edges
+    # is the metrics file's (above).
+    assert "sage: test accuracy " in printed and "(full split)" in printed
+    assert "CSR" not in printed and "layers 1 (" not in printed
     assert f"devices: {devices} in 1 process(es)" in printed
+    # Where compiled programs are kept between runs, said once, with how to turn it off.
+    assert printed.count(f"compiled programs are kept in {os.environ['JAX_COMPILATION_CACHE_DIR']}"
+                         " for the next run (--compilation-cache none: off)") == 1
 
 
 @pytest.mark.parametrize("flags, name", [

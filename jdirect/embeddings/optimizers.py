@@ -149,8 +149,9 @@ def _new_slot(table: Any, shape: tuple[int, ...], dtype: np.dtype, value: float,
         if memory is None:
             # Beside a managed table, "auto": managed while the GPU's free
             # memory allows (the lent machines' rule), else pinned with a
-            # warning; asking for "managed" refused the second 42.6 GB slot
-            # of an 85 GB Adagrad table on an H200 (2026-11-26).
+            # warning; asking for "managed" refused the second slot of an
+            # 85 GB Adagrad table on an H200 (benchmarks/results/journal/LOG.md,
+            # 2026-11-26).
             memory = "pinned" if table.memory == "pinned" else "auto"
         slot = HostTable.empty(shape, dtype, memory=memory)
         each_block(slot.numpy(), lambda i, block: block.fill(value))

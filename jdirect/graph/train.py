@@ -36,9 +36,10 @@ from typing import NoReturn
 import jax
 
 from .. import environment
+from ..checkpoint import CheckpointError, check_checkpoint_dir
 from .data import DATASETS, PRESETS
 from .features import ENCODINGS, SOURCES
-from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
+from .io import check_metrics_path
 from .models import MODELS
 from .training import parallel
 from .models.gcn import NORMS
@@ -52,7 +53,7 @@ from .training.runs import train_and_evaluate
 from .training.trainer import EvaluationFailed
 
 # Compiled programs are kept here between runs (JAX's persistent cache).
-COMPILATION_CACHE = Path.home() / ".cache" / "jdirect" / "jax-compilation"
+COMPILATION_CACHE = environment.user_cache_dir() / "jax-compilation"
 
 
 def _number(kind: type, low: float, high: float | None = None, *, open_low: bool = False,
@@ -319,6 +320,9 @@ def _run(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
                                  read_only_option="--checkpoint-read-only")
     except ValueError as e:
         p.error(str(e))
+    if args.compilation_cache != "none" and parallel.is_lead():
+        print(f"compiled programs are kept in {args.compilation_cache} for the next run "
+              "(--compilation-cache none: off)")
     try:
         results = train_and_evaluate(cfg, baseline=not args.no_baseline,
                                      metrics_path=args.metrics, mesh=mesh)

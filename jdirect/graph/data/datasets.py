@@ -9,9 +9,11 @@ package plus one line in `DATASETS` (or, for a synthetic size, one entry in
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+import jax
 import numpy as np
 
 from .csr import Graph
@@ -42,9 +44,8 @@ from .synthetic import generate
 # kept 0.245 at full size; 0.28 kept 0.236 at 61K nodes), so a graph of
 # --scale S reaches lower GNN accuracies than the full preset. Unit variance: on
 # products' raw features (standard deviation 3.5) GAT stayed near chance
-# (validation 0.03 against 0.12 on standardised ones after 4 epochs of a
-# 6,000-node graph; GraphSAGE 0.35 against 0.39, CPU, 2026-11-27).
-# Measured by benchmarks/presets.py.
+# where standardised ones let it learn (benchmarks/results/journal/LOG.md,
+# 2026-11-27). Measured by benchmarks/presets.py.
 CALIBRATED = {
     "products": dict(noise=3.4, homophily=0.24, label_noise=0.1, unit_variance=True),
     "papers100m": dict(noise=3.0, homophily=0.3, label_noise=0.25, unit_variance=True),
@@ -63,6 +64,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                        num_classes=172, **CALIBRATED["papers100m"],
                        split=tuple(n / PAPERS100M_NODES for n in (1_207_179, 125_265, 214_338))),
 }
+# Presets of more edges than this are sized for a GPU: on a CPU their
+# generation and epochs take minutes, not seconds (`load_graph` warns).
+GPU_SIZED_EDGES = 10_000_000
 # The graphs, labels and splits without features: for learned embeddings.
 PRESETS["products-featureless"] = dict(PRESETS["products"], feature_dim=0)
 PRESETS["papers100m-featureless"] = dict(PRESETS["papers100m"], feature_dim=0)
@@ -110,7 +114,7 @@ def _files(name: str, load: Callable[..., Graph]) -> Opener:
             raise ValueError(f"dataset {name!r} takes no {', '.join(sorted(overrides))} "
                              "(its sizes come from its files)")
         # A split is the OGB loader's (a directory, or drawn over its labelled nodes).
-        return load(Path(data_dir), feature_dtype=feature_dtype,
+        return load(Path(data_dir), feature_dtype=feature_dtype, progress=progress,
                     **({} if split is None else dict(split=split, seed=seed)))
 
     return open_files
@@ -159,10 +163,16 @@ def load_graph(cfg: GraphSettings) -> Graph:
     (synthetic presets), a progress bar if `cfg.progress`, its splits
     those of `cfg.split` (an OGB split directory, or a random split drawn
     from `cfg.seed`: `splits`), its feature rows scaled to sum 1 with
-    `cfg.row_normalize` (`row_normalized`).
+    `cfg.row_normalize` (`row_normalized`). A preset sized for a GPU
+    (`GPU_SIZED_EDGES`) warns in one line where JAX has no GPU.
 
     Raises as `load_dataset` does.
     """
+    edges = PRESETS.get(cfg.dataset, {}).get("num_edges", 0)
+    if edges > GPU_SIZED_EDGES and jax.default_backend() != "gpu":
+        warnings.warn(f"the {cfg.dataset} preset ({edges:,} edges) is sized for a GPU and JAX "
+                      "has none here: generating and training it on the CPU take minutes "
+                      "(--config tiny: seconds)", UserWarning, stacklevel=2)
     overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
     if cfg.split is not None and cfg.dataset == "ogb":
         overrides["split"] = cfg.split

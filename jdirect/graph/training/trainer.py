@@ -23,7 +23,7 @@ from .. import inference, models
 from ..data import Graph
 from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
-from ..io.checkpoint import open_checkpoints
+from ..io.checkpoint import open_checkpoints, resolved_row_encoding
 from . import parallel
 from .config import TrainConfig, as_dict, first_line, model_options, num_layers
 from .epochs import stops_early, train_pass, warn_if_short
@@ -179,7 +179,8 @@ class Trainer:
         warn_if_short(self.epochs, self.batches_per_epoch)
         ckpt = open_checkpoints(
             cfg.checkpoint_dir, {**as_dict(cfg), "sampler": sampler_kind(cfg),
-                                 "devices": self.mesh.size},
+                                 "devices": self.mesh.size, "row_encoding":
+                                 resolved_row_encoding(self.source, cfg.row_encoding)},
             read_only=cfg.checkpoint_read_only, lead=lead) if cfg.checkpoint_dir else None
         # A source with trainable rows (a learned embedding) changes in
         # place: the run evaluates its current state, and `best` keeps no
@@ -255,7 +256,11 @@ class Trainer:
         except Exception as e:  # whatever it was, the training is done and kept
             raise EvaluationFailed(f"the evaluation after training failed "
                                    f"({first_line(e)})") from e
-        return fit_result(self, best["epoch"], sampled, full)
+        return fit_result(cfg, self.history, best["epoch"], sampled, full, epochs=self.epochs,
+                          devices=self.mesh.size,
+                          steps_per_call=getattr(self.feed, "steps_per_call", 1),
+                          sampled_eval=self.sampled_eval, learned=self.learned is not None,
+                          has_val=len(self.graph.val) > 0, report=self.full_eval)
 
     @property
     def sampled_eval(self) -> bool:
