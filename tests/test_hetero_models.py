@@ -68,10 +68,10 @@ def test_matches_numpy_reference(aggr):
     assert got.shape == (16, 3)
     np.testing.assert_allclose(np.asarray(got), reference(model, x, batch, aggr), rtol=1e-4,
                                atol=1e-5)
-    # Dropout's masks follow hidden_shapes: one per type of every hidden layer.
+    # Dropout's masks follow dropout_spec: one per type of every hidden layer.
     model.rate = 0.5
     keep = dropout_masks(model, batch, jax.random.key(0))
-    assert [k.shape for k in keep] == [(v.shape[0], 8) for v in batch.nodes[1].values()]
+    assert [k.shape for k in keep.hidden[0]] == [(v.shape[0], 8) for v in batch.nodes[1].values()]
     assert model(x, batch, keep).shape == (16, 3)
 
 

@@ -223,7 +223,8 @@ def test_a_featureless_graph_without_embedding_is_refused(featureless):
 
 def test_flags_set_the_embedding_and_the_default_config_is_unchanged():
     default = load_config("default", configs=CONFIGS)
-    assert default == TrainConfig(dataset="small", batch_size=256, epochs=8, min_steps=100)
+    assert default == TrainConfig(dataset="small", batch_size=256, epochs=8, min_steps=100,
+                                  batch="auto")
     assert default.embedding_dim == 0 and default.features == "jdirect-cache"
     cfg = apply_flags(default, dict(embedding_dim=32, embedding_optimizer="sgd",
                                     embedding_lr=0.1))

@@ -162,7 +162,7 @@ def test_training_step_is_finite_and_jits(graph, name):
     model = build(name, 16, 8, 5, 2, dropout=0.5, seed=0)
     x, batch = sampled(graph, model)
     keep = dropout_masks(model, batch, jax.random.key(0))
-    assert [k.shape for k in keep] == model.hidden_shapes(batch)
+    assert [k.shape for k in keep.hidden] == [d.shape for d in model.dropout_spec(batch).hidden]
     graphdef, state = nnx.split(model)
 
     @jax.jit

@@ -42,8 +42,9 @@ from .features import ENCODINGS, SOURCES
 from .io import check_metrics_path
 from .models import MODELS
 from .training import parallel
-from .training.config import (FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig, apply_flags,
-                              parse_cache_fraction, parse_fanouts)
+from .models.gcn import NORMS
+from .training.config import (BATCHES, FEATURE_DTYPES, L2_SCOPES, MAX_SEED, SAMPLERS,
+                              TrainConfig, apply_flags, parse_cache_fraction, parse_fanouts)
 from .training.config_files import CONFIGS, load_config
 from .training.learned import MEMORY, OPTIMIZERS
 from .training.epochs import TrainingDiverged
@@ -171,10 +172,38 @@ def parser() -> argparse.ArgumentParser:
     add("--hidden", type=_number(int, 1), help="hidden width")
     add("--dropout", type=_number(float, 0, 1, open_high=True), help="dropout rate, in [0, 1)")
     add("--lr", type=_number(float, 0, open_low=True), help="learning rate")
-    add("--weight-decay", type=_number(float, 0), help="AdamW weight decay")
+    add("--weight-decay", type=_number(float, 0),
+        help="AdamW's decoupled weight decay (the papers' L2 term: --l2)")
+    add("--l2", type=_number(float, 0),
+        help="the papers' coupled L2 term: l2 * w added to each weight matrix's gradient "
+             "before Adam (0: off)")
+    add("--l2-scope", choices=L2_SCOPES,
+        help="the layers --l2 covers: all, or the first (GCN's paper)")
+    add("--batch", choices=BATCHES,
+        help="sampled mini-batches, full (every node and edge, one step an epoch), or auto "
+             "(full for graphs whose step fits 1 GiB)")
+    add("--layers", type=_number(int, 1),
+        help="model layers (default: one per fanout; a sampled run takes one fanout a layer)")
+    add("--input-dropout", type=_number(float, 0, 1, open_high=True),
+        help="dropout of the input features, in [0, 1)")
+    add("--attention-dropout", type=_number(float, 0, 1, open_high=True),
+        help="GAT: dropout of the attention coefficients, in [0, 1)")
+    add("--heads", type=_number(int, 1), help="GAT: heads of the hidden layers (concatenated)")
+    add("--output-heads", type=_number(int, 1), help="GAT: heads of the output layer (averaged)")
+    add("--gcn-norm", choices=NORMS,
+        help="GCN: mean (D^-1(A+I), sampled or full) or symmetric (D^-1/2(A+I)D^-1/2, the "
+             "paper's; full batch only)")
+    add("--patience", type=_number(int, 0),
+        help="stop after this many epochs without a better validation accuracy (0: off)")
+    add("--eval-every", type=_number(int, 1), help="validate every this many epochs")
+    add("--row-normalize", action="store_true", default=None,
+        help="scale each feature row to sum 1 (the Planetoid papers' preprocessing)")
+    add("--split", help="OGB files: the split directory under split/ to use, or "
+                        "random:TRAIN,VAL,TEST fractions of the labelled nodes (seeded)")
     add("--epochs", type=_number(int, 1), help="passes over the training nodes")
     add("--min-steps", type=_number(int, 0),
-        help="train at least this many optimizer steps (adds epochs on small graphs)")
+        help="train at least this many optimizer steps (adds epochs on small graphs; "
+             "an explicit --epochs alone sets it to 0)")
     add("--seed", type=_number(int, 0, MAX_SEED),
         help="fixes the synthetic graph, weights, samples and dropout")
     add("--devices", type=_number(int, 1),
@@ -240,6 +269,10 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
       ValueError: as `apply_flags` (a bad setting), or an unknown configuration.
     """
     flags = dict(vars(args), progress=False if args.quiet else None)
+    # The epochs a user asks for are the epochs run: a configuration's
+    # min_steps (the default's 100) adds epochs only where --epochs is not given.
+    if args.epochs is not None and args.min_steps is None:
+        flags["min_steps"] = 0
     return apply_flags(load_config(args.config, dataset=args.dataset), flags)
 
 

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _counter_random as random
+from .. import _counter_random as random
 from .csr import unique_sorted
 
 _MAX_RANKS = 1 << 22  # ranks per cell that float32 positions resolve exactly

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import _chung_lu
-from . import _counter_random as random
+from .. import _counter_random as random
 from ._chung_lu import EdgeModel
 from ._host_copies import HostCopies
 from ...host_memory import host_empty

@@ -8,15 +8,18 @@ package plus one line in `DATASETS` (or, for a synthetic size, one entry in
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import jax
+import numpy as np
 
 from .csr import Graph
 from .ogb import load_ogb_node
 from .reddit import load_reddit
+from .splits import resplit
 from .synthetic import generate
 
 # Sizes of the synthetic presets. `products` matches ogbn-products: 2,449,029
@@ -103,13 +106,16 @@ def _files(name: str, load: Callable[..., Graph]) -> Opener:
     feature dtype does (the table is converted once as it is loaded)."""
 
     def open_files(data_dir: str | Path | None, *, seed: int, progress: bool,
-                   feature_dtype: str | None = None, **overrides) -> Graph:
+                   feature_dtype: str | None = None, split: str | None = None,
+                   **overrides) -> Graph:
         if data_dir is None:
             raise ValueError(f"dataset {name!r} needs --data-dir pointing at its files")
         if overrides:
             raise ValueError(f"dataset {name!r} takes no {', '.join(sorted(overrides))} "
                              "(its sizes come from its files)")
-        return load(Path(data_dir), feature_dtype=feature_dtype, progress=progress)
+        # A split is the OGB loader's (a directory, or drawn over its labelled nodes).
+        return load(Path(data_dir), feature_dtype=feature_dtype, progress=progress,
+                    **({} if split is None else dict(split=split, seed=seed)))
 
     return open_files
 
@@ -147,13 +153,18 @@ class GraphSettings(Protocol):
     feature_dtype: str | None
     seed: int
     progress: bool
+    split: str | None
+    row_normalize: bool
 
 
 def load_graph(cfg: GraphSettings) -> Graph:
     """The graph a run's configuration names: `cfg.dataset` from
     `cfg.data_dir`, generated from `cfg.seed` with `cfg.feature_dtype`
-    (synthetic presets), a progress bar if `cfg.progress`. A preset sized
-    for a GPU (`GPU_SIZED_EDGES`) warns in one line where JAX has no GPU.
+    (synthetic presets), a progress bar if `cfg.progress`, its splits
+    those of `cfg.split` (an OGB split directory, or a random split drawn
+    from `cfg.seed`: `splits`), its feature rows scaled to sum 1 with
+    `cfg.row_normalize` (`row_normalized`). A preset sized for a GPU
+    (`GPU_SIZED_EDGES`) warns in one line where JAX has no GPU.
 
     Raises as `load_dataset` does.
     """
@@ -163,5 +174,20 @@ def load_graph(cfg: GraphSettings) -> Graph:
                       "has none here: generating and training it on the CPU take minutes "
                       "(--config tiny: seconds)", UserWarning, stacklevel=2)
     overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
-    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
-                        **overrides)
+    if cfg.split is not None and cfg.dataset == "ogb":
+        overrides["split"] = cfg.split
+    graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
+                         **overrides)
+    if cfg.split is not None and "split" not in overrides:
+        graph = resplit(graph, cfg.split, cfg.seed)
+    return dataclasses.replace(graph, features=row_normalized(graph.features)) \
+        if cfg.row_normalize else graph
+
+
+def row_normalized(features: np.ndarray) -> np.ndarray:
+    """float32 `features` with each row divided by the sum of its absolute
+    values (rows of zeros stay zero): the Planetoid papers' preprocessing of
+    bag-of-words rows (Kipf's `preprocess_features`)."""
+    x = np.asarray(features, np.float32)
+    sums = np.abs(x).sum(axis=1, keepdims=True)
+    return np.ascontiguousarray(x / np.where(sums > 0, sums, 1.0), dtype=np.float32)

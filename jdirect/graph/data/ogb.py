@@ -10,11 +10,13 @@ import numpy as np
 from ._files import (Npz, cache_folder, cached_features, checked_graph, csr_of, edge_chunks,
                      find_split, need_file, read_csv, read_labels, read_splits)
 from .csr import Graph
+from .splits import RANDOM, parse_random_split, random_split
 
 
 def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
                   allow_nonfinite: bool = False, feature_dtype: str | None = None,
-                  cache_dir: str | Path | None = None, progress: bool = False) -> Graph:
+                  cache_dir: str | Path | None = None, progress: bool = False,
+                  seed: int = 0) -> Graph:
     """Loads an OGB node-property dataset from its raw directory.
 
     Args:
@@ -22,6 +24,8 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
       undirected: store every edge in both directions (as OGB's loaders do
         for products; usual for papers100M too).
       split: the directory under split/ to use; needed when there are several.
+        "random:TRAIN,VAL,TEST": fractions of the labelled nodes drawn from
+        `seed` instead (`splits.random_split`; no split/ needed).
       allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
         instead of refusing them.
       feature_dtype: the feature table's dtype (one of FEATURE_DTYPES); None
@@ -68,8 +72,13 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         del edges
         label_path = raw / "node-label.csv.gz"
         labels, known = read_labels(read_csv(label_path, np.float64), label_path, num_nodes)
-    split_dir = find_split(root, split)
-    ids = read_splits(split_dir, known)
-    return checked_graph(split_dir, indptr=indptr, indices=indices, features=features, labels=labels,
-                  train=ids["train"], val=ids["valid"], test=ids["test"],
-                  num_classes=int(labels.max()) + 1, name=root.name)
+    if split is not None and split.startswith(RANDOM):
+        where = root
+        train, val, test = random_split(np.flatnonzero(known), parse_random_split(split), seed)
+    else:
+        where = find_split(root, split)
+        ids = read_splits(where, known)
+        train, val, test = ids["train"], ids["valid"], ids["test"]
+    return checked_graph(where, indptr=indptr, indices=indices, features=features, labels=labels,
+                         train=train, val=val, test=test, num_classes=int(labels.max()) + 1,
+                         name=root.name)

@@ -28,7 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import _chung_lu, _nodes
-from . import _counter_random as random
+from .. import _counter_random as random
 from ._chung_lu import EdgeModel
 from ...placement import device_free_bytes
 from ._host_copies import COPY_CHUNK, COPY_WORKERS, HostCopies

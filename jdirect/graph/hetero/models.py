@@ -15,7 +15,7 @@ with a self weight per type, and the MAG240M baseline's R-GraphSAGE (OGB-LSC
 `rgnn.py`: a skip map plus a SAGEConv per relation, summed). The mean is
 the homogeneous models' aggregate (`models.base.Edges`, `add_sums`), the
 maps their initialisation (`models.base.linear`), dropout their explicit
-keep-masks (`models.base.dropout_masks` reads `hidden_shapes`).
+keep-masks (`models.base.dropout_masks` reads `dropout_spec`).
 
 Featureless types read rows of width 0 (their self map is then a bias) or
 learned rows (`learned`: a dense table in the model, trained with it: for
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ..models.base import Edges, Masks, add_sums, dropout, layer_dims, linear
+from ..models.base import Drop, Edges, Keep, add_sums, dropout, layer_dims, linear
 from .data import Relation, relation_key
 from .sampling import HeteroBatch
 
@@ -120,16 +120,20 @@ class TypedMessagePassing(nnx.Module):
         width] from level L-l's `h`."""
         raise NotImplementedError
 
-    def hidden_shapes(self, batch: HeteroBatch) -> list[tuple[int, int]]:
-        """Shapes dropout applies to: every type's output of every layer
-        but the last, layer by layer, types in `batch.nodes` order."""
+    def dropout_spec(self, batch: HeteroBatch) -> Keep:
+        """What a training step drops (`models.base.Keep`): every type's
+        output of every layer but the last, layer by layer, types in
+        `batch.nodes` order; nothing on the inputs or attention."""
         levels = batch.nodes[::-1][1:-1]  # outputs of layers 0..L-2
-        return [(v.shape[0], self.hidden) for level in levels for v in level.values()]
+        hidden = tuple(tuple(Drop((v.shape[0], self.hidden), self.rate) for v in level.values())
+                       if self.rate > 0 else None for level in levels)
+        return Keep(None, (), hidden)
 
     def __call__(self, x: Mapping[str, jax.Array], batch: HeteroBatch,
-                 keep: Masks = None) -> jax.Array:
+                 keep: Keep | None = None) -> jax.Array:
         """Logits float32[batch_size, num_classes] from rows `x[t]`
-        ([len(batch.input_nodes[t]), width of t], zeros for padding).
+        ([len(batch.input_nodes[t]), width of t], zeros for padding);
+        `keep`: `dropout_masks(self, batch, key)` in training.
 
         Raises:
           ValueError: the batch has a block count other than num_layers.
@@ -138,12 +142,13 @@ class TypedMessagePassing(nnx.Module):
             raise ValueError(f"a {self.num_layers}-layer model needs {self.num_layers} sampled "
                              f"blocks, got {len(batch.nbrs)}")
         h = self.inputs(x, batch)
-        masks = iter(keep or ())
         for l in range(self.num_layers):
             h = self.layer(l, h, batch)
             if l + 1 < self.num_layers:
-                h = {t: dropout(self.activation(v), next(masks, None), self.rate)
-                     for t, v in h.items()}
+                masks = keep.hidden[l] if keep is not None and keep.hidden[l] is not None \
+                    else (None,) * len(h)
+                h = {t: dropout(self.activation(v), m, self.rate)
+                     for (t, v), m in zip(h.items(), masks)}
         return h[self.target]
 
 

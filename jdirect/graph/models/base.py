@@ -11,13 +11,16 @@ nothing outside this package switches on its name. It reads:
   * `num_layers`, `dims` ((in, hidden, ..., hidden, classes): the width of
     each layer's input and of the last one's output), `rate` (dropout of
     hidden activations).
-  * `hidden_shapes(batch)`: the shapes dropout applies to (every layer's
-    output but the last), so that a step draws the keep-masks from an
-    explicit key (`dropout_masks`) outside the model: reproducible,
-    resumable, and free of RNG state inside the pipelined step.
+  * `dropout_spec(batch)`: a `Keep` of `Drop(shape, rate)` (None where
+    nothing is dropped): the input rows, each layer's attention weights
+    (GAT) and every layer's output but the last, so that a step draws the
+    keep-masks from an explicit key (`dropout_masks`) outside the model:
+    reproducible, resumable, and free of RNG state inside the pipelined
+    step.
   * `__call__(x, batch, keep=None)`: logits of the batch's seeds from the
-    rows `x` of `batch.input_nodes` (the sampled, padded blocks of
-    `jdirect.graph.batch.Batch`).
+    rows `x` of `batch.input_nodes`: the sampled, padded blocks of
+    `jdirect.graph.batch.Batch`, or a `FullBatch` (every node a seed,
+    every edge of the graph; full-batch training).
   * `convs` and `activation`: the layers, each a `Conv` (the MLP's read
     no neighbours), and the function between them (dropout follows it in
     training). Layer
@@ -42,20 +45,24 @@ into edge windows of bounded size:
 
 On a sampled block (`block`), the destinations are the first rows of the
 block's sources and `e` holds each one's sampled neighbours in the dense
-layout; in full inference `e` is a window of the CSR in the flat layout.
+layout; in full inference `e` is a window of the CSR in the flat layout,
+and in a full batch (`FullBatch`) every edge of the graph, flat, with
+each source's degree weight (`Edges.norm`).
 With fanouts at least the largest degree a sampled forward therefore equals
 full inference (tests/test_inference.py checks it).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-Masks = Sequence[jax.Array] | None
+from .. import _counter_random as counter_random
+
 State = Any  # a pytree of per-destination arrays
 
 
@@ -67,12 +74,23 @@ class Edges(NamedTuple):
     `seg` is None. Flat (full inference): `rows` [E, w] one per edge,
     `valid` bool[E], `seg` int32[E] the destination of each edge in [0, n),
     non-decreasing. Invalid slots and edges contribute nothing.
+
+    Two optional fields, None unless the batch provides them:
+    `norm` float32 per edge (`valid`'s shape), 1 / sqrt(deg(j) + 1) of each
+    edge's source j, its degree in the whole graph with the self-loop: what
+    a `FullBatch` knows and a sampled block (or a window of layer-wise
+    inference) does not; `keep`, attention dropout's keep-masks (training
+    only): (bool per edge and head, `valid`'s shape + (heads,); bool per
+    destination and head [num_dst, heads], of the node's own weight). A
+    training step's edges arrive in one `reduce` call.
     """
 
     rows: jax.Array
     valid: jax.Array
     seg: jax.Array | None
     num_dst: int
+    norm: jax.Array | None = None
+    keep: tuple[jax.Array, jax.Array] | None = None
 
     def _mask(self, x: jax.Array, fill: Any) -> jax.Array:
         valid = self.valid.reshape(self.valid.shape + (1,) * (x.ndim - self.valid.ndim))
@@ -135,6 +153,52 @@ class Conv(Protocol):
         ...
 
 
+class FullBatch(NamedTuple):
+    """Every node of a graph as one batch (full-batch training): a pytree
+    that the models and the training step read as they read a sampled
+    `Batch`, with every edge of the graph in each layer.
+
+    Attributes:
+      input_nodes: int32[N], 0..N-1: the rows the model reads.
+      src, dst: int32[E]: each edge's source and destination, sorted by
+        destination (the CSR's order: dst repeats each node deg times).
+      norm: float32[N], 1 / sqrt(deg + 1) of each node (GCN's symmetric
+        normalisation with self-loops).
+      labels: int32[N].
+      seed_mask: bool[N]: the nodes the loss and accuracy count (a split).
+    """
+
+    input_nodes: jax.Array
+    src: jax.Array
+    dst: jax.Array
+    norm: jax.Array
+    labels: jax.Array
+    seed_mask: jax.Array
+
+
+class Drop(NamedTuple):
+    """A keep-mask to draw: its shape and the rate it drops at."""
+
+    shape: tuple[int, ...]
+    rate: float
+
+
+class Keep(NamedTuple):
+    """A step's dropout, one entry per place it applies (None: none there).
+
+    Attributes:
+      inputs: for the input rows `x`.
+      attention: per layer, for the attention weights (GAT; `Edges.keep`):
+        a pair, of each edge's and of each destination's own, per head.
+      hidden: per layer but the last, for its activated output.
+    Filled with `Drop`s by `dropout_spec`, with bool masks by `dropout_masks`.
+    """
+
+    inputs: Any
+    attention: tuple
+    hidden: tuple
+
+
 @runtime_checkable
 class GNNModel(Protocol):
     """The model interface (see the module doc)."""
@@ -144,61 +208,99 @@ class GNNModel(Protocol):
     dims: tuple[int, ...]
     rate: float
 
-    def hidden_shapes(self, batch: Any) -> list[tuple[int, ...]]:
+    def dropout_spec(self, batch: Any) -> Keep:
         ...
 
-    def __call__(self, x: jax.Array, batch: Any, keep: Masks = None) -> jax.Array:
+    def __call__(self, x: jax.Array, batch: Any, keep: Keep | None = None) -> jax.Array:
         ...
 
 
-def block(conv: Conv, h: jax.Array, nbrs: jax.Array, mask: jax.Array) -> jax.Array:
+def block(conv: Conv, h: jax.Array, nbrs: jax.Array, mask: jax.Array,
+          keep: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """One layer on a sampled block: rows `h` of the block's sources (the
     destinations first), neighbour positions `nbrs` int32[n, f] into them
-    and `mask` bool[n, f]; returns the n destinations' output rows."""
+    and `mask` bool[n, f]; returns the n destinations' output rows.
+    `keep`: attention dropout's mask (`Edges.keep`), training only."""
     n = nbrs.shape[0]
     s = conv.source(h)
     h_dst, s_dst = h[:n], s[:n]
-    state = conv.reduce(conv.init(h_dst, s_dst), s_dst, Edges(s[nbrs], mask, None, n))
+    state = conv.reduce(conv.init(h_dst, s_dst), s_dst, Edges(s[nbrs], mask, None, n, keep=keep))
     return conv.finish(state, h_dst, s_dst)
+
+
+def full_layer(conv: Conv, h: jax.Array, batch: FullBatch,
+               keep: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+    """One layer over every node of a `FullBatch`: rows `h` [N, in_dim] of
+    every node; returns [N, out_dim], each node aggregating all its
+    neighbours (flat `Edges` of the whole graph, with the sources' degree
+    weights `norm`). `keep`: attention dropout's mask, training only."""
+    s = conv.source(h)
+    n = h.shape[0]
+    edges = Edges(s[batch.src], jnp.ones(batch.src.shape, bool), batch.dst, n,
+                  norm=batch.norm[batch.src], keep=keep)
+    return conv.finish(conv.reduce(conv.init(h, s), s, edges), h, s)
 
 
 class MessagePassing(nnx.Module):
     """The layers, forward pass and dropout shapes shared by the neighbour
-    models: `convs` with `activation` and dropout between them.
+    models: `convs` with `activation` and dropout between them, and
+    `input_rate` dropout of the input rows (the GCN and GAT papers' dropout
+    of each layer's input: `input_rate` for the first, `rate` for the others).
 
-    `make(din, dout, last)` builds each layer, input side first.
+    `make(din, dout, last)` builds each layer, input side first. A layer
+    with an `attention_rate` above 0 (GAT) has its attention weights
+    dropped in training (`Edges.keep`: per edge and head, and per node and
+    head for its own weight).
     """
 
     uses_neighbors = True
     activation: ClassVar[Callable[[jax.Array], jax.Array]] = staticmethod(jax.nn.relu)
 
     def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,
-                 dropout: float, make: Callable[[int, int, bool], Conv]):
+                 dropout: float, make: Callable[[int, int, bool], Conv],
+                 input_dropout: float = 0.0):
         self.dims = layer_dims(in_dim, hidden, num_classes, num_layers)
         self.convs = nnx.List(make(a, b, i + 1 == num_layers)
                               for i, (a, b) in enumerate(zip(self.dims[:-1], self.dims[1:])))
         self.num_layers = num_layers
         self.rate = dropout
+        self.input_rate = input_dropout
 
-    def hidden_shapes(self, batch: Any) -> list[tuple[int, int]]:
-        """Shapes of the activations dropout applies to (all but the last layer)."""
-        return [(n.shape[0], conv.out_dim) for n, conv in zip(batch.nbrs[:-1], self.convs)]
+    def dropout_spec(self, batch: Any) -> Keep:
+        """What a training step drops on `batch` (a `Batch` or a `FullBatch`)."""
+        full = isinstance(batch, FullBatch)
+        rows = [batch.input_nodes.shape[0]] * self.num_layers if full \
+            else [n.shape[0] for n in batch.nbrs]
+        edges = [batch.src.shape] * self.num_layers if full else [n.shape for n in batch.nbrs]
+        attention = tuple(
+            (Drop(e + (conv.heads,), conv.attention_rate), Drop((n, conv.heads),
+                                                                 conv.attention_rate))
+            if getattr(conv, "attention_rate", 0.0) > 0 else None
+            for e, n, conv in zip(edges, rows, self.convs))
+        hidden = tuple(Drop((n, conv.out_dim), self.rate) if self.rate > 0 else None
+                       for n, conv in zip(rows[:-1], self.convs))
+        inputs = Drop((batch.input_nodes.shape[0], self.dims[0]), self.input_rate) \
+            if self.input_rate > 0 else None
+        return Keep(inputs, attention, hidden)
 
-    def __call__(self, x: jax.Array, batch: Any, keep: Masks = None) -> jax.Array:
+    def __call__(self, x: jax.Array, batch: Any, keep: Keep | None = None) -> jax.Array:
         """Logits of the seeds (the first rows of the result) from rows `x`
-        of `batch.input_nodes`.
+        of `batch.input_nodes`; for a `FullBatch`, of every node.
 
         Raises:
-          ValueError: the batch has a block count other than num_layers.
+          ValueError: a sampled batch with a block count other than num_layers.
         """
-        if len(batch.nbrs) != self.num_layers:
+        full = isinstance(batch, FullBatch)
+        if not full and len(batch.nbrs) != self.num_layers:
             raise ValueError(f"a {self.num_layers}-layer model needs {self.num_layers} sampled "
                              f"blocks (one fanout per layer), got {len(batch.nbrs)}")
-        h = x.astype(jnp.float32)
+        keep = keep or Keep(None, (None,) * self.num_layers, (None,) * self.num_layers)
+        h = dropout(x.astype(jnp.float32), keep.inputs, self.input_rate)
         for i, conv in enumerate(self.convs):
-            h = block(conv, h, batch.nbrs[i], batch.masks[i])
+            h = full_layer(conv, h, batch, keep.attention[i]) if full else \
+                block(conv, h, batch.nbrs[i], batch.masks[i], keep.attention[i])
             if i + 1 < len(self.convs):
-                h = dropout(self.activation(h), None if keep is None else keep[i], self.rate)
+                h = dropout(self.activation(h), keep.hidden[i], self.rate)
         return h
 
 
@@ -267,14 +369,38 @@ def dropout(h: jax.Array, keep: jax.Array | None, rate: float) -> jax.Array:
     return jnp.where(keep, h / (1.0 - rate), 0.0)
 
 
+def narrows(din: int, dout: int) -> bool:
+    """Whether a mean layer projects its rows before summing them (`Conv.
+    projects`): where its output is at most half its input's width (a
+    citation graph's 1,433-3,703 word columns into the hidden width), each
+    edge then carries the narrow rows, at the cost of a projected row per
+    source node."""
+    return 2 * dout <= din
+
+
 def layer_dims(in_dim: int, hidden: int, num_classes: int, num_layers: int) -> tuple[int, ...]:
     """(in, hidden, ..., hidden, classes): num_layers + 1 widths (a tuple:
     a model's static attributes stay hashable for jit)."""
     return (in_dim,) + (hidden,) * (num_layers - 1) + (num_classes,)
 
 
-def dropout_masks(model: nnx.Module, batch: Any, key: jax.Array) -> list[jax.Array]:
-    """Keep-masks for one training step of `model`, drawn from `key`."""
-    shapes = model.hidden_shapes(batch)
-    keys = jax.random.split(key, max(len(shapes), 1))
-    return [jax.random.bernoulli(k, 1.0 - model.rate, shape) for k, shape in zip(keys, shapes)]
+def dropout_masks(model: nnx.Module, batch: Any, key: jax.Array) -> Keep:
+    """Keep-masks for one training step of `model` on `batch`, drawn from
+    `key`: `model.dropout_spec(batch)` with each `Drop` a bool mask (True:
+    kept) of its shape, each element kept with probability 1 - its rate
+    (to 2**-32).
+
+    The elements are counter-based hashes of (the mask's key, the element's
+    index) (`.._counter_random`: a few integer multiplies an element), not
+    threefry's bits: a full batch's input mask (every node's feature row)
+    is then a small part of its step on a CPU, where threefry's was most of
+    it (benchmarks/RESULTS.md, real graphs)."""
+    leaves, tree = jax.tree.flatten(model.dropout_spec(batch),
+                                    is_leaf=lambda d: isinstance(d, Drop))
+    keys = jax.random.bits(key, (max(len(leaves), 1), 2), jnp.uint32)
+    masks = []
+    for k, d in zip(keys, leaves):
+        index = jnp.arange(math.prod(d.shape), dtype=jnp.uint32).reshape(d.shape)
+        keep = min(round((1.0 - d.rate) * 2**32), 2**32 - 1)
+        masks.append(counter_random.bits(k, index) < jnp.uint32(keep))
+    return jax.tree.unflatten(tree, masks)

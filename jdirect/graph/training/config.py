@@ -19,10 +19,14 @@ from typing import Any, Mapping, Sequence
 from ..data import DATASETS
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
 from ..features import ENCODINGS, SOURCES
+from ..data.splits import RANDOM, parse_random_split
 from ..models import MODELS, sampling_fanouts
+from ..models.gcn import NORMS
 from .learned import MEMORY, OPTIMIZERS
 
 SAMPLERS = ("auto", "device", "cpu")
+BATCHES = ("auto", "full", "sampled")  # `batch`: see TrainConfig
+L2_SCOPES = ("all", "first")  # `l2_scope`: the layers whose weights the L2 term covers
 AUTO = "auto"  # cache_fraction's value for "what fits" (`features.encoding.plan_rows`)
 CACHE_FRACTIONS = f"{AUTO!r} or a number in [0, 1]"  # what cache_fraction may be
 FEATURE_DTYPES = (None,) + TABLE_DTYPES
@@ -42,7 +46,38 @@ class TrainConfig:
       fanouts: neighbours per GNN layer, input layer first (DGL order).
       batch_size: seeds per optimizer step, over all devices (a multiple
         of their number: each device samples an equal share).
-      hidden, dropout, lr, weight_decay: model and AdamW.
+      hidden, dropout, lr, weight_decay: model and AdamW (weight_decay is
+        AdamW's decoupled decay; `l2` is the papers' coupled L2 term).
+      batch: "sampled" (mini-batches of sampled neighbourhoods), "full"
+        (one step an epoch over every node and edge,
+        `training.full_batch`), or "auto": full where one step fits
+        `full_batch.FULL_BATCH_BYTES` (the citation graphs), else sampled.
+      layers: the model's layer count; None: one per fanout. A sampled run
+        takes one fanout per layer.
+      input_dropout: dropout of the input rows (the papers' dropout of the
+        first layer's input); `dropout` falls between layers.
+      attention_dropout: GAT: dropout of the attention weights (each
+        neighbour's and the node's own).
+      heads, output_heads: GAT: heads of the hidden layers (concatenated;
+        `hidden` is their total width) and of the output layer (averaged).
+      gcn_norm: GCN: "mean" (D~^-1 A~, what a sampled block computes; the
+        default, which the presets were measured with) or "symmetric"
+        (the paper's D~^-1/2 A~ D~^-1/2; full batch only).
+      l2, l2_scope: the papers' L2 term: l2 * w added to the gradient of
+        each weight matrix (not the biases) before Adam, as
+        `optax.add_decayed_weights` (coupled: Adam then scales it, unlike
+        AdamW's `weight_decay`); scope "all" layers or the "first" only
+        (GCN's paper).
+      patience: stop after this many epochs without a better validation
+        accuracy (0: train every epoch).
+      eval_every: validate every this many epochs (and after the last);
+        only validated epochs can be the best.
+      split: OGB files: the directory under split/ to read (needed when
+        there are several), or "random:TRAIN,VAL,TEST" fractions of the
+        labelled nodes drawn from `seed` (`data.splits`); None: the one
+        split directory.
+      row_normalize: scale each feature row to sum 1 as the graph loads
+        (the Planetoid papers' preprocessing of word-count rows).
       epochs: passes over the training nodes; `min_steps` raises the count
         so that small graphs still get that many optimizer steps.
       seed: fixes the synthetic graph, the initial weights, every sample
@@ -122,6 +157,19 @@ class TrainConfig:
     dropout: float = 0.5
     lr: float = 3e-3
     weight_decay: float = 0.0
+    batch: str = "sampled"
+    layers: int | None = None
+    input_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    heads: int = 4
+    output_heads: int = 4
+    gcn_norm: str = "mean"
+    l2: float = 0.0
+    l2_scope: str = "all"
+    patience: int = 0
+    eval_every: int = 1
+    split: str | None = None
+    row_normalize: bool = False
     epochs: int = 3
     min_steps: int = 0
     seed: int = 0
@@ -182,7 +230,8 @@ class TrainConfig:
         for f in self.fanouts:
             _check(_is_int(f) and 0 < f <= MAX_FANOUT, "fanouts",
                    f"must be integers in [1, {MAX_FANOUT}], got {f!r}")
-        for name in ("batch_size", "hidden", "epochs", "prefetch", "workers", "log_every"):
+        for name in ("batch_size", "hidden", "epochs", "prefetch", "workers", "log_every",
+                     "heads", "output_heads", "eval_every"):
             value = getattr(self, name)
             _check(_is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
         _check(_is_int(self.min_steps) and self.min_steps >= 0, "min_steps",
@@ -232,6 +281,7 @@ class TrainConfig:
         _check(self.feature_dtype in FEATURE_DTYPES, "feature_dtype",
                f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
         _check_embedding(self)
+        _check_model_settings(self)
         object.__setattr__(self, "_valid", True)  # frozen: the fields cannot change
         return self
 
@@ -254,6 +304,40 @@ def _check_embedding(cfg: TrainConfig) -> None:
            f"must be 1 with a learned embedding (embedding_dim {cfg.embedding_dim}): "
            f"several devices' row updates of one host table are not combined, got "
            f"{cfg.devices!r}")
+
+
+def _check_model_settings(cfg: TrainConfig) -> None:
+    _check(cfg.batch in BATCHES, "batch", f"must be one of {BATCHES}, got {cfg.batch!r}")
+    _check(_is_int(cfg.patience) and cfg.patience >= 0, "patience",
+           f"must be an integer >= 0 (0: no early stopping), got {cfg.patience!r}")
+    _check(cfg.layers is None or (_is_int(cfg.layers) and cfg.layers >= 1), "layers",
+           f"must be None or an integer >= 1, got {cfg.layers!r}")
+    _check(cfg.layers is None or cfg.batch == "full" or cfg.layers == len(cfg.fanouts)
+           or not MODELS[cfg.model].uses_neighbors, "layers",
+           f"{cfg.layers} needs as many fanouts (one a sampled layer), got {len(cfg.fanouts)}; "
+           f"give --fanouts with {cfg.layers} entries, or --batch full")
+    for name in ("input_dropout", "attention_dropout"):
+        value = getattr(cfg, name)
+        _check(0.0 <= value < 1.0, name, f"must lie in [0, 1), got {value!r}")
+    _check(cfg.model != "gat" or cfg.hidden % cfg.heads == 0, "hidden",
+           f"must be a multiple of heads ({cfg.heads}) for GAT, got {cfg.hidden}")
+    _check(cfg.gcn_norm in NORMS, "gcn_norm", f"must be one of {NORMS}, got {cfg.gcn_norm!r}")
+    _check(not (cfg.gcn_norm == "symmetric" and cfg.model == "gcn" and cfg.batch == "sampled"),
+           "gcn_norm", "'symmetric' needs full-batch training (a sampled block lacks its "
+           "neighbours' degrees): use --batch full or auto, or --gcn-norm mean")
+    _check(math.isfinite(cfg.l2) and cfg.l2 >= 0, "l2",
+           f"must be a finite number >= 0, got {cfg.l2!r}")
+    _check(cfg.l2_scope in L2_SCOPES, "l2_scope",
+           f"must be one of {L2_SCOPES}, got {cfg.l2_scope!r}")
+    if cfg.split is not None:
+        _check(cfg.dataset == "ogb" or cfg.split.startswith(RANDOM), "split",
+               f"names a split directory of OGB files; for --dataset {cfg.dataset} only "
+               f"'{RANDOM}TRAIN,VAL,TEST' applies, got {cfg.split!r}")
+        if cfg.split.startswith(RANDOM):
+            try:
+                parse_random_split(cfg.split)
+            except ValueError as e:
+                raise ValueError(f"split {e}") from None
 
 
 def _is_int(x: Any) -> bool:
@@ -364,6 +448,20 @@ def as_dict(cfg: TrainConfig) -> dict[str, Any]:
     out = dataclasses.asdict(cfg)
     out["fanouts"] = list(cfg.fanouts)
     return out
+
+
+def num_layers(cfg: TrainConfig) -> int:
+    """The model's layer count: `cfg.layers`, else one per fanout."""
+    return cfg.layers or len(cfg.fanouts)
+
+
+# The settings `models.build` passes on to the models (each takes its own).
+MODEL_OPTIONS = ("input_dropout", "attention_dropout", "heads", "output_heads", "gcn_norm")
+
+
+def model_options(cfg: TrainConfig) -> dict[str, Any]:
+    """`cfg`'s MODEL_OPTIONS, as `models.build`'s keyword arguments."""
+    return {name: getattr(cfg, name) for name in MODEL_OPTIONS}
 
 
 def fanouts_for(cfg: TrainConfig) -> Sequence[int]:

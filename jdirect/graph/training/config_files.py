@@ -37,7 +37,8 @@ def load_config(name_or_path: str | Path | None = None, *, dataset: str | None =
         name_or_path = dataset if dataset and (configs / f"{dataset}.py").is_file() \
             else "default"
     name = str(name_or_path)
-    path = Path(name) if name.endswith(".py") else configs / f"{name}.py"
+    # A name's hyphens are its file's underscores (planetoid-gcn: planetoid_gcn.py).
+    path = Path(name) if name.endswith(".py") else configs / f"{name.replace('-', '_')}.py"
     if not path.is_file():
         known = sorted(p.stem for p in configs.glob("*.py"))
         raise ValueError(f"no configuration {name!r} (known: {known}, or a path to a .py file)")

@@ -85,6 +85,13 @@ def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
                 epoch_s=epoch_s, batches=count, **source.traffic(values[3:]), **feed.stats())
 
 
+def stops_early(epoch: int, best_epoch: int, patience: int) -> bool:
+    """Whether training stops after `epoch`: `patience` > 0 epochs have
+    passed since `best_epoch`, the last with a better validation accuracy
+    (-1: none yet, which never stops)."""
+    return patience > 0 and best_epoch >= 0 and epoch - best_epoch >= patience
+
+
 def warn_if_short(epochs: int, per_epoch: int) -> None:
     """Warns (UserWarning) when `epochs` of `per_epoch` optimizer steps are
     fewer than SHORT_RUN_STEPS: too few for accuracies to mean much."""

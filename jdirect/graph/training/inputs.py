@@ -18,6 +18,7 @@ from . import parallel
 from .config import TrainConfig, fanouts_for
 from .device_feed import DeviceFeed, default_steps_per_call
 from .feeds import Feed, HostFeed
+from .full_batch import FullBatchFeed, choose
 
 
 def sampler_kind(cfg: TrainConfig) -> str:
@@ -69,7 +70,11 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
               batch_size: int, mesh: Mesh, device_tables: bool = False) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
     `batch_size` seeds per step over all devices; `device_tables`: the step
-    state carries learned tables in device memory (`default_steps_per_call`)."""
+    state carries learned tables in device memory (`default_steps_per_call`);
+    a `FullBatchFeed` where the run trains full-batch (`full_batch.choose`)."""
+    if choose(graph, cfg, mesh):
+        return FullBatchFeed(graph, source, graphdef, seed=cfg.seed, mesh=mesh,
+                             gemm_search=cfg.gemm_search)
     if sampler_kind(cfg) == "device":
         sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
         steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size, device_tables)
@@ -85,7 +90,9 @@ def _batch(graph: Graph, cfg: TrainConfig, mesh: Mesh) -> tuple[Any, int, Any]:
     """(fanouts, global batch size, layer caps) of `cfg` on `graph`, sized
     for the graph: fanouts beyond the largest degree clamped to it and the
     batch size to the node count (`check_config`), the batch still shared
-    evenly by the devices."""
+    evenly by the devices; a full batch's: every node, one step."""
+    if choose(graph, cfg, mesh):
+        return (), graph.num_nodes, [graph.num_nodes]
     fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
     batch_size = -(-batch_size // mesh.size) * mesh.size
     return fanouts, batch_size, layer_caps(batch_size, fanouts, graph.num_nodes)

@@ -23,11 +23,12 @@ ONLY_EPOCH = "the only epoch: no sampled validation"
 
 def best_of(history: list[dict]) -> dict[str, Any]:
     """{epoch, val_acc} of `history`'s best sampled validation accuracy (the
-    earliest of equals); without any, its last epoch (-1: none) and -1."""
+    latest of equals, as `Trainer.fit` keeps); without any, its last epoch
+    (-1: none) and -1."""
     scored = [(m["val_acc"], m["epoch"]) for m in history if m.get("val_acc") is not None]
     if not scored:
         return dict(epoch=history[-1]["epoch"] if history else -1, val_acc=-1.0)
-    val, epoch = max(scored, key=lambda p: (p[0], -p[1]))
+    val, epoch = max(scored)
     return dict(epoch=epoch, val_acc=val)
 
 

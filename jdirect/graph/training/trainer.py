@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import Mesh
 
@@ -26,11 +25,13 @@ from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
 from ..io.checkpoint import open_checkpoints, resolved_row_encoding
 from . import parallel
-from .config import TrainConfig, as_dict, first_line
-from .epochs import train_pass, warn_if_short
+from .config import TrainConfig, as_dict, first_line, model_options, num_layers
+from .epochs import stops_early, train_pass, warn_if_short
+from .full_batch import FullBatchFeed
 from .evaluation import check_full_eval, full_accuracy, sampled_accuracy
 from .inputs import make_mesh, open_input, sampler_kind
 from .learned import model_input
+from .optimizer import optimizer as make_optimizer
 from .reporting import best_of, fit_result, format_epoch
 from .timing import Timings
 
@@ -79,12 +80,11 @@ class Trainer:
             seed=cfg.seed, memory=cfg.embedding_memory) if cfg.embedding_dim else None
         try:
             model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden,
-                                 graph.num_classes, len(cfg.fanouts), dropout=cfg.dropout,
-                                 seed=cfg.seed)
+                                 graph.num_classes, num_layers(cfg), dropout=cfg.dropout,
+                                 seed=cfg.seed, **model_options(cfg))
             if cfg.full_eval:  # refuse now an evaluation that could not run after training
                 check_full_eval(model, graph, given, cfg.embedding_dim)
-            optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
-                                      wrt=nnx.Param)
+            optimizer = nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)
             # Replicated like every step's output: one compilation per step kind.
             self.graphdef, self.state = nnx.split((model, optimizer))
             self.state = replicated(self.state, mesh)
@@ -216,11 +216,16 @@ class Trainer:
             for epoch in range(first, self.epochs):
                 with self.timings.phase("train_s"):
                     m = self.train_epoch(epoch)
+                validated = self.sampled_eval and (
+                    (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == self.epochs)
                 with self.timings.phase("evaluate_s"):
-                    m["val_acc"] = self.evaluate(self.graph.val) if self.sampled_eval else None
+                    m["val_acc"] = self.evaluate(self.graph.val) if validated else None
                 # Trainable rows change in place: only the last epoch's
-                # model has them, so it is the one evaluated.
-                if m["val_acc"] is None or m["val_acc"] > best["val_acc"] or own.trainable:
+                # model has them, so it is the one evaluated. An epoch not
+                # validated (eval_every) is never the best.
+                if ((validated or not self.sampled_eval)
+                        and (m["val_acc"] is None or m["val_acc"] >= best["val_acc"])
+                        or own.trainable):
                     best = dict(state=keep(), epoch=epoch, val_acc=m["val_acc"] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu"))
@@ -232,6 +237,10 @@ class Trainer:
                     self.checkpointed = epoch
                 if on_epoch is not None:
                     on_epoch(self.history)
+                if stops_early(epoch, best["epoch"], cfg.patience):
+                    log(f"early stop after epoch {epoch}: no better validation accuracy in "
+                        f"{cfg.patience} epochs (the best: epoch {best['epoch']})")
+                    break
         finally:
             if ckpt is not None:
                 ckpt.close()
@@ -278,7 +287,11 @@ class Trainer:
         """{"val", "test"}: accuracy of `state`'s model over every node of the
         split with full neighbourhoods, by layer-wise inference (OGB's
         protocol; `jdirect.graph.inference`, whose `Report` it keeps in
-        `full_eval`); None for an empty split."""
+        `full_eval`), or full-batch, the same pass, by the full-batch feed;
+        None for an empty split."""
+        if isinstance(self.feed, FullBatchFeed):
+            return {split: sampled_accuracy(self.feed, state, nodes) if len(nodes) else None
+                    for split, nodes in (("val", self.graph.val), ("test", self.graph.test))}
         self.full_eval = inference.Report()
         return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
                              self._progress, self.full_eval)
