@@ -1,5 +1,5 @@
-"""Training and evaluation of GraphSAGE (or the features-only MLP):
-`Trainer` holds one run's state (runs.py: `train_and_evaluate`, the whole
+"""Training and evaluation of a task's model (node classification by
+default; `jdirect.graph.tasks`): `Trainer` holds one run's state (runs.py: `train_and_evaluate`, the whole
 run with data, metrics and the features-only baseline). Around it: the
 run's input (inputs.py: mesh, feature source, feed), the passes over a split
 (epochs.py: the epoch loop, sampled evaluation) and what a run prints
@@ -20,18 +20,19 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from ...placement import replicated
-from .. import inference, models
+from .. import inference
 from ..data import Graph
 from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
 from ..io.checkpoint import open_checkpoints
+from ..tasks import TASKS, Task
 from . import parallel
 from .config import TrainConfig, as_dict, first_line
 from .epochs import train_pass, warn_if_short
-from .evaluation import check_full_eval, full_accuracy, sampled_accuracy
+from .evaluation import check_full_eval, full_accuracy, full_ranking, sampled_accuracy
 from .inputs import make_mesh, open_input, sampler_kind
 from .learned import model_input
-from .reporting import best_of, fit_result, format_epoch
+from .reporting import best_of, format_epoch
 from .timing import Timings
 
 class EvaluationFailed(RuntimeError):
@@ -52,7 +53,10 @@ class Trainer:
     `mesh`: `make_mesh(cfg)` where the caller made it (None: made here);
     `source`: another run's open source to read, the caller's; with
     `keep_source`, the source this run opens is left open for another run
-    (`self.source`), for the caller to close.
+    (`self.source`), for the caller to close. `task`: what the run learns
+    (None: `TASKS[cfg.task]` opened on `graph`; runs of one graph share
+    one, e.g. the link task's edge split); the run trains on its
+    `message_graph(graph)` (`self.graph`).
 
     Raises:
       ValueError: a bad setting (see TrainConfig.validate), an empty
@@ -61,11 +65,14 @@ class Trainer:
 
     def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None,
                  mesh: Mesh | None = None, source: FeatureSource | None = None,
-                 keep_source: bool = False):
+                 keep_source: bool = False, task: Task | None = None):
         cfg.validate()
         # Where the run's time goes (train_and_evaluate shares one across runs).
         self.timings = timings if timings is not None else Timings()
-        if len(graph.train) == 0:
+        self.task = task = task if task is not None else TASKS[cfg.task](graph, cfg)
+        graph = task.message_graph(graph)
+        self.train_seeds = task.seeds(graph, "train")
+        if len(self.train_seeds) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
         mesh = make_mesh(cfg) if mesh is None else mesh  # the caller's `make_mesh(cfg)`
@@ -78,11 +85,11 @@ class Trainer:
             graph.num_nodes, cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr,
             seed=cfg.seed, memory=cfg.embedding_memory) if cfg.embedding_dim else None
         try:
-            model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden,
-                                 graph.num_classes, len(cfg.fanouts), dropout=cfg.dropout,
-                                 seed=cfg.seed)
+            model = task.build(cfg.model, given + cfg.embedding_dim, cfg.hidden, graph,
+                               len(cfg.fanouts), dropout=cfg.dropout, seed=cfg.seed)
             if cfg.full_eval:  # refuse now an evaluation that could not run after training
-                check_full_eval(model, graph, given, cfg.embedding_dim)
+                check_full_eval(task.encoder(model), graph, given, cfg.embedding_dim,
+                                task.eval_nodes(graph))
             optimizer = nnx.Optimizer(model, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay),
                                       wrt=nnx.Param)
             # Replicated like every step's output: one compilation per step kind.
@@ -95,7 +102,7 @@ class Trainer:
         # The source owns the embedding from here on (and closes it on failure).
         opened = source is None
         self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned,
-                                            source)
+                                            source, task)
         try:
             self.state = self.source.initial(self.state, self._place)
         except BaseException:
@@ -105,7 +112,7 @@ class Trainer:
             raise
         self._owns_source = opened and not keep_source
         self._progress = cfg.progress and parallel.is_lead()
-        self.batches_per_epoch = self.feed.num_batches(len(graph.train))
+        self.batches_per_epoch = self.feed.num_batches(len(self.train_seeds))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
         self.history: list[dict[str, Any]] = []
         # The newest epoch in cfg.checkpoint_dir that this run saved or resumed.
@@ -114,7 +121,7 @@ class Trainer:
 
     # -- one epoch ---------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        """Trains one pass over the training nodes; returns its metrics.
+        """Trains one pass over the training seeds; returns its metrics.
 
         Raises:
           TrainingDiverged: the loss became NaN or infinite.
@@ -125,7 +132,7 @@ class Trainer:
             self.state, metrics = self.feed.train_step(self.state, metrics, inputs, at)
             return metrics
 
-        return train_pass(self.feed, self.source, self.graph.train, epoch, step,
+        return train_pass(self.feed, self.source, self.train_seeds, epoch, step,
                           log_every=self.cfg.log_every, progress=self._progress)
 
     # -- evaluation --------------------------------------------------------
@@ -186,7 +193,8 @@ class Trainer:
         # state of it, which would hold a version of device tables alive.
         own = self.source
         keep = (lambda: None) if own.trainable else (lambda: self.state)
-        best = dict(state=keep(), epoch=-1, val_acc=-1.0)
+        best = dict(state=keep(), epoch=-1, score=-1.0)
+        selects = self.task.selects
 
         def evaluated() -> Any:  # the state whose model is saved as best and tested
             return self.state if own.trainable else best["state"]
@@ -203,8 +211,9 @@ class Trainer:
                     first = meta["epoch"] + 1
                     self.state = own.resumed(saved["state"], saved["tables"], self._place)
                     # Trainable rows: the last epoch is the best (see below).
-                    best = dict(state=None, **best_of(self.history[-1:])) if own.trainable \
-                        else dict(state=saved["best"], **best_of(self.history))
+                    best = dict(state=None, **best_of(self.history[-1:], selects)) \
+                        if own.trainable else dict(state=saved["best"],
+                                                   **best_of(self.history, selects))
                     self.checkpointed = meta["epoch"]
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
@@ -216,13 +225,14 @@ class Trainer:
                 with self.timings.phase("train_s"):
                     m = self.train_epoch(epoch)
                 with self.timings.phase("evaluate_s"):
-                    m["val_acc"] = self.evaluate(self.graph.val) if self.sampled_eval else None
+                    m.update(self.task.validate(self))
                 # Trainable rows change in place: only the last epoch's
                 # model has them, so it is the one evaluated.
-                if m["val_acc"] is None or m["val_acc"] > best["val_acc"] or own.trainable:
-                    best = dict(state=keep(), epoch=epoch, val_acc=m["val_acc"] or 0.0)
+                if m[selects] is None or m[selects] > best["score"] or own.trainable:
+                    best = dict(state=keep(), epoch=epoch, score=m[selects] or 0.0)
                 self.history.append(m)
-                log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu"))
+                log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu",
+                                 val_key=selects))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
                     tables = own.checkpoint_tables(self.state)
                     ckpt.save(epoch, dict(state=own.light(self.state),
@@ -236,17 +246,10 @@ class Trainer:
                 ckpt.close()
         try:
             with self.timings.phase("evaluate_s"):
-                sampled = self.evaluate(self.graph.test, evaluated()) \
-                    if self.sampled_eval else None
-                full = {}
-                if cfg.full_eval:
-                    if last:
-                        self.feed.close()
-                    full = self.full_accuracy(evaluated())
+                return self.task.result(self, evaluated(), best["epoch"], last)
         except Exception as e:  # whatever it was, the training is done and kept
             raise EvaluationFailed(f"the evaluation after training failed "
                                    f"({first_line(e)})") from e
-        return fit_result(self, best["epoch"], sampled, full)
 
     @property
     def sampled_eval(self) -> bool:
@@ -277,6 +280,15 @@ class Trainer:
         self.full_eval = inference.Report()
         return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
                              self._progress, self.full_eval)
+
+    def full_ranking(self, state: Any, split: str) -> dict[str, float]:
+        """The link task's figures (`tasks.ranking.figures`) of `state`'s
+        model on `split`'s positives against their fixed negatives, from
+        the embeddings of their endpoints with full neighbourhoods
+        (layer-wise inference, its `Report` kept in `full_eval`)."""
+        self.full_eval = inference.Report()
+        return full_ranking(self.graphdef, state, self.graph, self.source, self._given,
+                            self.task.split, split, self._progress, self.full_eval)
 
     def close(self) -> None:
         self.feed.close()
