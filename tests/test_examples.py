@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LEARNED = re.compile(r"^loss ([\d.]+) -> ([\d.]+), .*accuracy ([\d.]+) \(chance ([\d.]+)\)$")
 
 
-@pytest.mark.parametrize("example", ["own_gnn.py", "embeddings_mf.py"])
+@pytest.mark.parametrize("example", ["own_gnn.py", "embeddings_mf.py", "link_prediction.py"])
 def test_example_learns_at_a_small_size(example, tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "examples" / example), "--small"],
                           capture_output=True, text=True, cwd=tmp_path, env=child_env(),
