@@ -209,3 +209,22 @@ def test_tiny_link_training_beats_chance(graph):
     assert out["test_auc"] > 0.7 and out["test_mrr"] > 0.2  # chance: 0.5 and about 0.18
     assert [m["epoch"] for m in out["history"]] == [0, 1, 2]
     assert out["best_epoch"] == max(range(3), key=lambda e: (out["history"][e]["val_mrr"], -e))
+
+
+def test_link_loader_refuses_bad_edges(split):
+    from jdirect.graph import LinkLoader
+
+    with pytest.raises(TypeError, match="EdgeSplit"):
+        LinkLoader(split.graph, (2,), 8)
+    with LinkLoader(split, (2,), 8, features="device") as loader:
+        with pytest.raises(ValueError, match=r"\[m, 2\] array"):
+            loader.batches(split.train[:, 0])
+        with pytest.raises(ValueError, match="must lie in"):
+            loader.batches(split.train + split.graph.num_nodes)
+
+
+def test_link_task_refuses_the_cpu_sampler():
+    from jdirect.graph.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="sampler 'cpu' samples node seeds only"):
+        TrainConfig(task="link", sampler="cpu").validate()

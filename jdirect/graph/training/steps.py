@@ -180,19 +180,19 @@ def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key:
     before = jax.tree.leaves(state)  # merge's variables may write through to `state`
     model, optimizer = nnx.merge(graphdef, state)
     keep = dropout_masks(model, batch, key)
-    seeds = task.count(batch)
-    total_seeds = _total(seeds, axis)
+    terms = task.count(batch)
+    total_terms = _total(terms, axis)
     (_, (loss_sum, right)), grads = nnx.value_and_grad(
         _loss, argnums=(0, 1) if x_grad else 0, has_aux=True)(
-        model, x, batch, keep, total_seeds, task)
+        model, x, batch, keep, total_terms, task)
     grads, input_grads = grads if x_grad else (grads, None)
     optimizer.update(model, _total(grads, axis))
     # A step of no seeds (those that fill a pass's last call, DeviceFeed.epoch)
     # leaves the state as it was: AdamW would still decay weights and moments.
     after, tree = jax.tree.flatten(nnx.state((model, optimizer)))
-    new = jax.tree.unflatten(tree, [jnp.where(total_seeds > 0, a, b)
+    new = jax.tree.unflatten(tree, [jnp.where(total_terms > 0, a, b)
                                     for a, b in zip(after, before, strict=True)])
-    step_metrics = jnp.stack([loss_sum, right, seeds])
+    step_metrics = jnp.stack([loss_sum, right, terms])
     out = new, metrics.at[:3].add(_total(step_metrics, axis))
     return (*out, input_grads) if x_grad else out
 

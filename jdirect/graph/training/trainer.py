@@ -1,6 +1,7 @@
 """Training and evaluation of a task's model (node classification by
-default; `jdirect.graph.tasks`): `Trainer` holds one run's state (runs.py: `train_and_evaluate`, the whole
-run with data, metrics and the features-only baseline). Around it: the
+default; `jdirect.graph.tasks`): `Trainer` holds one run's state
+(runs.py: `train_and_evaluate`, the whole run with data, metrics and the
+features-only baseline). Around it: the
 run's input (inputs.py: mesh, feature source, feed), the passes over a split
 (epochs.py: the epoch loop, sampled evaluation) and what a run prints
 (reporting.py). The trainer calls the feature source, the sampler and the
