@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from conftest import newest_only
 from jdirect.graph import synthetic
 from jdirect.graph.data.edge_split import (per_source_negatives, random_edge_split,
                                            read_edge_split, undirected_keys)
@@ -228,3 +229,34 @@ def test_link_task_refuses_the_cpu_sampler():
 
     with pytest.raises(ValueError, match="sampler 'cpu' samples node seeds only"):
         TrainConfig(task="link", sampler="cpu").validate()
+
+
+@newest_only  # two runs of a few seconds' training and their compiling
+@pytest.mark.filterwarnings("ignore:only .* optimizer steps")
+def test_link_preset_carries_graph_signal():
+    # The preset's features barely tell its communities apart; their
+    # neighbourhoods do: a GNN must rank far above the features-only MLP.
+    from jdirect.graph.training.config import TrainConfig
+    from jdirect.graph.training.runs import train_and_evaluate
+
+    cfg = TrainConfig(dataset="link-small", task="link", model="sage", fanouts=(10, 10),
+                      batch_size=512, hidden=64, epochs=6, lr=5e-3, dropout=0.0,
+                      eval_negatives=100, features="device", progress=False)
+    out = train_and_evaluate(cfg, baseline=True, log=lambda line: None)
+    assert out["sage"]["test_mrr"] > out["mlp"]["test_mrr"] + 0.15
+
+
+@newest_only  # a run with a learned table and its compiling
+@pytest.mark.filterwarnings("ignore:only .* optimizer steps")
+def test_embedding_only_link_training_learns(graph):
+    # No features: each node's input is its row of a learned host table
+    # (the recommendation case), trained by the sparse optimizer.
+    from jdirect.graph.training.config import TrainConfig
+    from jdirect.graph.training.runs import train_and_evaluate
+
+    featureless = synthetic("tiny", seed=1, progress=False, feature_dim=0)
+    cfg = TrainConfig(dataset="tiny", task="link", model="sage", fanouts=(4,), batch_size=512,
+                      hidden=16, epochs=3, lr=1e-2, dropout=0.0, eval_negatives=20,
+                      features="none", embedding_dim=16, embedding_lr=0.05, progress=False)
+    out = train_and_evaluate(cfg, graph=featureless, log=lambda line: None)["sage"]
+    assert out["test_auc"] > 0.65

@@ -45,6 +45,7 @@ from .models.decoders import DECODERS
 from .sampling.edges import BIASES
 from .tasks import TASKS
 from .tasks.link import LOSSES
+from .tasks.ranking import FIGURES
 from .training import parallel
 from .training.config import (AUTO, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig, apply_flags,
                               parse_cache_fraction, parse_fanouts)
@@ -158,6 +159,8 @@ def parser() -> argparse.ArgumentParser:
                              "directory in OGB's link layout ({train,valid,test}.npz or .csv.gz)")
     add("--eval-negatives", type=_number(int, 1),
         help="link: fixed negatives per held-out edge where the split gives none")
+    add("--link-metric", choices=FIGURES,
+        help="link: the validation figure that chooses the best epoch")
     add("--features", choices=list(SOURCES),
         help="where the feature table lives (jdirect-cache: host memory with as many of the "
              "highest-degree rows in GPU memory as fit; jdirect-partitioned: the same, the "

@@ -21,7 +21,7 @@ NODE = NodeTask()
 def _link(graph: Graph, cfg: Any) -> Task:
     return open_link(graph, edge_split=cfg.edge_split, negatives=cfg.negatives,
                      bias=cfg.negative_sampler, loss=cfg.link_loss, decoder=cfg.decoder,
-                     eval_negatives=cfg.eval_negatives, seed=cfg.seed)
+                     eval_negatives=cfg.eval_negatives, metric=cfg.link_metric, seed=cfg.seed)
 
 
 # Name -> (graph, TrainConfig) -> the task.

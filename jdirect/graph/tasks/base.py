@@ -41,8 +41,8 @@ class Task(Protocol):
     """
 
     name: ClassVar[str]
-    selects: ClassVar[str]
-    headline: ClassVar[str]
+    selects: str
+    headline: str
 
     def seeds(self, graph: Graph, split: str) -> np.ndarray:
         """The seeds of `split` ("train", "val", "test"): an array whose

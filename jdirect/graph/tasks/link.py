@@ -50,6 +50,9 @@ class LinkTask:
       bias: how they are drawn, "uniform" or "degree".
       loss: "bce" or "bpr".
       decoder: a key of `models.decoders.DECODERS`.
+      metric: the validation figure that chooses the best epoch, a key of
+        `ranking.figures` ("mrr"; "auc" for a split of one negative a
+        positive, the graph autoencoders' protocol).
     """
 
     split: EdgeSplit
@@ -57,14 +60,23 @@ class LinkTask:
     bias: str = "uniform"
     loss_kind: str = "bce"
     decoder: str = "dot"
+    metric: str = "mrr"
 
     name: ClassVar[str] = "link"
-    selects: ClassVar[str] = "val_mrr"
-    headline: ClassVar[str] = "test_mrr"
 
     def __post_init__(self):
         if self.loss_kind not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss_kind!r}")
+        if self.metric not in ranking.FIGURES:
+            raise ValueError(f"metric must be one of {ranking.FIGURES}, got {self.metric!r}")
+
+    @property
+    def selects(self) -> str:
+        return f"val_{self.metric}"
+
+    @property
+    def headline(self) -> str:
+        return f"test_{self.metric}"
 
     def seeds(self, graph: Graph, split: str) -> np.ndarray:
         """int64[m, 2]: the positive edges of `split`."""
@@ -137,21 +149,20 @@ class LinkTask:
                    steps_per_call=getattr(trainer.feed, "steps_per_call", 1))
         for part in ("val", "test"):
             out.update(_named(part, trainer.full_ranking(state, part)))
-        out["protocol"] = dict(test_mrr=RANKED, best_epoch=BEST)
+        out["protocol"] = dict(test_mrr=RANKED, best_epoch=f"best validation {self.metric}")
         return out
 
     def describe(self, out: dict[str, Any], cfg: Any) -> str:
         """The result's figures in one line."""
         hits = ", ".join(f"hits@{k} {out[f'test_hits@{k}']:.4f}" for k in ranking.HITS)
         return (f"test MRR {out['test_mrr']:.4f}, AUC {out['test_auc']:.4f}, AP "
-                f"{out['test_ap']:.4f}, {hits}; validation MRR {out['val_mrr']:.4f} "
-                f"(full neighbourhoods)")
+                f"{out['test_ap']:.4f}, {hits}; validation {self.metric} "
+                f"{out[self.selects]:.4f} (full neighbourhoods)")
 
 
 # The protocol of the link task's figures (a run's "protocol").
 RANKED = ("each held-out positive against its source's fixed negatives, embeddings with "
           "full neighbourhoods (layer-wise inference)")
-BEST = "best validation MRR"
 
 
 def _named(part: str, figures: dict[str, float]) -> dict[str, float]:
@@ -160,10 +171,11 @@ def _named(part: str, figures: dict[str, float]) -> dict[str, float]:
 
 def open_link(graph: Graph, *, edge_split: str = RANDOM, negatives: int = 1,
               bias: str = "uniform", loss: str = "bce", decoder: str = "dot",
-              eval_negatives: int = 1000, seed: int = 0) -> LinkTask:
+              eval_negatives: int = 1000, metric: str = "mrr", seed: int = 0) -> LinkTask:
     """The link task on `graph`'s edges: split at random (`edge_split`
     "random": 85/5/10, seeded) or read from the directory `edge_split`
-    names (OGB's link layout, `data.edge_split`). Train on `task.split.graph`.
+    names (OGB's link layout, `data.edge_split`). Train on
+    `task.split.graph`; `metric` selects the best epoch.
 
     Raises:
       ValueError, FileNotFoundError: as the split's reader.
@@ -173,4 +185,4 @@ def open_link(graph: Graph, *, edge_split: str = RANDOM, negatives: int = 1,
                                   eval_negatives=eval_negatives)
     else:
         split = read_edge_split(graph, edge_split, seed=seed, eval_negatives=eval_negatives)
-    return LinkTask(split, negatives, bias, loss, decoder)
+    return LinkTask(split, negatives, bias, loss, decoder, metric)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 HITS = (20, 50, 100)  # OGB's Hits@K of ogbl-ddi, -collab and -ppa
+FIGURES = ("mrr", *(f"hits@{k}" for k in HITS), "auc", "ap")  # the keys of `figures`
 
 
 def ranks(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:

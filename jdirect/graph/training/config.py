@@ -25,6 +25,7 @@ from ..models.decoders import DECODERS
 from ..sampling.edges import BIASES
 from ..tasks import TASKS
 from ..tasks.link import LOSSES
+from ..tasks.ranking import FIGURES
 
 SAMPLERS = ("auto", "device", "cpu")
 AUTO = "auto"  # cache_fraction's value for "what fits" (`features.encoding.plan_rows`)
@@ -63,6 +64,8 @@ class TrainConfig:
         or a directory in OGB's link layout (`data.edge_split`).
       eval_negatives: the link task's fixed negatives per held-out
         positive where the split gives none.
+      link_metric: the link task's validation figure that chooses the best
+        epoch (`tasks.ranking.FIGURES`: "mrr", "auc", ...).
       features: the feature source, a key of `features.SOURCES` (where the
         table lives and how a step reads its rows); "none" ignores the
         graph's features (the learned embedding is the input alone).
@@ -154,6 +157,7 @@ class TrainConfig:
     link_loss: str = "bce"
     edge_split: str = "random"
     eval_negatives: int = 1000
+    link_metric: str = "mrr"
     features: str = "jdirect-cache"
     embedding_dim: int = 0
     embedding_optimizer: str = "adam"
@@ -297,6 +301,8 @@ def _check_task(cfg: TrainConfig) -> None:
     _check(cfg.negative_sampler in BIASES, "negative_sampler",
            f"must be one of {BIASES}, got {cfg.negative_sampler!r}")
     _check(cfg.link_loss in LOSSES, "link_loss", f"must be one of {LOSSES}, got {cfg.link_loss!r}")
+    _check(cfg.link_metric in FIGURES, "link_metric",
+           f"must be one of {FIGURES}, got {cfg.link_metric!r}")
     _check(cfg.edge_split.strip() != "", "edge_split",
            "must be 'random' or a directory of the split's files")
     _check(cfg.task == "node" or cfg.sampler != "cpu", "sampler",
