@@ -260,3 +260,36 @@ def test_embedding_only_link_training_learns(graph):
                       features="none", embedding_dim=16, embedding_lr=0.05, progress=False)
     out = train_and_evaluate(cfg, graph=featureless, log=lambda line: None)["sage"]
     assert out["test_auc"] > 0.65
+
+
+@pytest.mark.parametrize("loss", ["bce", "bpr"])
+def test_link_losses_equal_the_reference(split, loss):
+    from jdirect.graph.sampling import LinkBatch
+    from jdirect.graph.tasks import LinkTask
+
+    class Dot:  # embeddings are the rows themselves; scores their dot products
+        def __call__(self, x, batch, keep):
+            return x
+
+        def score(self, a, b):
+            return (a * b).sum(-1)
+
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(10, 4)).astype(np.float32)
+    src, dst, neg = rng.integers(0, 10, 6), rng.integers(0, 10, 6), rng.integers(0, 10, (6, 3))
+    mask = np.array([1, 1, 1, 1, 0, 0], bool)
+    batch = LinkBatch(None, *map(jnp.asarray, (src, dst, neg, mask)))
+    task = LinkTask(split, negatives=3, loss_kind=loss)
+    total, right = task.loss(Dot(), jnp.asarray(h), batch, None)
+    pos = (h[src] * h[dst]).sum(-1)[mask]
+    negs = (h[src][:, None] * h[neg]).sum(-1)[mask]
+    softplus = lambda z: np.log1p(np.exp(z))  # noqa: E731
+    if loss == "bce":
+        want = softplus(-pos).sum() + softplus(negs).sum()
+        want_right = (pos > 0).sum() + (negs < 0).sum()
+    else:
+        want = softplus(negs - pos[:, None]).sum()
+        want_right = (pos[:, None] > negs).sum()
+    assert float(total) == pytest.approx(want, rel=1e-5)
+    assert float(right) == want_right
+    assert float(task.count(batch)) == 4 * (4 if loss == "bce" else 3)

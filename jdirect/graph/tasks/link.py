@@ -48,7 +48,7 @@ class LinkTask:
       split: the `data.EdgeSplit`; its `graph` is the one to train on.
       negatives: K, negatives per positive in training.
       bias: how they are drawn, "uniform" or "degree".
-      loss: "bce" or "bpr".
+      loss_kind: "bce" or "bpr" (module doc).
       decoder: a key of `models.decoders.DECODERS`.
       metric: the validation figure that chooses the best epoch, a key of
         `ranking.figures` ("mrr"; "auc" for a split of one negative a
