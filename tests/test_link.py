@@ -293,3 +293,30 @@ def test_link_losses_equal_the_reference(split, loss):
     assert float(total) == pytest.approx(want, rel=1e-5)
     assert float(right) == want_right
     assert float(task.count(batch)) == 4 * (4 if loss == "bce" else 3)
+
+
+def test_sampled_ranking_with_whole_neighbourhoods_equals_the_full_one():
+    # Fanouts at least the largest degree sample every neighbour: the
+    # sampled embeddings are layer-wise inference's, up to rounding.
+    from jdirect.graph.data.csr import Graph, csr_from_edges
+    from jdirect.graph.training.config import TrainConfig
+    from jdirect.graph.training.evaluation import full_ranking, sampled_ranking
+    from jdirect.graph.training.trainer import Trainer
+
+    n, rng = 300, np.random.default_rng(0)
+    ring = np.arange(n)
+    indptr, indices = csr_from_edges(np.r_[ring, ring], np.r_[(ring + 1) % n, (ring + 7) % n], n,
+                                     symmetrize=True)  # every degree 4
+    none = np.zeros(0, np.int64)
+    graph = Graph(indptr, indices, rng.normal(size=(n, 8)).astype(np.float32),
+                  np.zeros(n, np.int32), np.arange(n, dtype=np.int64), none, none, 1)
+    cfg = TrainConfig(dataset="tiny", task="link", model="sage", fanouts=(4, 4), batch_size=16,
+                      hidden=8, eval_negatives=10, features="jdirect", progress=False)
+    with Trainer(graph, cfg) as trainer:
+        split = trainer.task.split
+        sampled = sampled_ranking(trainer.feed, trainer.state, split, "val")
+        full = full_ranking(trainer.graphdef, trainer.state, trainer.graph, trainer.source, 8,
+                            split, "val", progress=False)
+    assert sampled.keys() == full.keys()
+    for key in full:
+        assert sampled[key] == pytest.approx(full[key], abs=1e-4), key

@@ -186,6 +186,17 @@ class EdgeSampler:
         node_seeds = jnp.where(unique < n, unique, -1)
         return node_seeds, at[:b], at[b:2 * b], at[2 * b:].reshape(b, self.negatives), mask
 
+    @property
+    def node_batch_size(self) -> int:
+        """Node seeds of one node batch (`sample_nodes`)."""
+        return self.nodes.batch_size
+
+    def sample_nodes(self, arrays: EdgeArrays, seeds: jax.Array, key: jax.Array) -> Batch:
+        """The node `Batch` of node seeds `seeds` int32[node_batch_size]
+        (distinct ids, then -1), sampled as an edge batch's endpoints are:
+        embeddings of given nodes (sampled evaluation); jittable."""
+        return self.nodes.sample(arrays.csr, seeds, key)
+
     def close(self) -> None:
         """Releases the graph's arrays (`DeviceSampler.close`)."""
         if self.arrays is not None:

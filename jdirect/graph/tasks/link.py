@@ -135,34 +135,39 @@ class LinkTask:
 
     def validate(self, trainer: Any) -> dict[str, float]:
         """{"val_mrr", "val_auc", ...}: `ranking.figures` on the validation
-        edges, full neighbourhoods (`Trainer.full_ranking`)."""
-        return _named("val", trainer.full_ranking(trainer.state, "val"))
+        edges (`Trainer.ranking`: full neighbourhoods, or sampled)."""
+        return _named("val", trainer.ranking(trainer.state, "val"))
 
     def result(self, trainer: Any, state: Any, best_epoch: int, last: bool) -> dict[str, Any]:
         """`Trainer.fit`'s result: the ranking figures of `state`'s model
-        on the validation and test edges (full neighbourhoods), the
-        history, and where it trained."""
-        if last:
+        on the validation and test edges (`Trainer.ranking`), the history,
+        and where it trained."""
+        full = trainer.cfg.full_eval
+        if last and full:  # layer-wise inference takes the feed's device memory
             trainer.feed.close()
         out = dict(history=trainer.history, best_epoch=best_epoch, epochs=trainer.epochs,
                    devices=trainer.mesh.size, processes=jax.process_count(),
                    steps_per_call=getattr(trainer.feed, "steps_per_call", 1))
         for part in ("val", "test"):
-            out.update(_named(part, trainer.full_ranking(state, part)))
-        out["protocol"] = dict(test_mrr=RANKED, best_epoch=f"best validation {self.metric}")
+            out.update(_named(part, trainer.ranking(state, part)))
+        out["protocol"] = dict(test_mrr=RANKED if full else SAMPLED,
+                               best_epoch=f"best validation {self.metric}")
         return out
 
     def describe(self, out: dict[str, Any], cfg: Any) -> str:
         """The result's figures in one line."""
         hits = ", ".join(f"hits@{k} {out[f'test_hits@{k}']:.4f}" for k in ranking.HITS)
+        how = "full" if out["protocol"]["test_mrr"] == RANKED else "sampled"
         return (f"test MRR {out['test_mrr']:.4f}, AUC {out['test_auc']:.4f}, AP "
                 f"{out['test_ap']:.4f}, {hits}; validation {self.metric} "
-                f"{out[self.selects]:.4f} (full neighbourhoods)")
+                f"{out[self.selects]:.4f} ({how} neighbourhoods)")
 
 
 # The protocol of the link task's figures (a run's "protocol").
-RANKED = ("each held-out positive against its source's fixed negatives, embeddings with "
-          "full neighbourhoods (layer-wise inference)")
+RANKED = ("each held-out positive against its source's fixed negatives, full "
+          "neighbourhoods (layer-wise inference)")
+SAMPLED = ("each held-out positive against its source's fixed negatives, sampled "
+           "neighbourhoods (the training fanouts)")
 
 
 def _named(part: str, figures: dict[str, float]) -> dict[str, float]:

@@ -24,7 +24,8 @@ from ..data.edge_split import EdgeSplit
 from ..tasks import ranking
 from ..features import FeatureSource
 from . import parallel, steps
-from .feeds import Feed
+from .feeds import EVAL_EPOCH, Feed
+from .programs import sample_outputs
 
 # Where a refused full-split evaluation's message points.
 _HINT = "--no-full-eval evaluates sampled only"
@@ -112,14 +113,11 @@ def full_ranking(graphdef: Any, state: Any, graph: Graph, source: FeatureSource,
     `split`'s `part` ("val" or "test"): the encoder's embeddings of the
     part's endpoints and negatives with full neighbourhoods (layer-wise
     inference on `graph`, the message-passing graph, input rows as
-    `full_accuracy`'s), then the decoder's scores, SCORE_CHUNK positives at
-    a time. NaN figures for a part of no edges."""
-    edges, neg = split.edges(part), split.negatives(part)
-    if not len(edges):
+    `full_accuracy`'s), then the decoder's scores (`_rank`). NaN figures
+    for a part of no edges."""
+    nodes, ends = _endpoints(split, part)
+    if not nodes.size:
         return ranking.figures(np.zeros(0), np.zeros((0, 1)))
-    nodes, at = np.unique(np.concatenate([edges.ravel(), neg.ravel()]), return_inverse=True)
-    src, dst = at[:edges.size].reshape(-1, 2).T
-    neg_at = at[edges.size:].reshape(neg.shape)
     with _full_input(graphdef, state, graph, source, given) as (model, table):
         result = inference.layerwise(model.encoder, graph, table, nodes=nodes,
                                      table_dtype=graph.features.dtype, progress=progress)
@@ -129,10 +127,47 @@ def full_ranking(graphdef: Any, state: Any, graph: Graph, source: FeatureSource,
             result.close()
         if report is not None:
             vars(report).update(vars(result.report))
-        scores = [_scores(model, h, jnp.asarray(src[i:i + SCORE_CHUNK]),
-                          jnp.asarray(dst[i:i + SCORE_CHUNK]),
-                          jnp.asarray(neg_at[i:i + SCORE_CHUNK]))
-                  for i in range(0, len(src), SCORE_CHUNK)]
+        return _rank(model, h, *ends)
+
+
+def sampled_ranking(feed: Any, state: Any, split: EdgeSplit, part: str) -> dict[str, float]:
+    """`full_ranking`'s figures with the embeddings sampled as in training:
+    the endpoints and negatives of `split`'s `part` in node batches of the
+    link feed's edge sampler (`DeviceFeed` of the link task; the evaluation
+    key `EVAL_EPOCH`), read from its source (`programs.sample_outputs`);
+    for graphs whose every node layer-wise inference would visit."""
+    nodes, ends = _endpoints(split, part)
+    if not nodes.size:
+        return ranking.figures(np.zeros(0), np.zeros((0, 1)))
+    ctx, cap = feed.ctx, feed.sampler.node_batch_size
+    rows = []
+    for i, first in enumerate(range(0, nodes.size, cap)):
+        seeds = np.full(cap, -1, np.int32)
+        chunk = nodes[first:first + cap]
+        seeds[:chunk.size] = chunk
+        rows.append(sample_outputs(ctx, state, feed.data, seeds, np.int32(EVAL_EPOCH),
+                                   np.int32(i)))
+    h = jnp.concatenate(rows)[:nodes.size]
+    model, _ = nnx.merge(feed.ctx.graphdef, feed.ctx.source.split(state)[0])
+    return _rank(model, h, *ends)
+
+
+def _endpoints(split: EdgeSplit, part: str) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """(the distinct nodes of `part`'s edges and negatives, ascending;
+    (src, dst, neg) as positions among them)."""
+    edges, neg = split.edges(part), split.negatives(part)
+    nodes, at = np.unique(np.concatenate([edges.ravel(), neg.ravel()]), return_inverse=True)
+    src, dst = at[:edges.size].reshape(-1, 2).T
+    return nodes, (src, dst, at[edges.size:].reshape(neg.shape))
+
+
+def _rank(model: nnx.Module, h: jax.Array, src: np.ndarray, dst: np.ndarray,
+          neg: np.ndarray) -> dict[str, float]:
+    """`ranking.figures` of the decoder's scores of rows (src, dst) of
+    embeddings `h` against rows (src, neg[i]), SCORE_CHUNK positives at a time."""
+    scores = [_scores(model, h, jnp.asarray(src[i:i + SCORE_CHUNK]),
+                      jnp.asarray(dst[i:i + SCORE_CHUNK]), jnp.asarray(neg[i:i + SCORE_CHUNK]))
+              for i in range(0, len(src), SCORE_CHUNK)]
     pos, negs = (np.concatenate([np.asarray(s[j]) for s in scores]) for j in (0, 1))
     return ranking.figures(pos, negs)
 

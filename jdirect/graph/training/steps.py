@@ -97,6 +97,16 @@ class StepContext:
         return count_correct(self.graphdef, model_state, correct, x, batch, axis, self.task)
 
 
+    def outputs(self, state, x: jax.Array, batch: Batch) -> jax.Array:
+        """The task's encoder's outputs (no dropout) on the model's input
+        (the source's rows `x`, joined by its trainable rows)."""
+        own = self.source
+        model_state, source_state = own.split(state)
+        x, _ = own.input(source_state, x, batch.input_nodes)
+        model, _ = nnx.merge(self.graphdef, model_state)
+        return self.task.encoder(model)(x, batch)
+
+
 class InFlight:
     """Bounds how far the host runs ahead of the device.
 

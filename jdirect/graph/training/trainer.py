@@ -30,7 +30,8 @@ from ..tasks import TASKS, Task
 from . import parallel
 from .config import TrainConfig, as_dict, first_line
 from .epochs import train_pass, warn_if_short
-from .evaluation import check_full_eval, full_accuracy, full_ranking, sampled_accuracy
+from .evaluation import (check_full_eval, full_accuracy, full_ranking, sampled_accuracy,
+                         sampled_ranking)
 from .inputs import make_mesh, open_input, sampler_kind
 from .learned import model_input
 from .reporting import best_of, format_epoch
@@ -282,11 +283,14 @@ class Trainer:
         return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
                              self._progress, self.full_eval)
 
-    def full_ranking(self, state: Any, split: str) -> dict[str, float]:
+    def ranking(self, state: Any, split: str) -> dict[str, float]:
         """The link task's figures (`tasks.ranking.figures`) of `state`'s
         model on `split`'s positives against their fixed negatives, from
-        the embeddings of their endpoints with full neighbourhoods
-        (layer-wise inference, its `Report` kept in `full_eval`)."""
+        the embeddings of their endpoints: with full neighbourhoods
+        (layer-wise inference, its `Report` kept in `full_eval`) with
+        cfg.full_eval, else sampled as in training (`sampled_ranking`)."""
+        if not self.cfg.full_eval:
+            return sampled_ranking(self.feed, state, self.task.split, split)
         self.full_eval = inference.Report()
         return full_ranking(self.graphdef, state, self.graph, self.source, self._given,
                             self.task.split, split, self._progress, self.full_eval)
