@@ -26,7 +26,7 @@ env -u CUDACXX -u CUDA_PATH -u CUDA_HOME -u CUDAToolkit_ROOT \
   if command -v nvcc; then echo "a system nvcc is still visible" >&2; exit 1; fi
   python -m build --wheel --no-isolation --outdir "$1/raw" \
     -C build-dir="$1/build" \
-    -C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$2" \
+    -C cmake.define.JDIRECT_CUDA=ON -C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$2" \
     -C "cmake.define.CMAKE_IGNORE_PREFIX_PATH=$3"' _ "$work" "$archs" "$(system_cuda_prefixes)"
 
 # Proof that the CUDA library came from the wheels: the compiler CMake used

@@ -13,8 +13,10 @@ if [ "$(cat build/gpu-stamp 2>/dev/null)" = "$stamp" ] && cuda_built; then
   echo "build up to date ($stamp)" > "$OUT/build.log"
 else
   if ! python3 -m pip install -q --no-build-isolation --no-deps -e . \
-      -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1; then
-    { cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -C cmake.define.JDIRECT_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 \
+      > "$OUT/build.log" 2>&1; then
+    { cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DJDIRECT_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DPython_EXECUTABLE="$(which python3)" && ninja -C build/gpu &&
       cp build/gpu/libjdirect_cpu.so build/gpu/libjdirect_cuda.so jdirect/; } >> "$OUT/build.log" 2>&1
   fi

@@ -32,7 +32,7 @@ import numpy as np
 
 from jdirect.graph.features import ENCODINGS
 from jdirect.graph.metrics import check
-from jdirect.graph.training.config import TrainConfig
+from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
 from _common import (add_graph_args, epoch_floor, finish_figure, host_peak_gb, load_graph_of,
@@ -89,7 +89,7 @@ def main() -> None:
     add_graph_args(p)
     p.add_argument("--encodings", nargs="+", default=["float32", "bfloat16", "int8"],
                    choices=ENCODINGS, help="encodings of the jdirect and jdirect-cache runs")
-    p.add_argument("--cache-fraction", type=float, default=0.2,
+    p.add_argument("--cache-fraction", type=parse_cache_fraction, default=0.2,
                    help="jdirect-cache runs: share of the encoded table cached (one more run "
                         "takes the trainer's defaults: auto rows, auto cache)")
     p.add_argument("--fanouts", default="15,10,5")

@@ -8,7 +8,7 @@
 # every file of the stages that finished, even when a later one runs out of
 # time (2026-11-27: a call's suite logs were lost so).
 # Each stage fits one 10-minute call unless said; figures it produced are
-# recorded in benchmarks/RESULTS.md (the journal: benchmarks/results/LOG.md).
+# recorded in benchmarks/RESULTS.md (the journal: benchmarks/results/journal/LOG.md).
 #
 #   tests        pytest on the GPU, no preallocation: TESTS (default: the whole
 #                suite, PYTEST_ARGS "-n 6 -rfE": six workers share the GPU; or
@@ -22,8 +22,8 @@
 #                (the partitioned cache on one GPU). Log: pytest-GROUP.log.
 #   sanitize     compute-sanitizer memcheck over every CUDA kernel:
 #                benchmarks/sanitize_kernels.py, one process per group of
-#                SANITIZE_GROUPS (default: all six, managed:reads ...
-#                pinned:fused), each under SANITIZE_TIMEOUT (240 s); the tool
+#                SANITIZE_GROUPS (default: all eight, managed:reads ...
+#                pinned:sums), each under SANITIZE_TIMEOUT (240 s); the tool
 #                itself crashed when groups shared a process.
 #   sanitize-tests  memcheck over the gather and table test files (pytest)
 #   gather       benchmarks/gather.py, GATHER_ARGS (e.g. "--table-gb 16
@@ -274,7 +274,7 @@ for stage in "$@"; do
     # memcheck over the pytest files crashed the tool under JAX; the
     # standalone script drives the same kernels.
     # shellcheck disable=SC2086
-    sanitize ${SANITIZE_GROUPS:-managed:reads managed:writes managed:fused pinned:reads pinned:writes pinned:fused}
+    sanitize ${SANITIZE_GROUPS:-managed:reads managed:writes managed:fused managed:sums pinned:reads pinned:writes pinned:fused pinned:sums}
     ;;
   sanitize-tests)
     XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck --print-limit 20 \

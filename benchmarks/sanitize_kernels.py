@@ -2,12 +2,16 @@
 
 compute-sanitizer's memcheck crashed (the tool itself) when run over the whole
 pytest files under JAX; this script drives the kernels in one short process
-instead: `jdirect.gather` (plain, sorted, cached, int8, asynchronous) and
-`jdirect.write_rows` set/add and the fused sparse optimizer steps (SGD,
-Adagrad, Adam), over managed and pinned tables, float32 rows of 16- and
-4-byte-aligned widths, bfloat16 and int32 rows, duplicate, negative and
-out-of-range ids, empty batches. Reads and writes are checked against
-`jnp.take` and jnp's scatter, so a run is also a differential test on the GPU.
+instead: `jdirect.gather` (plain, sorted, cached, int8, asynchronous),
+`jdirect.write_rows` set/add, the fused sparse optimizer steps (SGD,
+Adagrad, Adam) and `jdirect.neighbor_sum` (rows in device arrays, in host
+tables and in a cache over them; the CSR in arrays or in host tables),
+over managed and pinned tables, float32 rows of 16- and 4-byte-aligned
+widths, bfloat16 and int32 rows, duplicate, negative and out-of-range ids,
+empty batches, nodes without edges, a hub past one warp's edges, nodes
+and edge positions outside the CSR. Reads, writes and sums are checked
+against `jnp.take`, jnp's scatter and NumPy, so a run is also a
+differential test on the GPU.
 Prints one line per group and "sanitize_kernels: done, N mismatching
 group(s)" at the end. `--memory` and `--check` pick groups: the tool
 crashed (itself) in the pinned write group when it ran after the managed
@@ -118,7 +122,69 @@ def check_fused(rng: np.random.Generator, memory: str) -> None:
     print(f"fused sparse updates ({memory}): SGD, Adagrad, Adam ran")
 
 
-CHECKS = {"reads": check_reads, "writes": check_writes, "fused": check_fused}
+def _csr(rng: np.random.Generator, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 indptr, int32 indices) of `nodes` nodes: every fifth without
+    edges, node 7 a hub past one warp's 512 edges (the kernels' block
+    path), ids as `_ids` makes them (negative and out of range: they add
+    nothing), and the last three offsets past the ids (clipped to them)."""
+    degrees = rng.integers(0, 12, nodes)
+    degrees[::5] = 0
+    degrees[7] = 1500
+    indptr = np.concatenate([[0], np.cumsum(degrees)])
+    indices = _ids(rng, int(indptr[-1]))
+    indptr[-3:] += 40
+    return indptr, indices
+
+
+def _sums(values: np.ndarray, indptr: np.ndarray, indices: np.ndarray, start: int,
+          size: int) -> np.ndarray:
+    """neighbor_sum's semantics in NumPy, float64: zeros for nodes outside
+    the CSR, edge positions clipped into the ids, ids out of range skipped."""
+    rows = np.asarray(values, np.float64)
+    out = np.zeros((size,) + rows.shape[1:])
+    for k, node in enumerate(range(start, start + size)):
+        if 0 <= node < len(indptr) - 1:
+            lo, hi = np.clip(indptr[node:node + 2], 0, len(indices))
+            ids = indices[lo:hi]
+            out[k] = rows[ids[(ids >= 0) & (ids < len(rows))]].sum(0)
+    return out
+
+
+def check_sums(rng: np.random.Generator, memory: str) -> None:
+    nodes = 200
+    indptr, indices = _csr(rng, nodes)
+
+    def host(array: np.ndarray) -> jdirect.HostTable:
+        table = jdirect.HostTable(jdirect.host_empty(array.shape, array.dtype, memory=memory))
+        table.numpy()[...] = array
+        return table
+
+    # (start, size): every node; nodes before the first and past the last
+    # (zeros); none.
+    spans = ((0, nodes), (-5, 20), (nodes - 10, 30), (3, 0))
+    with host(indptr) as host_indptr, host(indices) as host_indices:
+        csrs = ((indptr.astype(np.int32), indices), (host_indptr, host_indices))
+        # Widths whose rows take 16-, 8-, 4- and 2-byte loads, one tile of
+        # 32 lanes and several.
+        for dtype, dim in ((np.float32, 128), (np.float32, 6), (np.float32, 1),
+                           (np.float32, 300), (jnp.bfloat16, 64), (jnp.bfloat16, 3)):
+            values = (rng.standard_normal((ROWS, dim)) * 8).astype(dtype)
+            with host(values) as t, jdirect.CachedTable(t, np.arange(0, ROWS, 7)) as cached:
+                for table in (jnp.asarray(values), t, cached):
+                    for csr in csrs:
+                        for start, size in spans:
+                            got = jdirect.neighbor_sum(table, *csr, start, size=size)
+                            want = _sums(values.astype(np.float32), indptr, indices, start,
+                                         size)
+                            np.testing.assert_allclose(
+                                np.asarray(got), want, rtol=1e-5,
+                                atol=1e-4 * max(1.0, float(np.abs(want).max(initial=0))))
+    print(f"neighbor_sum ({memory}): device, host and cached rows over array and host CSRs "
+          "match NumPy")
+
+
+CHECKS = {"reads": check_reads, "writes": check_writes, "fused": check_fused,
+          "sums": check_sums}
 
 
 def main() -> None:

@@ -1,16 +1,69 @@
-"""Set operations on large id arrays, by sorting.
+"""The array arguments jdirect's functions take, checked in one place, and
+set operations on large id arrays.
 
-NumPy 2.3+ computes a plain `np.unique(a)` (and `np.union1d`, built on it)
-of integers through a hash table; on arrays of many distinct ids it ran
-~150x slower than `np.sort` here (NumPy 2.5.5, 22M random int64 ids: 20 s
-against 0.14 s), and it stalled layer-wise inference on a papers100M-sized
-graph for minutes. jdirect's host-side id sets (cached rows, hottest rows,
-inference node sets, sampled frontiers) go through these helpers instead.
+`as_indices` turns row ids into the int32/int64 jax.Array every read and
+write takes (jnp.take's rules, and no silent truncation); `is_int` says
+whether a count or a size is an integer.
+
+Set operations by sorting: NumPy 2.3+ computes a plain `np.unique(a)` (and
+`np.union1d`, built on it) of integers through a hash table; on arrays of
+many distinct ids it ran ~150x slower than `np.sort` here (NumPy 2.5.5,
+22M random int64 ids: 20 s against 0.14 s), and it stalled layer-wise
+inference on a papers100M-sized graph for minutes. jdirect's host-side id
+sets (cached rows, hottest rows, inference node sets, sampled frontiers)
+go through these helpers instead.
 """
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+_INT32 = np.iinfo(np.int32)
+
+
+def is_int(value: Any) -> bool:
+    """Whether `value` is an integer: a Python or NumPy int, not a bool (nor
+    a float, a string or an array)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def as_indices(idx: Any, name: str = "indices") -> jax.Array:
+    """int32/int64 indices as a jax.Array. Values that are not jax arrays
+    must fit the index type JAX will use (int32 unless x64 is on): jnp
+    refuses Python ints that do not fit, and jdirect refuses NumPy int64
+    values that would be truncated too. `name` names them in errors.
+
+    Raises:
+      TypeError: indices that are not int32/int64 (or Python ints).
+      OverflowError: Python ints or NumPy int64 values that do not fit
+        int32 while jax_enable_x64 is off, or Python ints past int64.
+    """
+    if hasattr(idx, "dtype"):
+        if np.dtype(idx.dtype) not in (np.int32, np.int64):
+            raise TypeError(f"{name} must be int32 or int64, got {np.dtype(idx.dtype).name}")
+        if isinstance(idx, (jax.Array, jax.core.Tracer)):
+            return idx
+        host = np.asarray(idx)
+    else:  # Python ints or sequences of them
+        host = np.asarray(idx)
+        if host.size == 0:
+            return jnp.zeros(host.shape, jnp.int32)
+        if host.dtype == np.uint64:  # NumPy's choice for ints in [2**63, 2**64)
+            raise OverflowError(f"index {host.max()} does not fit in int64")
+        if host.dtype.kind != "i":
+            raise TypeError(f"{name} must be int32 or int64, got {host.dtype.name}")
+    if not jax.config.jax_enable_x64 and host.dtype == np.int64:
+        outside = (host < _INT32.min) | (host > _INT32.max)
+        if outside.any():
+            raise OverflowError(
+                f"{name} value {host[outside].flat[0]} does not fit in int32, the index type while "
+                "jax_enable_x64 is off (jnp.take refuses it too); enable x64 for int64 indices")
+    return jnp.asarray(host)
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -137,6 +137,19 @@ class DeviceCache(NamedTuple):
     rows: jax.Array  # [cached rows, *stored row shape], the table's stored dtype
 
 
+class TableOperands(NamedTuple):
+    """A registered host table's operands of an FFI call, handed over by
+    `HostTable.operands` (checked there)."""
+
+    # The handle array, an operand (any table of the same shape reuses the
+    # compiled call); for a concrete table inside a trace, the handle's
+    # number, an attribute (a constant of that program).
+    handle: jax.Array | int
+    # The token of the version's latest write: a call taking it (or ids
+    # made from it, `after_writes`) cannot run before that write.
+    token: jax.Array
+
+
 class WholeCache(DeviceCache):
     """A DeviceCache that holds every row of its table (a CachedTable whose
     cache took them all): reads never touch host memory (`read_whole`)."""

@@ -9,16 +9,33 @@ any of them on a mesh).
 `CachedTable` wraps any of them, the model being GraphBolt's
 `GPUCachedFeature(fallback)`. `jdirect.gather` sees only the table
 protocol (`jdirect.table.Table`); these classes add nothing it reads.
+`host_rows` hands the FFI calls that take a host table's registration
+(`jdirect.neighbor_sum`) the rows of any kind as stored.
 """
 
 from __future__ import annotations
 
 import abc
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import numpy as np
 
 from ._ops import DeviceCache, Pending, ReadRequest
+
+if TYPE_CHECKING:
+    from .host_table import HostTable
+
+
+class HostRows(NamedTuple):
+    """A table's rows as they are stored, in one registered host table
+    whose own rows are the table's rows as read (`TableBase.host_rows`)."""
+
+    table: HostTable  # the host table (its `operands` for an FFI call)
+    cache: DeviceCache | None  # rows of it kept in device memory; None: none
+    # The cache's copy of every row in row order (the table itself in
+    # device memory), where it is one; else None.
+    whole: jax.Array | None
 
 
 class TableBase(abc.ABC):
@@ -53,6 +70,18 @@ class TableBase(abc.ABC):
     @abc.abstractmethod
     def _tree_flatten(self) -> tuple[tuple, object]:
         ...
+
+    def host_rows(self) -> HostRows | None:
+        """The rows as stored in a registered host table, for the FFI calls
+        that read one directly, where its rows are this table's rows as read
+        (`jnp.take(host_rows().table.numpy(), ids, axis=0)` equals
+        `jdirect.gather(self, ids)`); None where they are not (rows stored
+        encoded, or split over devices).
+
+        Raises:
+          ValueError: a cache of rows that is closed.
+        """
+        return None
 
     def __enter__(self):
         return self

@@ -3,13 +3,12 @@ runs on the GPU while the rows cross PCIe."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import jax
 
+from ._arrays import as_indices, is_int
 from ._ops import Pending, ReadRequest, finish_read
-from .gather import _as_indices
 from .table import Table, as_table, start_read
 
 __all__ = ["Pending", "gather_done", "gather_start"]
@@ -76,15 +75,15 @@ def gather_start(
     Raises:
       TypeError: `max_blocks` is not an int; otherwise as `jdirect.gather`.
       ValueError: `max_blocks` is not in [1, 2**31 - 1]; as `gather`.
-      jax.errors.JaxRuntimeError (when computed): the HostTable was closed.
+      jax.errors.JaxRuntimeError (when computed): as `jdirect.gather`.
     """
     if max_blocks is not None:
-        if not isinstance(max_blocks, numbers.Integral) or isinstance(max_blocks, bool):
+        if not is_int(max_blocks):
             raise TypeError(f"max_blocks must be an int or None, got {max_blocks!r}")
         if not 1 <= max_blocks <= _MAX_BLOCKS:
             raise ValueError(f"max_blocks must be in [1, {_MAX_BLOCKS}], got {max_blocks}")
     request = ReadRequest.make(mode, fill_value, locality)
-    idx = _as_indices(idx)
+    idx = as_indices(idx)
     return start_read(as_table(table), idx, request, int(max_blocks or 0))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ._arrays import all_distinct, ascending
 from ._ops import DeviceCache, Pending, ReadRequest, WholeCache
-from ._table_base import RegisteredTable, TableBase
+from ._table_base import HostRows, RegisteredTable, TableBase
 
 # The cache sizing rule, for every cache of rows (the trainer's feature
 # sources, layer-wise inference, `CachedTable.from_counts`, the benchmarks):
@@ -181,6 +181,16 @@ class CachedTable(TableCache):
         the wrapped table stays open."""
         self._cache = None
 
+    def host_rows(self) -> HostRows | None:
+        """The wrapped table's stored rows with this cache (see
+        `TableBase.host_rows`)."""
+        inner = self.table.host_rows()
+        if inner is None:
+            return None
+        if self.closed:
+            raise ValueError("the CachedTable is closed (its cache or its table)")
+        return HostRows(inner.table, self._cache, self.whole_rows())
+
     def read_rows(self, idx: jax.Array, request: ReadRequest) -> jax.Array:
         """The table protocol's read (see `jdirect.table.Table`)."""
         return self.table.read_cached(idx, request, self._open_cache())
@@ -204,6 +214,24 @@ class CachedTable(TableCache):
             return jnp.zeros(idx.shape, bool)
         inside = (idx >= 0) & (idx < n)
         return inside & (slots[jnp.clip(idx, 0, n - 1)] >= 0)
+
+    def _reread(self) -> None:
+        """Reads the cached rows again from the wrapped table, in place:
+        `jdirect.restore_tables` (and a run's restore) call it once the
+        table's rows were restored, so this object serves them too. A
+        version rebuilt from arrays (no `cached_rows`) finds its rows from
+        its slots.
+
+        Raises:
+          ValueError: the cache is closed.
+        """
+        slots = self._open_cache().slots
+        rows = self.cached_rows
+        if rows is None:
+            where = np.asarray(slots)
+            ids = np.flatnonzero(where >= 0)
+            rows = ids[np.argsort(where[ids], kind="stable")]
+        self._cache = self._device_cache(slots, self.table.cache_rows(rows))
 
     def _open_cache(self) -> DeviceCache:
         if self._cache is None:

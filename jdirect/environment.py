@@ -4,6 +4,7 @@ and the GPU memory share a jdirect program leaves JAX."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import jax
 import jaxlib
@@ -28,6 +29,15 @@ def build_info() -> dict[str, str | bool]:
 
     return {"jdirect": __version__, "jax": jax.__version__, "jaxlib": jaxlib.__version__,
             "cuda_library": _ffi.has_cuda(), "gpu": jax.default_backend() == "gpu"}
+
+
+def user_cache_dir() -> Path:
+    """jdirect's folder in the user's cache directory, where the command keeps
+    compiled programs and the dataset loaders their feature caches:
+    `$XDG_CACHE_HOME/jdirect`, else `~/.cache/jdirect` (the XDG base
+    directory rule: a relative XDG_CACHE_HOME is ignored). Nothing is made."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "jdirect"
 
 
 # Half the GPU holds every preset's device arrays (31 GB peak for papers100m).

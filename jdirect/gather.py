@@ -5,41 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
+from ._arrays import as_indices
 from ._ops import ReadRequest
 from .table import Table, as_table
-
-_INT32 = np.iinfo(np.int32)
-
-
-def _as_indices(idx: Any, name: str = "indices") -> jax.Array:
-    """int32/int64 indices as a jax.Array. Values that are not jax arrays
-    must fit the index type JAX will use (int32 unless x64 is on): jnp
-    refuses Python ints that do not fit, and jdirect refuses NumPy int64
-    values that would be truncated too. `name` names them in errors."""
-    if hasattr(idx, "dtype"):
-        if np.dtype(idx.dtype) not in (np.int32, np.int64):
-            raise TypeError(f"{name} must be int32 or int64, got {np.dtype(idx.dtype).name}")
-        if isinstance(idx, (jax.Array, jax.core.Tracer)):
-            return idx
-        host = np.asarray(idx)
-    else:  # Python ints or sequences of them
-        host = np.asarray(idx)
-        if host.size == 0:
-            return jnp.zeros(host.shape, jnp.int32)
-        if host.dtype == np.uint64:  # NumPy's choice for ints in [2**63, 2**64)
-            raise OverflowError(f"index {host.max()} does not fit in int64")
-        if host.dtype.kind != "i":
-            raise TypeError(f"{name} must be int32 or int64, got {host.dtype.name}")
-    if not jax.config.jax_enable_x64 and host.dtype == np.int64:
-        outside = (host < _INT32.min) | (host > _INT32.max)
-        if outside.any():
-            raise OverflowError(
-                f"{name} value {host[outside].flat[0]} does not fit in int32, the index type while "
-                "jax_enable_x64 is off (jnp.take refuses it too); enable x64 for int64 indices")
-    return jnp.asarray(host)
 
 
 def gather(
@@ -109,18 +78,19 @@ def gather(
       OverflowError: indices given as Python ints or NumPy int64 that do
         not fit int32 while jax_enable_x64 is off.
       ValueError: unknown mode, rank-0 table, or non-scalar fill_value; a
-        HostTable that is closed when the gather is called or traced with
-        the table itself (not a traced argument); a version of a HostTable
+        closed HostTable (eagerly, or handed to a jitted function as an
+        argument or closed over by a new trace); a version of a HostTable
         that `write_rows` already wrote earlier in the same trace.
       NotImplementedError: mode "raise" or "promise_in_bounds".
       IndexError: non-empty `idx` on a table with no rows (as jnp.take).
       RuntimeError: a GPU backend and jdirect built without CUDA.
-      jax.errors.JaxRuntimeError: the HostTable was closed after the
-        function was traced (raised when a compiled function's result is
-        computed; ValueError at the call on the CPU backend).
+      jax.errors.JaxRuntimeError: a function compiled while the
+        HostTable was open, closing over it, runs after it was closed
+        (raised when its result is computed; ValueError at the call on the
+        CPU backend).
     """
     request = ReadRequest.make(mode, fill_value, locality)
-    idx = _as_indices(idx)
+    idx = as_indices(idx)
     rows = as_table(table).read_rows(idx, request)
     return rows if out_dtype is None else rows.astype(out_dtype)
 

@@ -209,10 +209,10 @@ def _free(address: int, free: Callable[[], None]) -> None:
 
 
 # Pinned memory is anonymous pages, first touched by this many threads,
-# then page-locked in place (cudaHostRegister). On the lent H200, 16 GiB
-# took 0.7 s this way (transparent huge pages, 16 threads) against 8.3 s
-# from cudaHostAlloc, which faults and locks 4 KB pages on one thread
-# (benchmarks/RESULTS.md, 2026-11-26 evening).
+# then page-locked in place (cudaHostRegister): transparent huge pages
+# touched by 16 threads are an order of magnitude quicker than
+# cudaHostAlloc, which faults and locks 4 KB pages on one thread
+# (benchmarks/results/journal/LOG.md, 2026-11-26 evening).
 _TOUCH_THREADS = min(16, os.cpu_count() or 1)
 _MADV_HUGEPAGE = 14  # linux/mman.h
 _PROT_RW, _MAP_PRIVATE_ANONYMOUS = 0x3, 0x22

@@ -10,8 +10,9 @@ import jax
 import numpy as np
 
 from . import _dtypes, _ffi, host_memory
-from ._ops import DeviceCache, Pending, ReadRequest, read_registered, start_registered
-from ._table_base import RegisteredTable
+from ._ops import (DeviceCache, Pending, ReadRequest, TableOperands, read_registered,
+                   start_registered)
+from ._table_base import HostRows, RegisteredTable
 from .placement import put_rows, replicated
 from .write import WritableTable, trace_state
 
@@ -96,9 +97,11 @@ class HostTable(RegisteredTable, WritableTable):
 
     The table keeps the array alive. `close()` (or leaving a `with` block)
     stops new gathers, waits for the GPU gathers already reading it and
-    unpins it; a compiled function that gathers from a closed table raises
-    `jax.errors.JaxRuntimeError` instead of reading it. A table collected
-    while open is released too, with a ResourceWarning.
+    unpins it. A closed table is never read: every call handed it raises
+    ValueError before dispatch, except a function compiled while it was
+    open that closes over it (ValueError at the call on the CPU backend,
+    `jax.errors.JaxRuntimeError` when the result is read on a GPU). A
+    table collected while open is released too, with a ResourceWarning.
 
     A HostTable is a JAX pytree: pass it to a jitted function as an argument
     and another table of the same shape, dtype and memory reuses the
@@ -209,12 +212,15 @@ class HostTable(RegisteredTable, WritableTable):
     @property
     def closed(self) -> bool:
         """Whether the table is closed (a version of it: whether its table
-        is; a view inside a trace: False, the program checks when it runs)."""
+        is; a view inside a trace: whether its table was closed when it was
+        handed to the traced function)."""
         if self._finalizer is not None:
             return not self._finalizer.alive
         if self._owner is not None:
             return self._owner.closed
-        return self._handle_id is not None  # a version whose table is gone
+        # A version whose table is gone, or a traced view of a closed table
+        # (`_tree_unflatten`).
+        return self._handle_id is not None
 
     @property
     def ndim(self) -> int:
@@ -260,22 +266,37 @@ class HostTable(RegisteredTable, WritableTable):
                      max_blocks: int) -> Pending:
         return self._read(idx, request, cache, max_blocks)
 
+    def host_rows(self) -> HostRows:
+        """This table's rows as stored (see `TableBase.host_rows`)."""
+        return HostRows(self, None, None)
+
+    def operands(self, what: str, traced: bool) -> TableOperands:
+        """This version's operands of an FFI call that reads or writes it,
+        checked, with donated leaves made again: the one way into a table's
+        registration. `what` names the call in errors; `traced`: whether it
+        is being traced, where a concrete table (closed over) gives its
+        handle's number, a constant of the program.
+
+        Raises:
+          ValueError: the table is closed, or this version was already
+            written earlier in the current trace (`check_unwritten`).
+        """
+        if self.closed:  # known here: refused before anything is dispatched
+            raise ValueError(f"{what}: HostTable #{self._handle_id} is closed; a closed table "
+                             "cannot be read or written")
+        self.check_unwritten(what)
+        self.restore_donated()
+        handle: jax.Array | int = self._handle
+        if traced and self._handle_id is not None and not isinstance(handle, jax.core.Tracer):
+            handle = self._handle_id
+        return TableOperands(handle, self._after)
+
     def _read(self, idx: jax.Array, request: ReadRequest, cache: DeviceCache | None,
               max_blocks: int | None) -> jax.Array | Pending:
         """The registered read, started (a Pending) unless `max_blocks` is None."""
         _dtypes.check_canonical(self.dtype)
-        if self.closed:  # known here: refused before anything is dispatched
-            raise ValueError(f"HostTable #{self._handle_id} is closed; a closed table cannot "
-                             "be read")
-        self.check_unwritten("jdirect.gather")
-        self.restore_donated()
+        handle = self.operands("jdirect.gather", isinstance(idx, jax.core.Tracer)).handle
         idx = self.after_writes(idx)
-        handle: jax.Array | int = self._handle
-        if self._handle_id is not None and isinstance(idx, jax.core.Tracer) \
-                and not isinstance(self._handle, jax.core.Tracer):
-            # A concrete table inside a trace (closed over): its handle is a
-            # constant of that program, like the table itself.
-            handle = self._handle_id
         if max_blocks is None:
             rows = read_registered(handle, self.shape, self.dtype, self.memory, idx, request,
                                    cache)
@@ -349,15 +370,14 @@ class HostTable(RegisteredTable, WritableTable):
                 release(handle, pin, array)
 
     def __repr__(self) -> str:
-        if self._finalizer is None:
-            state = "view"
-        else:
-            state = "closed" if self.closed else "open"
+        state = "closed" if self.closed else "open" if self._finalizer is not None else "view"
         return f"HostTable(shape={self.shape}, dtype={self.dtype.name}, {self.memory}, {state})"
 
     # Pytree protocol: the handle and the write token are the leaves; shape,
     # dtype, memory and writability are static, so tables that differ only in
-    # their data share compiled code.
+    # their data share compiled code. So is a closed table's handle number
+    # (None while open): a jitted function handed a closed table traces
+    # again and refuses it there, before anything runs.
     def _tree_flatten(self):
         after = self._after
         # The one check of every call taking the table (two flag reads,
@@ -365,14 +385,16 @@ class HostTable(RegisteredTable, WritableTable):
         if self._handle_id is not None and not isinstance(after, jax.core.Tracer) \
                 and (after.is_deleted() or self._handle.is_deleted()):
             self.restore_donated()
-        return (self._handle, self._after), (self.shape, self.dtype, self.memory, self.writable)
+        closed_as = self._handle_id if self.closed else None
+        return (self._handle, self._after), (self.shape, self.dtype, self.memory, self.writable,
+                                             closed_as)
 
     @classmethod
     def _tree_unflatten(cls, aux, children) -> "HostTable":
         view = object.__new__(cls)
-        view.shape, view.dtype, view.memory, view.writable = aux
+        view.shape, view.dtype, view.memory, view.writable, closed_as = aux
         view._handle, view._after = children
-        view._handle_id = view._owner = None
+        view._handle_id, view._owner = closed_as, None
         if isinstance(view._handle, jax.Array) and not isinstance(view._handle, jax.core.Tracer):
             # A version rebuilt from arrays (a jitted call's outputs): which
             # table it is. Reading the handle waits for the call, whose copy

@@ -12,15 +12,17 @@ of the large nodes (int32, one per node).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import _ffi
+from ._arrays import as_indices, is_int
+from ._ops import DeviceCache
+from ._table_base import HostRows, TableBase
 from .cached_table import CachedTable
-from .gather import _as_indices
 from .host_table import HostTable
 
 # The row types the kernels sum (layer-wise inference asks before it calls).
@@ -83,7 +85,8 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
         float32 or bfloat16 rows (an Int8Table's packed rows: read them
         with `jdirect.gather`), indptr that is not int32, uint32 or int64,
         indices that are not int32 or int64, one of them a HostTable and
-        the other not, or a `start` that is not an integer.
+        the other not, or a `start` or `size` that is not an integer
+        (2.9, "2" and True are refused).
       OverflowError: indptr, indices or `start` values past int32 while
         jax_enable_x64 is off.
       ValueError: a rank-0 table, indptr or indices not vectors, an empty
@@ -92,14 +95,9 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
         with an array `start`.
       RuntimeError: on a GPU, jdirect built without its CUDA library.
     """
-    if isinstance(table, CachedTable) and not table.closed:
-        whole = table.whole_rows()  # every row, in order: the device array
-        table = table if whole is None else whole
-    rows = _host_rows(table) if isinstance(table, (HostTable, CachedTable)) else _array(table)
-    host = isinstance(indptr, HostTable) or isinstance(indices, HostTable)
-    if host:
-        _check_host_csr(indptr, indices)
-    else:
+    rows = _host_rows(table) if isinstance(table, TableBase) else _array(table)
+    host = _host_csr(indptr, indices)
+    if not host:
         indptr, indices = _offsets(indptr), _ids("indices", indices)
     if indptr.shape[0] < 1:
         raise ValueError("indptr must hold at least one offset (nodes + 1 of them)")
@@ -108,16 +106,16 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
         if not isinstance(start, int):
             raise ValueError("neighbor_sum needs `size` when `start` is an array")
         size = max(0, indptr.shape[0] - 1 - start)
+    elif not is_int(size):
+        raise TypeError(f"size must be an int or None, got {size!r}")
     size = int(size)
     if not 0 <= size < _INT32_MAX:
         raise ValueError(f"size must be in [0, 2**31 - 1), got {size}")
-    hosts = ([("table", rows.table)] if isinstance(rows, _HostRows) else []) + (
+    hosts = ([("table", rows.table)] if isinstance(rows, HostRows) else []) + (
         [("indptr", indptr), ("indices", indices)] if host else [])
-    # Inside a trace any new array is a tracer: a host table whose handle
-    # is not one was closed over, and its handle would be baked in.
+    # Inside a trace any new array is a tracer.
     traced = isinstance(jnp.zeros((), jnp.int32), jax.core.Tracer)
-    for name, t in hosts:
-        _check_open(name, t, traced)
+    handles = {name: _handle(name, t, traced) for name, t in hosts}
     if jax.default_backend() == "gpu":
         _ffi.require_cuda("jdirect.neighbor_sum on a GPU")
     if isinstance(start, int):
@@ -126,9 +124,9 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
     # later writes in this trace follow it (as `jdirect.gather`'s reads).
     for _, t in hosts:
         start = t.after_writes(start)
-    if isinstance(rows, _HostRows):
+    if isinstance(rows, HostRows):
         shape = rows.table.shape
-        operands = [rows.table._handle, rows.slots, rows.cached]
+        operands = [handles["table"], *rows.cache]
         attrs = dict(table_type=_XLA_TYPES[rows.table.dtype], table_rows=shape[0],
                      width=int(np.prod(shape[1:], dtype=np.int64)))
         target = _ffi.NEIGHBOR_SUM_CACHED_HOST if host else _ffi.NEIGHBOR_SUM_CACHED
@@ -136,7 +134,7 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
         shape, operands, attrs = rows.shape, [rows], {}
         target = _ffi.NEIGHBOR_SUM_HOST if host else _ffi.NEIGHBOR_SUM
     if host:
-        operands += [indptr._handle, indices._handle]
+        operands += [handles["indptr"], handles["indices"]]
         attrs.update(indptr_type=_XLA_TYPES[indptr.dtype], indptr_rows=indptr.shape[0],
                      indices_type=_XLA_TYPES[indices.dtype], indices_rows=indices.shape[0])
     else:
@@ -153,15 +151,6 @@ def neighbor_sum(table: jax.Array | HostTable | CachedTable, indptr: jax.Array,
     return sums
 
 
-class _HostRows(NamedTuple):
-    """The rows of a HostTable, and the device cache of a CachedTable over
-    it (slots and rows; empty: none)."""
-
-    table: HostTable
-    slots: jax.Array
-    cached: jax.Array
-
-
 def _array(table: Any) -> jax.Array:
     """An array table's rows as a jax.Array, checked."""
     if not isinstance(table, (jax.Array, np.ndarray)):
@@ -173,20 +162,22 @@ def _array(table: Any) -> jax.Array:
     return table
 
 
-def _host_rows(table: HostTable | CachedTable) -> _HostRows:
-    """The rows of a HostTable (an empty cache) or a CachedTable over one."""
-    if isinstance(table, HostTable):
-        empty = (jnp.zeros((0,), jnp.int32), jnp.zeros((0,), table.dtype))
-        host, (slots, cached) = table, empty
-    else:
-        if not isinstance(table.table, HostTable):
-            raise TypeError(f"neighbor_sum reads a CachedTable over a HostTable, got one over "
-                            f"{type(table.table).__name__} (read its rows with jdirect.gather)")
-        if table.closed:
-            raise ValueError("the CachedTable is closed (its cache or its table)")
-        host, (slots, cached) = table.table, table._open_cache()
-    _check_rows(host.dtype, len(host.shape))
-    return _HostRows(host, slots, cached)
+def _host_rows(table: TableBase) -> HostRows | jax.Array:
+    """The rows of a jdirect table kind as stored in a HostTable, with its
+    device cache (an empty one where it has none); a cache's device copy
+    of every row, in order, as the array it is."""
+    rows = table.host_rows()
+    if rows is None:
+        raise TypeError(f"neighbor_sum reads a HostTable or a CachedTable over one, got "
+                        f"{table!r} (its rows are not stored as read: read them with "
+                        f"jdirect.gather)")
+    if rows.whole is not None:
+        return _array(rows.whole)
+    _check_rows(rows.table.dtype, len(rows.table.shape))
+    if rows.cache is None:  # the kernels take cache operands: empty ones
+        empty = DeviceCache(jnp.zeros((0,), jnp.int32), jnp.zeros((0,), rows.table.dtype))
+        return rows._replace(cache=empty)
+    return rows
 
 
 def _check_rows(dtype: Any, ndim: int) -> None:
@@ -196,10 +187,13 @@ def _check_rows(dtype: Any, ndim: int) -> None:
         raise ValueError("neighbor_sum needs a table of rank >= 1 (rows first)")
 
 
-def _check_host_csr(indptr: Any, indices: Any) -> None:
-    """Raises unless indptr and indices are HostTable vectors of offsets
-    and ids the kernels read."""
-    if not (isinstance(indptr, HostTable) and isinstance(indices, HostTable)):
+def _host_csr(indptr: Any, indices: Any) -> bool:
+    """Whether the CSR is in host tables; raises unless both or neither
+    are, and host ones are HostTable vectors the kernels read."""
+    host = [isinstance(x, HostTable) for x in (indptr, indices)]
+    if not any(host):
+        return False
+    if not all(host):
         raise TypeError(f"indptr and indices must both be HostTables or both arrays, got "
                         f"{type(indptr).__name__} and {type(indices).__name__}")
     for name, t, kinds in (("indptr", indptr, _OFFSETS), ("indices", indices, _IDS)):
@@ -208,32 +202,32 @@ def _check_host_csr(indptr: Any, indices: Any) -> None:
         if t.dtype not in kinds:
             raise TypeError(f"{name} must be " + " or ".join(k.name for k in kinds)
                             + f", got {t.dtype.name}")
+    return True
 
 
-def _check_open(name: str, table: HostTable, traced: bool) -> None:
-    """Raises unless the HostTable `table` is open and, inside a trace
-    (`traced`), passed in as an argument; readies it for a read."""
+def _handle(name: str, table: HostTable, traced: bool) -> jax.Array:
+    """The handle operand of the HostTable `table` (`HostTable.operands`);
+    raises unless it is open and, inside a trace (`traced`), passed in as
+    an argument."""
     if table.closed:
         raise ValueError(f"the {name} HostTable is closed")
-    if traced and not isinstance(table._handle, jax.core.Tracer):
+    handle = table.operands("jdirect.neighbor_sum", traced).handle
+    if isinstance(handle, int):
         raise ValueError(f"the {name} HostTable is closed over by a traced function: pass "
                          "the HostTables as its arguments (their handles are operands)")
-    table.restore_donated()
-    table.check_unwritten("jdirect.neighbor_sum")
+    return handle
 
 
 def _start(start: Any) -> int | jax.Array:
     """`start` as a Python int or an int32/int64 scalar array."""
-    if isinstance(start, (bool, np.bool_)):
-        raise TypeError(f"start must be an integer, got {start!r}")
-    if isinstance(start, (int, np.integer)):
+    if is_int(start):
         start = int(start)
         if abs(start) > _INT32_MAX and not jax.config.jax_enable_x64:
             raise OverflowError(f"start {start} does not fit in int32, the index type while "
                                 "jax_enable_x64 is off; enable x64 for int64 node ids")
         return start
     if not isinstance(start, (jax.Array, np.ndarray)):
-        raise TypeError(f"start must be an integer, got {type(start).__name__}")
+        raise TypeError(f"start must be an integer, got {start!r}")
     if np.dtype(start.dtype) not in _IDS or np.ndim(start) != 0:
         raise TypeError(f"start must be an int or an int32/int64 scalar, got "
                         f"{np.dtype(start.dtype).name}{list(np.shape(start))}")
@@ -254,7 +248,7 @@ def _offsets(indptr: Any) -> jax.Array:
 
 def _ids(name: str, x: Any) -> jax.Array:
     """An int32/int64 vector as a jax.Array (`jdirect.gather`'s checks)."""
-    x = _as_indices(x, name)
+    x = as_indices(x, name)
     if x.ndim != 1:
         raise ValueError(f"{name} must be a vector, got shape {list(x.shape)}")
     return x

@@ -148,8 +148,9 @@ def device_block_bytes() -> int | None:
 
     Less than `device_free_bytes` when the pool grew in pieces (JAX not
     preallocating): freed pieces stay in the pool, and a buffer cannot span
-    two. Measured (H100, 2026-11-25): 57 GB refused with 72 GB free, after
-    a 28 GB buffer was freed. This is the larger of the largest free block
+    two: on an H100 a 57 GB buffer was refused with 72 GB free, after a
+    28 GB one was freed (benchmarks/results/journal/LOG.md, 2026-11-25).
+    This is the larger of the largest free block
     in the pool and what the pool may still grow by. Some allocators report
     the largest free block as 0 (never computed): then the pool's free bytes
     stand for it. An allocator without the pool's size gets

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _ffi
 from .host_table import HostTable
-from .write import check_writable, static_handle
+from .write import check_writable
 
 # Values match ffi/sparse_update_common.h's Rule; each rule's slots in the
 # order the handler takes them.
@@ -120,9 +120,12 @@ def sparse_update(table: HostTable, slots: dict[str, HostTable], ids: jax.Array,
     scalars = jnp.stack([jnp.asarray(x, jnp.float32) for x in (lr, c1, c2)])
     traced = any(isinstance(x, jax.core.Tracer)
                  for x in (ids, grads, rows, scalars, *jax.tree_util.tree_leaves(tables)))
-    handles = tuple(static_handle(t, traced) or 0 for t in tables)
-    operands = [t._handle for t, h in zip(tables, handles) if h == 0]
-    operands += [t._after for t in tables]
+    given = [t.operands("sparse optimizer apply", traced) for t in tables]
+    # Handles of concrete tables inside a trace are constants of the
+    # program (attributes); the others are operands (0 in the attribute).
+    handles = tuple(h if isinstance(h, int) else 0 for h, _ in given)
+    operands = [h for h, _ in given if not isinstance(h, int)]
+    operands += [token for _, token in given]
     for t in tables:
         operands += t.reads_to_follow()
     update = _cached_update(rule, num, dim, handles)

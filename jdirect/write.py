@@ -16,7 +16,8 @@ except ImportError:  # jax < 0.10 has the same function, not yet exported
     from jax._src.core import get_opaque_trace_state as trace_state
 
 from . import _dtypes, _ffi, _write_ops
-from .gather import _as_indices
+from ._arrays import as_indices
+from ._ops import TableOperands
 
 OPS = ("set", "add")
 
@@ -28,14 +29,19 @@ class WritableTable(abc.ABC):
     writes: the state below is the table's, this class holds the checks of
     it that writes and reads share and the `.at` sugar.
 
-    State (set by the table): `_handle`/`_handle_id` (its registration),
-    `_after` (the latest write's token), `_written` (a write may be in
-    flight), `_reads` ((trace, rows) read in traces), `_written_in` (the
-    trace that wrote this version), `writable`, `closed`, `shape`, `dtype`,
-    `memory`, `row_bytes`.
+    State (set by the table): `_after` (the latest write's token),
+    `_written` (a write may be in flight), `_reads` ((trace, rows) read in
+    traces), `_written_in` (the trace that wrote this version), `writable`,
+    `closed`, `shape`, `dtype`, `memory`, `row_bytes`. Its registration is
+    handed over by `operands`.
     """
 
     __slots__ = ()
+
+    @abc.abstractmethod
+    def operands(self, what: str, traced: bool) -> TableOperands:
+        """This version's FFI operands (handle, token), checked: see
+        `HostTable.operands`."""
 
     @abc.abstractmethod
     def restore_donated(self) -> None:
@@ -96,9 +102,6 @@ class WritableTable(abc.ABC):
         """jnp-style sugar for `jdirect.write_rows`: `table.at[idx].set(rows)`
         and `table.at[idx].add(rows)` return the table's next version."""
         return RowUpdates(self)
-
-
-
 
 
 def write_rows(table: "WritableTable", idx: Any, rows: Any, *,
@@ -184,8 +187,9 @@ def write_rows(table: "WritableTable", idx: Any, rows: Any, *,
       OverflowError: ids given as Python ints or NumPy int64 that do not
         fit int32 while jax_enable_x64 is off.
       RuntimeError: a GPU backend and jdirect built without CUDA.
-      jax.errors.JaxRuntimeError (when the program runs): the table was
-        closed after the program was traced.
+      jax.errors.JaxRuntimeError (when the program runs): a program
+        compiled while the table was open, closing over it, runs after it
+        was closed (as `jdirect.gather`).
     """
     if not isinstance(table, WritableTable):
         raise TypeError(f"write_rows writes a HostTable, got {type(table).__name__}")
@@ -196,7 +200,7 @@ def write_rows(table: "WritableTable", idx: Any, rows: Any, *,
     check_writable(table, "write_rows")
     if op == "add" and table.dtype == np.bool_:
         raise TypeError("write_rows: op='add' does not accept a bool table (as jnp's .at[].add)")
-    idx = _as_indices(idx)
+    idx = as_indices(idx)
     rows = _as_rows(rows, table, idx.shape)
     if idx.size == 0 or table.shape[0] == 0 or table.row_bytes == 0:
         return table  # nothing to write
@@ -206,13 +210,13 @@ def write_rows(table: "WritableTable", idx: Any, rows: Any, *,
                  for x in (idx, rows, *jax.tree_util.tree_leaves(table)))
     config = dict(shape=table.shape, dtype=table.dtype, memory=table.memory, op=op,
                   unique=bool(unique_indices))
-    handle_id = static_handle(table, traced)
-    if handle_id is not None:
-        write = _write_ops.cached_write(handle_id=handle_id, **config)
-        token = write(table._after, idx, rows, *table.reads_to_follow())
+    handle, token = table.operands("write_rows", traced)
+    if isinstance(handle, int):  # a constant of the program
+        write = _write_ops.cached_write(handle_id=handle, **config)
+        token = write(token, idx, rows, *table.reads_to_follow())
     else:
         write = _write_ops.cached_write(**config)
-        token = write(table._handle, table._after, idx, rows, *table.reads_to_follow())
+        token = write(handle, token, idx, rows, *table.reads_to_follow())
     return table.next_version(token)
 
 
@@ -229,16 +233,6 @@ def check_writable(table: "WritableTable", what: str) -> None:
     _dtypes.check_canonical(table.dtype)
     table.check_unwritten(what)
     table.restore_donated()
-
-
-def static_handle(table: "WritableTable", traced: bool) -> int | None:
-    """The handle of a concrete table used inside a trace, which becomes a
-    constant of the program, as for its reads (HostTable._read); None when
-    the handle is an operand (a traced table, or a call outside jit)."""
-    if table._handle_id is not None and traced \
-            and not isinstance(table._handle, jax.core.Tracer):
-        return table._handle_id
-    return None
 
 
 def _as_rows(rows: Any, table: "WritableTable", idx_shape: tuple[int, ...]) -> jax.Array:

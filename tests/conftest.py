@@ -36,6 +36,12 @@ elif os.environ["JAX_COMPILATION_CACHE_DIR"] == os.environ.get("JDIRECT_TEST_CAC
         and "PYTEST_XDIST_WORKER" in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(os.environ["JDIRECT_TEST_CACHE"],
                                                            os.environ["PYTEST_XDIST_WORKER"])
+# The user's cache directory (jdirect.environment.user_cache_dir: the dataset
+# loaders' feature caches), a temporary one too, shared by the workers.
+if "JDIRECT_TEST_XDG" not in os.environ:
+    os.environ["XDG_CACHE_HOME"] = os.environ["JDIRECT_TEST_XDG"] = tempfile.mkdtemp(
+        prefix="jdirect-test-home-cache-")
+    atexit.register(shutil.rmtree, os.environ["JDIRECT_TEST_XDG"], ignore_errors=True)
 # Every program goes into it, however fast it compiled: the suite compiles
 # the same program again for each new trainer, sampler or table (new jitted
 # functions), and reading it back is cheaper (the tests' CPU time 1,577 ->

@@ -4,6 +4,7 @@ bad flags and paths in one line before doing any work."""
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import pytest
@@ -11,6 +12,7 @@ import pytest
 # The CLI: the `jdirect-train` command's module (examples/train_graphsage.py calls it).
 from jdirect.graph import train as train_graphsage
 from jdirect.graph.training import TrainConfig, config, parallel
+from jdirect.graph.training.config import parse_cache_fraction
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -44,8 +46,14 @@ def test_cli_trains_tiny_and_beats_the_mlp(tmp_path, capsys, monkeypatch):
     assert saved["sage"]["devices"] == devices and saved["sage"]["processes"] == 1
     printed = capsys.readouterr().out
     assert "best sampled validation" in printed and "sage - mlp" in printed
-    assert "(full split; layers 1 (" in printed
+    # The accuracy line in a user's words; where each layer read its edges
+    # is the metrics file's (above).
+    assert "sage: test accuracy " in printed and "(full split)" in printed
+    assert "CSR" not in printed and "layers 1 (" not in printed
     assert f"devices: {devices} in 1 process(es)" in printed
+    # Where compiled programs are kept between runs, said once, with how to turn it off.
+    assert printed.count(f"compiled programs are kept in {os.environ['JAX_COMPILATION_CACHE_DIR']}"
+                         " for the next run (--compilation-cache none: off)") == 1
 
 
 @pytest.mark.parametrize("flags, name", [
@@ -124,6 +132,20 @@ def test_a_cache_fraction_neither_auto_nor_a_share_is_one_line(value):
     with pytest.raises(ValueError) as e:
         TrainConfig(cache_fraction=value).validate()
     assert str(e.value) == f"cache_fraction must be 'auto' or a number in [0, 1], got {value!r}"
+
+
+@pytest.mark.parametrize("text", ["1.5", "-0.1", "nan", "inf", "half", "True"])
+def test_a_cache_fraction_is_checked_in_one_place_for_every_entry(text, capsys):
+    """The command line, the parser the benchmarks use and the config agree
+    (issue 56: three checks, one of them without the range)."""
+    message = f"cache_fraction must be 'auto' or a number in [0, 1], got {text!r}"
+    with pytest.raises(ValueError) as e:
+        parse_cache_fraction(text)
+    assert str(e.value) == message
+    with pytest.raises(SystemExit):
+        train_graphsage.parser().parse_args(["--cache-fraction", text])
+    assert capsys.readouterr().err.strip().endswith(message)
+    assert parse_cache_fraction("0.25") == 0.25 and parse_cache_fraction("auto") == "auto"
 
 
 def test_an_unwritable_metrics_path_fails_before_training(tmp_path, capsys):

@@ -119,9 +119,28 @@ def test_resume_under_another_row_encoding_is_refused_naming_it(tmp_path, capsys
              "--metrics", str(tmp_path / "m.json")]
     assert cli(capsys, *flags)[0] == 0
     settings = read_metadata(ckpt / "epoch-00000000.npz")["run_config"]
-    assert settings["devices"] == 1 and settings["row_encoding"] == "auto"
+    assert settings["devices"] == 1 and settings["row_encoding"] == "float32"  # what auto chose
     line = refused(capsys, *flags, "--row-encoding", "bfloat16", code=1)
-    assert "row_encoding: saved 'auto', now 'bfloat16'" in line
+    assert "row_encoding: saved 'float32', now 'bfloat16'" in line
+
+
+def test_resume_where_auto_chooses_another_row_encoding_is_refused(tmp_path, capsys,
+                                                                  monkeypatch):
+    # Regression (issue 51): "auto" was stored as "auto", so a run trained on
+    # float32 rows resumed on bfloat16 ones without a word when auto chose
+    # otherwise (here: another --cache-fraction, on a device with memory).
+    import jdirect.graph.features.jdirect as source_module
+
+    monkeypatch.setattr(source_module, "device_free_bytes", lambda: 1 << 30)
+    ckpt = tmp_path / "ckpt"
+    flags = [*QUICK, "--features", "jdirect-cache", "--no-full-eval", "--checkpoint-dir",
+             str(ckpt), "--metrics", str(tmp_path / "m.json")]
+    assert cli(capsys, *flags, "--cache-fraction", "1")[0] == 0  # every row fits: float32
+    assert read_metadata(ckpt / "epoch-00000000.npz")["run_config"]["row_encoding"] == "float32"
+    line = refused(capsys, *flags, "--epochs", "2", "--cache-fraction", "0.5", code=1)
+    assert "row_encoding: saved 'float32', now 'bfloat16'" in line
+    assert cli(capsys, *flags, "--epochs", "2", "--cache-fraction", "0.5",
+               "--row-encoding", "float32")[0] == 0  # the saved encoding, asked for: resumed
 
 
 def test_empty_checkpoint_dir_is_refused_not_trained_and_dropped(tmp_path, capsys):
@@ -236,7 +255,7 @@ def test_cpu_runs_say_read_not_over_pcie_and_show_no_cache_figures():
 
 
 def test_the_progress_bars_move_on_short_epochs_and_during_evaluation(monkeypatch):
-    import jdirect.graph.inference as inference_module
+    import jdirect.graph.inference._layerwise as inference_module
     import jdirect.graph.training.epochs as epochs_module
     from jdirect.graph.training.config import TrainConfig
 

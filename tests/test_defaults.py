@@ -73,3 +73,18 @@ def test_graphsage_leaves_the_uniform_plateau_on_the_products_construction(produ
     with Trainer(products_like, cfg) as trainer:
         losses = [trainer.train_epoch(e)["loss"] for e in range(trainer.epochs)]
     assert losses[-1] < np.log(47) - 1.0, losses
+
+
+def test_the_tiny_configuration_trains_enough_steps_not_to_warn_about_itself():
+    """Regression (issue 56): the `tiny` run, which the docs call seconds
+    long, warned that its 60 steps were too few for accuracies to mean much."""
+    import warnings
+
+    from jdirect.graph.data import load_dataset
+    from jdirect.graph.training.epochs import warn_if_short
+
+    cfg = load_config("tiny", configs=CONFIGS)
+    train = load_dataset(cfg.dataset, progress=False).train
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_short(cfg.epochs, -(-len(train) // cfg.batch_size))

@@ -4,6 +4,7 @@ is installed under its name and runs as `python -m`."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 import subprocess
 import sys
@@ -45,3 +46,38 @@ def test_python_m_runs_the_cli(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "--features" in done.stdout and "one of default, papers100m" in " ".join(
         done.stdout.split())
+
+
+def _example(name: str):
+    """The example script `name` as a module (its main not run)."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"),
+                                                  ROOT / "examples" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("example, flags", [
+    ("own_gnn.py", ["--epochs", "0"]), ("own_gnn.py", ["--epochs", "2.5"]),
+    ("embeddings_mf.py", ["--epochs", "0"]), ("embeddings_mf.py", ["--dim", "0"]),
+    ("embeddings_mf.py", ["--dim", "-3"]),
+])
+def test_example_flags_are_refused_in_one_line(example, flags, capsys):
+    """Regression (issue 51): --epochs 0 ended in an IndexError and --dim 0
+    in a ValueError, as tracebacks."""
+    with pytest.raises(SystemExit) as exit_:
+        _example(example).main(flags)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.count("\n") == 1 and f"argument {flags[0]}: expected an integer >= 1" in err, err
+
+
+@pytest.mark.parametrize("example, flags", [("own_gnn.py", ["--small", "--epochs"]),
+                                            ("embeddings_mf.py", ["--small", "--dim", "--epochs"])])
+def test_example_help_describes_every_flag_with_its_default(example, flags, capsys):
+    with pytest.raises(SystemExit):
+        _example(example).main(["--help"])
+    options = " ".join(capsys.readouterr().out.split("options:")[1].split())
+    for flag in flags:
+        described = re.search(re.escape(flag) + r"( [A-Z]+)? (\w.*?) \(default: [^)]+\)", options)
+        assert described, (flag, options)

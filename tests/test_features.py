@@ -64,7 +64,7 @@ def test_the_trainer_and_inference_cache_as_many_rows_for_one_budget(graph, monk
     and layer-wise inference, given that budget as its room, cache the same
     highest-degree rows of the same table."""
     from jdirect.cached_table import AUTO_SHARE, cached_row_bytes, rows_within
-    from jdirect.graph import _layer_tables
+    from jdirect.graph.inference import _tables
     from jdirect.graph.features import jdirect as jdirect_source
 
     rows, dim = graph.features.shape
@@ -73,8 +73,8 @@ def test_the_trainer_and_inference_cache_as_many_rows_for_one_budget(graph, monk
     with SOURCES["jdirect-cache"](graph, SourceOptions()) as source:
         assert source.plan.encoding == "bfloat16" and source.plan.cache_bytes == budget
         trained = source.table.cached_rows
-        table, hot = _layer_tables.cache_hottest("input", source.host, graph.degrees(), budget,
-                                                 _layer_tables.Report())
+        table, hot = _tables.cache_hottest("input", source.host, graph.degrees(), budget,
+                                                 _tables.Report())
         np.testing.assert_array_equal(np.flatnonzero(hot), trained)
         assert trained.size == rows_within(budget, rows, 2 * dim) == rows // 3
         table.close()

@@ -78,3 +78,24 @@ def test_load_graph_builds_what_a_configuration_names():
                                                  progress=False))
     with pytest.raises(ValueError, match="data-dir"):
         load_graph(cfg.replace(dataset="reddit"))
+
+
+def test_a_gpu_sized_preset_warns_where_jax_has_no_gpu(monkeypatch):
+    import warnings
+
+    import jax
+
+    from jdirect.graph.data import datasets
+    from jdirect.graph.training import TrainConfig
+
+    # What the generator would make is not the point: the warning comes first.
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: None)
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    with pytest.warns(UserWarning, match=r"the products preset \(61,900,000 edges\) is sized "
+                                         r"for a GPU and JAX has none here"):
+        datasets.load_graph(TrainConfig(dataset="products", progress=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        datasets.load_graph(TrainConfig(dataset="small", progress=False))
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        datasets.load_graph(TrainConfig(dataset="papers100m", progress=False))

@@ -73,18 +73,23 @@ def test_use_after_close_in_a_cached_jit_raises():
     np.testing.assert_array_equal(closure(idx), a[[1]])
     t.close()
     fresh = jax.jit(jdirect.gather)
-    # Regression: cached compiled calls raised ValueError, fresh and eager
-    # ones JaxRuntimeError. Every gather is now a compiled call, so all raise
-    # the one type JAX gives a failed compiled call on the backend: reported
-    # at the call on the CPU, when the result is read on a GPU.
+    closed_over_fresh = jax.jit(lambda i: jdirect.gather(t, i))
+    # Regression (issue 51): a function compiled while the table was open
+    # raised ValueError, one first called after close() JaxRuntimeError.
+    # Handed the closed table (as an argument: its pytree says it is
+    # closed, so the function traces again; closed over by a new trace; or
+    # eagerly), a gather is refused before dispatch, on every backend.
+    for f in (lambda: by_argument(t, idx), lambda: fresh(t, idx),
+              lambda: closed_over_fresh(idx), lambda: jdirect.gather(t, idx),
+              lambda: jdirect.gather_start(t, idx)):
+        with pytest.raises(ValueError, match="HostTable #[0-9]+ is closed"):
+            f()
+    # Only a program compiled with the table baked in finds it closed when
+    # it runs: the handler's error, in the type JAX gives a failed compiled
+    # call (at the call on the CPU, when the result is read on a GPU).
     expected = jax.errors.JaxRuntimeError if ON_GPU else ValueError
-    for f in (lambda: by_argument(t, idx), lambda: closure(idx), lambda: fresh(t, idx)):
-        with pytest.raises(expected, match="HostTable #[0-9]+ is closed"):
-            jax.block_until_ready(f())
-    # With the table object at hand (an eager gather), it is refused before
-    # anything is dispatched, on every backend.
-    with pytest.raises(ValueError, match="HostTable #[0-9]+ is closed"):
-        jdirect.gather(t, idx)
+    with pytest.raises(expected, match="HostTable #[0-9]+ is closed"):
+        jax.block_until_ready(closure(idx))
 
 
 def test_garbage_collection_closes_the_table_with_a_warning():
@@ -304,3 +309,48 @@ def test_gpu_managed_memory_is_refused_past_the_free_memory(monkeypatch):
     free, _ = _ffi.cuda_mem_info()
     with pytest.raises(RuntimeError, match="refusing"):
         jdirect.host_empty((free // 4 + 1, 4), np.float32, memory="managed")
+
+
+def _closed_table_calls():
+    """(name, call(table, idx)) for every path that reads or writes a
+    HostTable handed to it; each jitted function is made once, so that the
+    call after close() finds it compiled."""
+    from jdirect.graph.data.csr import Graph
+    from jdirect.graph.inference import layerwise
+    from jdirect.graph.models import build
+
+    indptr, indices = np.array([0, 1, 3, 3, 4]), np.array([1, 0, 2, 3])
+    none = np.zeros(0, np.int64)
+    graph = Graph(indptr, indices, np.ones((4, 2), np.float32), np.zeros(4, np.int32),
+                  np.arange(4), none, none, 2, name="four")
+    model = build("sage", 2, 4, 2, 1, dropout=0.0, seed=0)
+    ones = jnp.ones((1, 2), jnp.float32)
+    jit_gather = jax.jit(jdirect.gather)
+    jit_write = jax.jit(lambda t, i: t.at[i].set(ones))
+    jit_sum = jax.jit(jdirect.neighbor_sum)
+    return {
+        "gather": jdirect.gather,
+        "gather_start": lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i)),
+        "cached gather": lambda t, i: jdirect.gather(jdirect.CachedTable(t, [0]), i),
+        "jit gather": jit_gather,
+        "a new jit's gather": lambda t, i: jax.jit(lambda t, i: jdirect.gather(t, i))(t, i),
+        "jit cached gather": lambda t, i: jit_gather(jdirect.CachedTable(t, [0]), i),
+        "jit write": jit_write,
+        "neighbor_sum": lambda t, i: jdirect.neighbor_sum(t, indptr, indices),
+        "jit neighbor_sum": lambda t, i: jit_sum(t, indptr, indices),
+        "layer-wise inference": lambda t, i: layerwise(model, graph, t).logits,
+    }
+
+
+@pytest.mark.parametrize("path", list(_closed_table_calls()))
+def test_every_call_handed_a_closed_table_refuses_it_before_dispatch(path):
+    """Regression (issue 51): a function first called after close(), and
+    layer-wise inference, raised JaxRuntimeError (from the handler) where
+    a function compiled while the table was open raised ValueError."""
+    call = _closed_table_calls()[path]
+    t = jdirect.HostTable(np.ones((4, 2), np.float32))
+    idx = jnp.array([1])
+    jax.block_until_ready(call(t, idx))  # open: it runs (compiling what it jits)
+    t.close()
+    with pytest.raises(ValueError, match="closed"):
+        call(t, idx)

@@ -258,7 +258,7 @@ def test_a_released_layer_table_is_freed_before_the_next_is_made(graph, name, mo
     inference closed must be gone when the next one is allocated."""
     import weakref
 
-    from jdirect.graph import _layer_tables
+    from jdirect.graph.inference import _tables
 
     made: list = []
     real = jdirect.HostTable.empty
@@ -270,7 +270,7 @@ def test_a_released_layer_table_is_freed_before_the_next_is_made(graph, name, mo
         made.append(weakref.ref(table))
         return table
 
-    monkeypatch.setattr(_layer_tables.HostTable, "empty", empty)
+    monkeypatch.setattr(_tables.HostTable, "empty", empty)
     model = build(name, 6, 8, 7, 3, dropout=0.5, seed=4)
     with jdirect.HostTable(graph.features) as features:
         result = layerwise(model, graph, features, device_budget=0, chunk_nodes=16,

@@ -11,7 +11,7 @@ import pytest
 
 import jdirect
 from jdirect import host_memory
-from jdirect.graph import _layer_csr, _layer_nodes, _layer_push, _layer_tables
+from jdirect.graph.inference import _csr, _nodes, _push, _tables
 from jdirect.graph.data.csr import Graph, csr_from_edges
 from jdirect.graph.inference import evaluate, layerwise, plan
 from jdirect.graph.models import MODELS, build
@@ -54,9 +54,9 @@ def test_a_restricted_layers_edges_gathered_in_pieces_on_threads(graph, monkeypa
     equals the reference."""
     ids = np.array([1, HUB, 7, 40, 41, 88])
     want = np.concatenate([graph.indices[graph.indptr[v]:graph.indptr[v + 1]] for v in ids])
-    monkeypatch.setattr(_layer_nodes, "PIECE", 3)
-    monkeypatch.setattr(_layer_nodes, "GATHER_THREADS", 4)
-    nodes = _layer_nodes.Nodes(graph, ids)
+    monkeypatch.setattr(_nodes, "PIECE", 3)
+    monkeypatch.setattr(_nodes, "GATHER_THREADS", 4)
+    nodes = _nodes.Nodes(graph, ids)
     assert nodes.num_edges == want.size
     for lo, hi in [(0, want.size), (2, want.size - 1), (5, 6), (4, 4), (0, 0),
                    (want.size, want.size)]:
@@ -102,10 +102,10 @@ def test_the_last_plan_is_kept_for_the_same_arguments_and_keeps_no_graph_alive(g
     import gc
     import weakref
 
-    _layer_nodes._forget()  # an earlier test's plan of the same arguments
+    _nodes._forget()  # an earlier test's plan of the same arguments
     planned = []
-    real = _layer_nodes._plan
-    monkeypatch.setattr(_layer_nodes, "_plan", lambda *a: planned.append(a[2]) or real(*a))
+    real = _nodes._plan
+    monkeypatch.setattr(_nodes, "_plan", lambda *a: planned.append(a[2]) or real(*a))
     model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
     few = node_sets(graph)["few"]
     features = jnp.asarray(graph.features)
@@ -114,17 +114,17 @@ def test_the_last_plan_is_kept_for_the_same_arguments_and_keeps_no_graph_alive(g
     again = layerwise(model, graph, features, nodes=few)
     assert planned == [3]
     np.testing.assert_array_equal(first.rows(few), again.rows(few))
-    dsts = _layer_nodes.plan(graph, np.unique(few), 3, True)
-    assert _layer_nodes.plan(graph, np.unique(few), 3, True)[1] is dsts[1]
-    assert _layer_nodes.plan(graph, np.unique(few), 2, True)[0] is not dsts[1]
-    assert _layer_nodes.plan(graph, np.unique([3, 18]), 3, True)[2] is not dsts[2]
+    dsts = _nodes.plan(graph, np.unique(few), 3, True)
+    assert _nodes.plan(graph, np.unique(few), 3, True)[1] is dsts[1]
+    assert _nodes.plan(graph, np.unique(few), 2, True)[0] is not dsts[1]
+    assert _nodes.plan(graph, np.unique([3, 18]), 3, True)[2] is not dsts[2]
     assert planned == [3, 2, 3]
     other = make_graph()
-    _layer_nodes.plan(other, np.unique(few), 3, True)
+    _nodes.plan(other, np.unique(few), 3, True)
     gone = weakref.ref(other)
     del other
     gc.collect()
-    assert gone() is None and not _layer_nodes._last
+    assert gone() is None and not _nodes._last
 
 
 def rows_of_each_table(result) -> list[int]:
@@ -238,7 +238,7 @@ def record_host_tables(monkeypatch) -> list:
         made.append((table, before))
         return table
 
-    monkeypatch.setattr(_layer_tables.HostTable, "empty", staticmethod(empty))
+    monkeypatch.setattr(_tables.HostTable, "empty", staticmethod(empty))
     return made
 
 
@@ -272,7 +272,7 @@ def test_host_memory_refusal_is_one_line_naming_bytes(graph, monkeypatch):
     assert made == []  # refused before any host table was made
     # A table the plan let through that finds no room when it is made is
     # refused as it is made (memory taken by then), naming it.
-    monkeypatch.setattr(_layer_tables, "room", lambda device: float("inf"))
+    monkeypatch.setattr(_tables, "room", lambda device: float("inf"))
     with pytest.raises(MemoryError) as caught:
         layerwise(model, graph, jnp.asarray(graph.features), device_budget=0)
     assert "layer 1 output" in str(caught.value)
@@ -309,7 +309,7 @@ def test_a_host_input_too_large_to_stage_is_read_through_a_cache_of_its_hubs(gra
     cached on the device, and only the other edges' reads cross the link."""
     # Layer 1's edges copied from the host in both runs (no budget puts its
     # CSR's degrees on the device in the first), so that only the cache differs.
-    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: None)
+    monkeypatch.setattr(_csr, "in_host_memory", lambda *a: None)
     model = build("sage", 6, 8, 4, 2, dropout=0.5, seed=18)
     layer = graph.num_nodes * 8 * 4
     budget = layer // 3
@@ -364,10 +364,10 @@ def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, n
     nodes = np.append(node_sets(graph)[which], graph.num_nodes - 1)  # isolated
     # Pairs sorted in slices of 5 (papers100M's: 2**27), so that a chunk's
     # pairs lie in several slices and its windows run across them.
-    monkeypatch.setattr(_layer_push, "SLICE", 5)
+    monkeypatch.setattr(_push, "SLICE", 5)
     if pairs == "host":
-        ways = _layer_push.modes
-        monkeypatch.setattr(_layer_push, "modes", lambda *args: ways(*args)[1:])
+        ways = _push.modes
+        monkeypatch.setattr(_push, "modes", lambda *args: ways(*args)[1:])
     model = build(name, 6, 8, 4, layers, dropout=0.5, seed=16)
     want = reference(model, graph, graph.features)[nodes]
     features = jnp.asarray(graph.features)
@@ -377,7 +377,7 @@ def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, n
     np.testing.assert_allclose(pushed.rows(nodes), want, rtol=1e-4, atol=1e-4)
     half = layerwise(model, graph, features.astype(jnp.bfloat16), nodes=nodes, chunk_nodes=7,
                      chunk_edges=9)
-    monkeypatch.setattr(_layer_push, "pushes", lambda *args: False)
+    monkeypatch.setattr(_push, "pushes", lambda *args: False)
     pulled = layerwise(model, graph, features.astype(jnp.bfloat16), nodes=nodes, chunk_nodes=7,
                        chunk_edges=9)
     assert "pushed" not in pulled.report.edges
@@ -387,15 +387,15 @@ def test_a_layer_over_every_node_pushes_into_the_restricted_layer_above(graph, n
 
 def test_the_push_runs_where_its_sums_fit_the_device_budget(graph, monkeypatch):
     """The push takes device memory for the sums and sorted pairs of the
-    layer above (`_layer_push.modes`): with a budget one byte short it
+    layer above (`_push.modes`): with a budget one byte short it
     keeps the pairs in host memory (which needs less), and one byte short
     of that the layer makes its table instead, each with the same logits.
     The plan counts what runs: the push's bytes, or the table of every node."""
-    monkeypatch.setattr(_layer_push, "SLICE", 5)
+    monkeypatch.setattr(_push, "SLICE", 5)
     model = build("sage", 6, 8, 4, 3, dropout=0.5, seed=12)
     few = node_sets(graph)["few"]
-    above = _layer_nodes.plan(graph, np.unique(few), 3, True)[1]
-    on_device, on_host = _layer_push.modes(above, 8, np.float32)
+    above = _nodes.plan(graph, np.unique(few), 3, True)[1]
+    on_device, on_host = _push.modes(above, 8, np.float32)
     assert on_host.all < on_device.all
     features = jnp.asarray(graph.features)
     runs = {budget: layerwise(model, graph, features, nodes=few, device_budget=budget)
@@ -406,17 +406,17 @@ def test_the_push_runs_where_its_sums_fit_the_device_budget(graph, monkeypatch):
     # In host memory, the device writes the sorted slices (padding included)
     # and reads each pair once: layer 1's bytes over the link.
     pairs, device = (runs[b].report.layers[0][1] for b in (on_host.all, on_device.all))
-    assert pairs - device == _layer_push.host_bytes(above) + 8 * above.num_edges
+    assert pairs - device == _push.host_bytes(above) + 8 * above.num_edges
     for run in runs.values():
         np.testing.assert_allclose(run.rows(few), runs[on_device.all].rows(few), rtol=1e-5,
                                    atol=1e-6)
     assert [plan(model, graph, nodes=few, device_budget=budget).table_bytes[0]
-            for budget in runs] == [on_device.all, on_host.all + _layer_push.host_bytes(above),
+            for budget in runs] == [on_device.all, on_host.all + _push.host_bytes(above),
                                     graph.num_nodes * 8 * 4]
     # Where the host has no room for the pairs, the plan and the run both
     # take the table instead.
     monkeypatch.setattr(host_memory, "host_available_bytes", lambda: 1 << 40)
-    monkeypatch.setattr(_layer_push, "host_bytes", lambda dst: 1 << 40)
+    monkeypatch.setattr(_push, "host_bytes", lambda dst: 1 << 40)
     short = layerwise(model, graph, features, nodes=few, device_budget=on_host.all)
     assert short.report.edges[1] != "pushed", short.report.edges
     np.testing.assert_allclose(short.rows(few), runs[on_device.all].rows(few), rtol=1e-5,

@@ -12,8 +12,8 @@ import pytest
 from flax import nnx
 
 import jdirect
-from jdirect.graph import _layer_csr, _layer_steps, _layer_tables, inference
-from jdirect.graph.inference import layerwise
+from jdirect.graph import inference
+from jdirect.graph.inference import _csr, _layerwise, _steps, _tables, layerwise
 from jdirect.graph.models import MODELS, build
 from test_inference import logits, make_graph, reference
 
@@ -34,8 +34,8 @@ def test_the_device_loop_equals_the_windows_copied_from_the_host(graph, name, mo
     model = build(name, 6, 8, 4, 3, dropout=0.5, seed=21)
     x = jnp.asarray(graph.features)
     looped = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
-    monkeypatch.setattr(_layer_csr, "on_device", lambda graph, room, report: None)
-    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: None)
+    monkeypatch.setattr(_csr, "on_device", lambda graph, room, report: None)
+    monkeypatch.setattr(_csr, "in_host_memory", lambda *a: None)
     copied = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     np.testing.assert_allclose(logits(looped), logits(copied), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(logits(looped), reference(model, graph, graph.features),
@@ -54,27 +54,27 @@ def test_summing_layers_add_their_edges_in_one_neighbor_sum_equal_to_the_windows
     x = jnp.asarray(graph.features)
     placed = []
     if csr != "device":
-        monkeypatch.setattr(_layer_csr, "on_device", lambda graph, room, report: None)
+        monkeypatch.setattr(_csr, "on_device", lambda graph, room, report: None)
     if csr == "copied":
-        monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: None)
+        monkeypatch.setattr(_csr, "in_host_memory", lambda *a: None)
     else:
-        made = _layer_csr.in_host_memory
-        monkeypatch.setattr(_layer_csr, "in_host_memory",
+        made = _csr.in_host_memory
+        monkeypatch.setattr(_csr, "in_host_memory",
                             lambda *a: placed.append(1) or made(*a))
     calls = []
-    monkeypatch.setattr(_layer_steps, "neighbor_sum",
+    monkeypatch.setattr(_steps, "neighbor_sum",
                         lambda *a, **k: calls.append(1) or jdirect.neighbor_sum(*a, **k))
-    _layer_steps.layer_steps.cache_clear()  # trace anew with the patches
+    _steps.layer_steps.cache_clear()  # trace anew with the patches
     summed = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
     assert calls, "no layer was summed by neighbor_sum"
     assert bool(placed) == (csr == "host memory")
     assert summed.report.edges == [{"device": "device CSR", "host memory": "host CSR",
                                     "copied": "copied"}[csr]] * 3
-    for module in (_layer_steps, inference):  # the windows, with no CSR in host memory
+    for module in (_steps, _layerwise):  # the windows, with no CSR in host memory
         monkeypatch.setattr(module, "fused", lambda *a: False)
-    _layer_steps.layer_steps.cache_clear()
+    _steps.layer_steps.cache_clear()
     windows = layerwise(model, graph, x, chunk_nodes=16, chunk_edges=20)
-    _layer_steps.layer_steps.cache_clear()
+    _steps.layer_steps.cache_clear()
     np.testing.assert_allclose(logits(summed), logits(windows), rtol=1e-5, atol=1e-5)
 
 
@@ -103,9 +103,9 @@ def test_a_csr_too_large_for_the_device_is_read_from_host_memory_each_layer(
     over the link."""
     model = build("sage", 6, 4, 32, 2, dropout=0.5, seed=25)
     staged, hidden, degrees = (graph.num_nodes * w * 4 for w in (6, 4, 1))
-    made = _layer_csr.in_host_memory
+    made = _csr.in_host_memory
     placed = []
-    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: placed.append(1) or made(*a))
+    monkeypatch.setattr(_csr, "in_host_memory", lambda *a: placed.append(1) or made(*a))
     with jdirect.HostTable(graph.features) as features:
         result = layerwise(model, graph, features, device_budget=staged + degrees,
                            chunk_nodes=16, chunk_edges=20)
@@ -121,14 +121,14 @@ def test_a_csr_too_large_for_the_device_is_read_from_host_memory_each_layer(
 def test_a_host_csr_is_closed_after_the_run_and_after_an_error(graph, monkeypatch, fails):
     """The graph's arrays are not left pinned: the CSR's HostTables close
     when the run ends, and when a layer raises."""
-    made = _layer_csr.in_host_memory
+    made = _csr.in_host_memory
     placed = []
-    monkeypatch.setattr(_layer_csr, "in_host_memory", lambda *a: placed.append(made(*a))
+    monkeypatch.setattr(_csr, "in_host_memory", lambda *a: placed.append(made(*a))
                         or placed[-1])
     if fails:
         def broken(*a, **k):
             raise RuntimeError("a layer failed")
-        monkeypatch.setattr(inference, "every_node", broken)
+        monkeypatch.setattr(_layerwise, "every_node", broken)
     model = build("sage", 6, 4, 32, 2, dropout=0.5, seed=26)
     budget = graph.num_nodes * (6 + 1) * 4  # the staged input and the degrees
     with jdirect.HostTable(graph.features) as features:
@@ -196,12 +196,12 @@ def test_the_device_loop_stays_within_the_planned_working_memory(graph, name):
     assert size < graph.num_nodes and window < graph.num_edges  # the budget cut both
     conv = model.convs[0]
     graphdef, params = nnx.split(model)
-    steps = _layer_steps.Steps(graphdef, 0, size, None, np.float32, window)
+    steps = _steps.Steps(graphdef, 0, size, None, np.float32, window)
     n = graph.num_nodes
     table = jax.ShapeDtypeStruct((n, 64), jnp.float32)
     source = (jax.ShapeDtypeStruct((n, conv.source_dim), jnp.float32)
               if conv.projects else None)
-    csr = _layer_csr.Csr(jax.ShapeDtypeStruct((n + 1,), jnp.int32),
+    csr = _csr.Csr(jax.ShapeDtypeStruct((n + 1,), jnp.int32),
                          jax.ShapeDtypeStruct((graph.num_edges,), jnp.int32))
     out = jax.ShapeDtypeStruct((n, conv.out_dim), jnp.float32)
     edges_from = table if source is None else source
@@ -213,7 +213,7 @@ def test_the_device_loop_stays_within_the_planned_working_memory(graph, name):
         if memory is None:
             pytest.skip("this backend reports no memory analysis")
         temp = memory.temp_size_in_bytes
-        if temp >= _layer_tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
-            temp -= _layer_tables.GEMM_WORKSPACE  # cuBLAS's, beside the chunks' (test_real_shapes)
+        if temp >= _tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
+            temp -= _tables.GEMM_WORKSPACE  # cuBLAS's, beside the chunks' (test_real_shapes)
         assert 0 < temp + memory.output_size_in_bytes - memory.alias_size_in_bytes
         assert temp + memory.output_size_in_bytes - memory.alias_size_in_bytes <= plan.working

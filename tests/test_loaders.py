@@ -7,15 +7,17 @@ import gzip
 import os
 import shutil
 import tracemalloc
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
+from jdirect.environment import user_cache_dir
 from jdirect.host_memory import memory_of
 from test_graph_data import assert_same_graph
 
-from jdirect.graph import load_ogb_node, load_reddit, synthetic
+from jdirect.graph import load_dataset, load_ogb_node, load_reddit, synthetic
 from jdirect.graph.data import _files
 
 
@@ -57,9 +59,15 @@ def write_ogb(root, g, layout="csv", *, edges=None, labels=None, features=None):
     return root
 
 
+def files_under(root):
+    return sorted(p.relative_to(root) for p in root.rglob("*"))
+
+
 @pytest.mark.parametrize("layout", ["csv", "npz", "npz_compressed"])
-def test_ogb_round_trip(tmp_path, tiny, layout):
+def test_ogb_round_trip(tmp_path, tiny, layout, monkeypatch):
     root = write_ogb(tmp_path / "ogbn_tiny", tiny, layout)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    written = files_under(root)
     for _ in range(2):  # the second load reads the memory-mapped cache
         h = load_ogb_node(root)
         assert_same_graph(h, tiny)
@@ -68,7 +76,45 @@ def test_ogb_round_trip(tmp_path, tiny, layout):
     assert not isinstance(h.features, np.memmap)
     if jax.default_backend() == "gpu":
         assert memory_of(h.features) in ("managed", "pinned")
-    assert not list((root / "jdirect-cache").glob(".tmp-*"))
+    # The cache is in the user's cache directory; the dataset's folder is
+    # left as it was.
+    assert files_under(root) == written
+    cache, = (tmp_path / "user-cache/jdirect/datasets").iterdir()
+    assert cache.name.startswith("ogbn_tiny-")
+    assert sorted(p.name for p in cache.iterdir()) == ["features.json", "features.npy"]
+
+
+def test_the_feature_read_has_a_bar_when_asked(tmp_path, tiny, monkeypatch):
+    # A large table's read into table memory takes a while: the CLI's
+    # progress setting reaches it through load_dataset.
+    shown, real = [], _files.tqdm
+    monkeypatch.setattr(_files, "tqdm", lambda it, **kw: shown.append(kw["disable"]) or
+                        real(it, **kw))
+    root = write_ogb(tmp_path / "ogbn_tiny", tiny, "npz")
+    load_dataset("ogb", root, progress=True)
+    load_ogb_node(root)
+    assert shown == [None, True]  # None: drawn where stderr is a terminal
+
+
+def test_the_user_cache_directory_follows_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert user_cache_dir() == tmp_path / "jdirect"
+    for unset in ("", "relative/cache"):  # a relative one is ignored, as the rule says
+        monkeypatch.setenv("XDG_CACHE_HOME", unset)
+        assert user_cache_dir() == Path.home() / ".cache" / "jdirect"
+
+
+def test_the_feature_cache_goes_where_asked(tmp_path, tiny):
+    root = write_ogb(tmp_path / "ogbn_tiny", tiny, "npz_compressed")
+    written = files_under(root)
+    assert_same_graph(load_ogb_node(root, cache_dir=tmp_path / "here"), tiny)
+    (tmp_path / "reddit").mkdir()
+    assert_same_graph(load_reddit(write_reddit(tmp_path / "reddit", tiny),
+                                  cache_dir=tmp_path / "there"), tiny)
+    assert files_under(root) == written
+    for where in ("here", "there"):
+        assert sorted(p.name for p in (tmp_path / where).iterdir()) == ["features.json",
+                                                                        "features.npy"]
 
 
 def test_ogb_missing_file_is_named(tmp_path):
@@ -210,7 +256,7 @@ def test_feature_cache_follows_its_source(tmp_path, tiny):
 def test_damaged_cache_says_it_can_be_deleted(tmp_path, tiny):
     root = write_ogb(tmp_path, tiny, "npz")
     load_ogb_node(root)
-    cache = root / "jdirect-cache/features.npy"
+    cache = _files.cache_folder(root, None) / "features.npy"
     with open(cache, "r+b") as f:
         f.write(b"garbage!")  # same size: the header is unreadable
     with pytest.raises(ValueError, match=f"feature cache {cache} is unreadable.*delete it"):
@@ -231,7 +277,7 @@ def test_disk_full_while_caching_leaves_nothing_trusted(tmp_path, tiny, monkeypa
     monkeypatch.setattr(np, "save", disk_full)
     with pytest.raises(OSError, match="cannot write the feature cache .*No space left"):
         load_ogb_node(root)
-    assert os.listdir(root / "jdirect-cache") == []
+    assert os.listdir(_files.cache_folder(root, None)) == []
     monkeypatch.setattr(np, "save", real_save)
     assert_same_graph(load_ogb_node(root), tiny)
 

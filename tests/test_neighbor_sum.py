@@ -275,6 +275,15 @@ def test_random_graphs(nodes, rows, width, max_degree, start, seed):
     (np.zeros((4, 2), np.float32), np.zeros(0, np.int32), [0], {}, ValueError,
      "at least one offset"),
     (np.zeros((4, 2), np.float32), [0, 1], [0], {"size": -1}, ValueError, "size must be in"),
+    # Regression (issue 51): 2.9 summed 2 nodes; "2" and True were taken.
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"size": 2.9}, TypeError,
+     "size must be an int or None, got 2.9"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"size": "2"}, TypeError,
+     "size must be an int or None, got '2'"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"size": True}, TypeError,
+     "size must be an int or None, got True"),
+    (np.zeros((4, 2), np.float32), [0, 1], [0], {"size": np.bool_(True)}, TypeError,
+     "size must be an int or None"),
     (np.zeros((4, 2), np.float32), [0, 1], [0], {"start": jnp.int32(0)}, ValueError,
      "needs `size`"),
     (np.zeros((4, 2), np.float32), [0, 1], [0], {"start": jnp.float32(0), "size": 1},
@@ -366,9 +375,12 @@ def test_a_host_table_closed_closed_over_or_not_of_float_rows_is_refused():
         jdirect.neighbor_sum(ints, indptr, indices)
     packed = jdirect.Int8Table(np.ones((4, 8), np.float32))
     try:
-        with pytest.raises(TypeError, match="CachedTable over a HostTable, got one over "
-                                            "Int8Table .*jdirect.gather"):
+        with pytest.raises(TypeError, match=r"HostTable or a CachedTable over one, got "
+                                            r"CachedTable\(Int8Table.*jdirect.gather"):
             jdirect.neighbor_sum(jdirect.CachedTable(packed, [0]), indptr, indices)
+        with pytest.raises(TypeError, match=r"HostTable or a CachedTable over one, got "
+                                            r"Int8Table.*jdirect.gather"):
+            jdirect.neighbor_sum(packed, indptr, indices)
     finally:
         packed.close()
     table = jdirect.HostTable(np.ones((4, 2), np.float32))

@@ -16,7 +16,8 @@ from flax import nnx
 
 import jdirect
 from jdirect import placement
-from jdirect.graph import _layer_steps, _layer_tables, inference, load_ogb_node, load_reddit
+from jdirect.graph import inference, load_ogb_node, load_reddit
+from jdirect.graph.inference import _steps, _tables
 from jdirect.graph.data.csr import Graph, csr_from_edges
 from jdirect.graph.inference import CHUNK_EDGES, CHUNK_NODES
 from jdirect.graph.metrics import FULL
@@ -123,7 +124,7 @@ def test_chunk_working_memory_bounds_what_xla_allocates(name):
     (size, window), = plan.chunks
     conv = model.convs[0]
     graphdef, params = nnx.split(model)
-    steps = _layer_steps.Steps(graphdef, 0, size, None, np.float32, window)
+    steps = _steps.Steps(graphdef, 0, size, None, np.float32, window)
     table = jax.ShapeDtypeStruct((g.num_nodes, WIDE), jnp.float32)
     source = (jax.ShapeDtypeStruct((g.num_nodes, conv.source_dim), jnp.float32)
               if conv.projects else None)
@@ -134,8 +135,8 @@ def test_chunk_working_memory_bounds_what_xla_allocates(name):
     if memory is None:
         pytest.skip("this backend reports no memory analysis")
     temp = memory.temp_size_in_bytes
-    if temp >= _layer_tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
-        temp -= _layer_tables.GEMM_WORKSPACE
+    if temp >= _tables.GEMM_WORKSPACE and jax.default_backend() == "gpu":
+        temp -= _tables.GEMM_WORKSPACE
     assert temp + memory.output_size_in_bytes <= plan.working <= budget
 
 
@@ -146,23 +147,23 @@ def test_rows_of_products_and_papers100m_keep_the_default_chunks_on_a_gpu(monkey
     edges; 3,703-wide rows get windows sized by their bytes."""
     monkeypatch.setattr(placement, "device_free_bytes", lambda: 75 * 10**9)
     monkeypatch.setattr(placement, "device_block_bytes", lambda: None)
-    budget = _layer_tables.working_budget(None)
-    assert budget == _layer_tables.WORKING_MAX
+    budget = _tables.working_budget(None)
+    assert budget == _tables.WORKING_MAX
     for width in (100, 128, 256, 696):
-        assert _layer_tables.chunk_shape(CHUNK_NODES, CHUNK_EDGES, width, width, budget) == (
+        assert _tables.chunk_shape(CHUNK_NODES, CHUNK_EDGES, width, width, budget) == (
             CHUNK_NODES, CHUNK_EDGES)
-    nodes, edges = _layer_tables.chunk_shape(CHUNK_NODES, CHUNK_EDGES, 3703, 3703, budget)
-    assert edges < CHUNK_EDGES and _layer_tables.working_bytes(edges, nodes, 3703, 3703) <= budget
+    nodes, edges = _tables.chunk_shape(CHUNK_NODES, CHUNK_EDGES, 3703, 3703, budget)
+    assert edges < CHUNK_EDGES and _tables.working_bytes(edges, nodes, 3703, 3703) <= budget
     # Less free memory: half of it, less the GEMM workspace.
     monkeypatch.setattr(placement, "device_free_bytes", lambda: 10**9)
-    assert _layer_tables.working_budget(None) == 10**9 // 2 - _layer_tables.GEMM_WORKSPACE
+    assert _tables.working_budget(None) == 10**9 // 2 - _tables.GEMM_WORKSPACE
 
 
 def test_working_budget_is_checked():
     with pytest.raises(ValueError, match="working_budget"):
-        _layer_tables.working_budget(0)
+        _tables.working_budget(0)
     with pytest.raises(ValueError, match="working_budget"):
-        _layer_tables.working_budget(1.5)
+        _tables.working_budget(1.5)
 
 
 def run_cli(dataset: str, root, *flags: str) -> dict:
@@ -191,7 +192,7 @@ def test_cli_refuses_an_evaluation_that_cannot_fit_before_training(tmp_path, cap
     """Rows too wide for the working budget: one line naming the layer, its
     bytes and --no-full-eval, before any epoch; with --no-full-eval it trains."""
     dataset, root = write(tmp_path / "data", shaped("wide_rows"), SHAPES["wide_rows"])
-    monkeypatch.setattr(_layer_tables, "working_budget", lambda working: 100_000)
+    monkeypatch.setattr(_tables, "working_budget", lambda working: 100_000)
     with pytest.raises(SystemExit) as exit_info:
         run_cli(dataset, root)
     assert exit_info.value.code == 1

@@ -2,7 +2,7 @@
 undefined, unused or shadowed name in jdirect/, benchmarks/ and examples/.
 The benchmarks run only on GPU machines; benchmarks/scaling.py's workers once
 read a name that only its main function imported, and every `--processes`
-run on four GPUs failed (benchmarks/results/LOG.md, 2026-11-28)."""
+run on four GPUs failed (benchmarks/results/journal/LOG.md, 2026-11-28)."""
 
 from __future__ import annotations
 

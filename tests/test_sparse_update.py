@@ -180,8 +180,10 @@ def test_refuses_a_table_closed_after_tracing():
     step = jax.jit(opt.apply)
     jax.block_until_ready(step(table, state, jnp.array([1]), jnp.ones((1, 4))))
     table.close()
-    with pytest.raises(jax.errors.JaxRuntimeError, match="closed"):
-        jax.block_until_ready(step(table, state, jnp.array([1]), jnp.ones((1, 4))))
+    # Handed the closed table, the compiled step traces again and refuses
+    # it before anything runs (issue 51: it raised JaxRuntimeError).
+    with pytest.raises(ValueError, match="closed"):
+        step(table, state, jnp.array([1]), jnp.ones((1, 4)))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])

@@ -70,6 +70,33 @@ def test_independent_of_passes_chunks_and_buffer_sizes(monkeypatch):
     assert_same_graph(one, many)
 
 
+def test_the_edge_bar_moves_from_the_first_draw(monkeypatch):
+    # A large graph's calibration draws the whole edge stream twice before
+    # the passes: the bar counts them, so it shows from the start.
+    bars = []
+
+    class Bar:
+        def __init__(self, *args, total=None, disable=None, **kwargs):
+            self.total, self.disable, self.n = total, disable, 0
+            bars.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            self.n += n
+
+    monkeypatch.setattr(gen, "tqdm", Bar)
+    gen.generate(**dict(SMALL, progress=True), passes=3)
+    assert [(bar.total, bar.n, bar.disable) for bar in bars] == [(5, 5, None)]
+    bars.clear()
+    gen.generate(**SMALL, passes=3)
+    assert bars[0].disable is True
+
+
 @newest_only  # NumPy only, as above
 @pytest.mark.parametrize("seed", [0, 1])
 def test_small_preset_statistics(seed):

@@ -243,8 +243,10 @@ def test_refuses_closed_tables():
     t.close()
     with pytest.raises(ValueError, match="closed"):
         jdirect.write_rows(t, jnp.array([0]), jnp.ones((1, 2), jnp.float32))
-    with pytest.raises(jax.errors.JaxRuntimeError, match="closed"):
-        jax.block_until_ready(step(t, jnp.array([1])))
+    # Compiled while open, handed the closed table: traced again (a closed
+    # table's pytree says so) and refused before anything runs.
+    with pytest.raises(ValueError, match="HostTable.*closed"):
+        step(t, jnp.array([1]))
 
 
 def test_refuses_read_only_arrays_and_memmaps(tmp_path):

@@ -1,21 +1,29 @@
 """The checkpoint directory layer: files that appear complete or not at all,
-and one writer a directory.
+one writer a directory, and nothing followed at the names jdirect gives its
+own files; `check_checkpoint_dir`, a run's check of its directory before
+any work.
 
-Used by every checkpoint (`save_tables` and the trainer's `Checkpoints`),
-and by the other files a run writes (metrics, the feature cache).
+Used by every checkpoint (`save_tables` and the trainer's `Checkpoints`).
+The atomic replace itself, the temporaries and the refusal of what is not
+a regular file are `jdirect._files`' (the metrics file and the feature
+cache write through it too).
 
-## Atomic files
+## Names of jdirect's own
 
-Every temporary file is named `.jdirect-tmp-<pid>-<random>` (the pid of the
-writing process), in the directory of the file it becomes, so that cleaning
-up can tell a crashed writer's leftovers from anything else in a directory:
-a file that does not match that pattern is never deleted.
-
-Only a regular file (or a new one) is replaced by a rename: a symbolic link
-is followed (its target is what is replaced), and a device or FIFO
-(`/dev/null`, a pipe) is written through, never replaced by a file. A new
-file gets the permissions `open()` would give it (0o666 less the umask), a
-replaced one keeps its own.
+Inside a checkpoint directory jdirect names three kinds of files itself:
+the lock `.jdirect-lock`, the steps `epoch-XXXXXXXX.npz`, and temporaries
+`.jdirect-tmp-<pid>-<random>`. None is ever followed or opened if it is
+not a regular file: a symbolic link planted there (which would make a
+save replace, or the lock truncate, a file elsewhere: anywhere, run as
+root), a directory, a FIFO or a device is refused in one line naming it
+(`NotAFile`), and its target is not touched. The lock is opened with
+O_NOFOLLOW and O_NONBLOCK (a FIFO cannot stall the open) and checked on
+its descriptor; steps are read by the format's reader without following a
+link (`format.Reader(path, follow=False)`, which opens only a regular
+file, non-blocking) and replaced by a rename over their name
+(`replace_own`), never written through it; rotation removes only regular
+files (`own_kind`); temporaries are created with O_EXCL. The path a user names (`save_tables`' file, the
+directory) may be a link, and is followed.
 
 ## The lock
 
@@ -45,158 +53,35 @@ import fcntl
 import json
 import os
 import platform
-import re
 import stat
-import tempfile
 import time
 import warnings
 import weakref
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-TMP_PREFIX = ".jdirect-tmp-"
-# mkstemp's random part is drawn from [a-z0-9_]: no "-", so the pid is unambiguous.
-_OURS = re.compile(r"^\.jdirect-tmp-(\d+)-\w+$")
+from .._files import (NotAFile, atomic_write, file_in_the_way, kind_of, open_regular,
+                      probe_writable, remove_stale_temporaries)
+from .errors import CheckpointError
 
 
-def _temporary(directory: Path) -> tuple[int, Path]:
-    """(open descriptor, path) of a new temporary file of this process in `directory`."""
-    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=directory)
-    return fd, Path(name)
+def replace_own(path: Path, write: Callable[[BinaryIO], None],
+                check: Callable[[Path], None] | None = None) -> None:
+    """`atomic_write` of the file jdirect named `path` (a step): refused
+    (NotAFile) if anything but a regular file is there, and renamed over
+    the name, never written through it. Raises as `atomic_write`."""
+    atomic_write(path, write, check, follow=False)
 
 
-def _umask() -> int:
-    """The process's umask, read without changing it where Linux tells it
-    (os.umask can only be read by setting it, which races with threads
-    creating files)."""
+def own_kind(path: Path) -> str | None:
+    """What is at `path` if it is not a regular file ('a directory', 'a
+    symbolic link', ...), not following a link; None for a regular file or
+    nothing."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def is_special(path: Path) -> bool:
-    """Whether `path` (a symbolic link followed) exists and is not a regular
-    file or a directory: a device or FIFO, which `atomic_write` writes through."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
-
-
-def file_in_the_way(path: Path) -> Path | None:
-    """The first of `path`'s ancestors that exists and is not a directory
-    (a file where a folder should be), or None."""
-    for parent in reversed(Path(os.path.abspath(path)).parents):
-        if parent.exists() and not parent.is_dir():
-            return parent
-    return None
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], None],
-                 check: Callable[[Path], None] | None = None) -> None:
-    """Writes `path` through `write(file)` under a temporary name in the same
-    directory, fsyncs it, runs `check(temporary path)` if given, then renames
-    it into place. On any error (disk full, a failed check, an interrupt)
-    the temporary file is removed and `path` is left as it was; a process
-    killed mid-write leaves only a `.jdirect-tmp-<pid>-*` file, which no
-    reader trusts and `remove_stale_temporaries` removes.
-
-    A symbolic link at `path` is followed: its target is written so (a
-    dangling link's target is created). A device or FIFO at `path` is
-    opened and written through (`/dev/null` stays a device), with no
-    temporary and no `check` (there is nothing to read back). A new file
-    is created with mode 0o666 less the umask; a replaced file keeps its mode.
-
-    Raises:
-      OSError: the write, fsync or rename failed (`path` is as it was).
-      ValueError: `check` is given and `path` is a device or FIFO.
-      Whatever `check` raises.
-    """
-    if is_special(path):
-        if check is not None:
-            raise ValueError(f"{path} is not a regular file: a write to it cannot be verified")
-        with open(path, "wb") as f:
-            write(f)
-        return
-    path = Path(os.path.realpath(path))
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = os.lstat(path).st_mode
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    fd, tmp = _temporary(path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if check is not None:
-            check(tmp)
-        os.chmod(tmp, mode)  # mkstemp's 0o600 is for the temporary, not the file
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
-
-
-def probe_writable(directory: Path) -> None:
-    """Creates, writes, fsyncs and removes a temporary file of ours in
-    `directory`: a full disk or a read-only mount fails here, not later.
-
-    Raises:
-      OSError: the directory cannot take a file (its errno and strerror).
-    """
-    fd, tmp = _temporary(directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(b"jdirect")
-            f.flush()
-            os.fsync(f.fileno())
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def remove_stale_temporaries(directory: Path) -> None:
-    """Removes the temporaries that writers which have died left in `directory`.
-
-    Only call this while holding a lock that every writer into `directory`
-    holds while it writes: then no other process is writing there, and a
-    file named `.jdirect-tmp-<pid>-*` whose pid is not a live process of
-    this host is a leftover of a killed write (a live pid, which may be a
-    reused one or another host's, keeps its file: nothing that might be in
-    use is deleted). Nothing else, and nothing of this process, is touched;
-    a leftover that cannot be removed (another user's) stays, unread.
-    """
-    for path in directory.iterdir():
-        m = _OURS.match(path.name)
-        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
-            continue
-        try:
-            path.unlink()
-        except OSError:
-            pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # another user's process; not a pid at all
-        return True
-    return True
+        return None
+    return None if stat.S_ISREG(mode) else kind_of(mode)
 
 
 LOCK_NAME = ".jdirect-lock"
@@ -221,13 +106,17 @@ class DirectoryLock:
     Raises:
       DirectoryInUse: another process holds it.
       LockUnsupported: the file system has no flock.
+      NotAFile: a symbolic link, directory, FIFO or device is at the lock's
+        name (nothing is written to it or through it).
       OSError: the lock file cannot be created or written.
     """
 
     def __init__(self, directory: Path):
         self.path = directory / LOCK_NAME
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # Never through a link (O_NOFOLLOW), never stalled by a FIFO
+            # (O_NONBLOCK), only a regular file (checked on the descriptor).
+            fd = open_regular(self.path, follow=False, create=True)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -262,7 +151,7 @@ class DirectoryLock:
 
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return False
     mine = os.fstat(fd)
@@ -271,7 +160,10 @@ def _same_file(fd: int, path: Path) -> bool:
 
 def _unlock(path: Path, fd: int) -> None:
     try:
-        path.unlink(missing_ok=True)  # while still locked: see the module docstring
+        if _same_file(fd, path):  # while still locked: see the module docstring
+            path.unlink()
+    except FileNotFoundError:
+        pass
     finally:
         os.close(fd)
 
@@ -281,7 +173,7 @@ def _holder(fd: int) -> str:
     try:
         r = json.loads(os.pread(fd, 4096, 0))
         return f"pid {r['pid']} on host {r['host']}, started {r['started']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "its holder is starting and has not written its name yet"
 
 
@@ -292,6 +184,7 @@ def writer_lock(directory: Path) -> DirectoryLock | None:
 
     Raises:
       DirectoryInUse: another process holds it (named).
+      NotAFile: something other than a regular file at the lock's name.
       OSError: the lock file cannot be created or written.
     """
     try:
@@ -303,3 +196,67 @@ def writer_lock(directory: Path) -> DirectoryLock | None:
         return None
     remove_stale_temporaries(directory)
     return lock
+
+
+def check_checkpoint_dir(directory: str | Path, *, read_only: bool = False,
+                         read_only_option: str = "read_only=True") -> Path:
+    """Checks that a run can use `directory` for checkpoints, before any work.
+
+    With `read_only`, that it exists. Otherwise that it can be created and
+    written (a probe file of ours is written, fsynced and removed, so a
+    full disk or a read-only mount fails here) and that no other run holds
+    it; the lock is released again (`Checkpoints` takes it for the run).
+
+    Args:
+      read_only_option: how the caller's user asks for read-only use, named
+        in the messages: a CLI passes its flag ("--checkpoint-read-only").
+
+    Returns:
+      The directory as an absolute path.
+
+    Raises:
+      CheckpointError: one line naming the directory: it or a folder on its
+        way is a file, it does not exist (read_only), it cannot be written
+        (suggesting `read_only_option`), it is in use by another run
+        (naming its pid, host and start time), or something other than a
+        regular file is at its lock's name (named, untouched).
+    """
+    directory = Path(directory).absolute()
+    if read_only:
+        _refuse_files(directory)
+        if not directory.is_dir():
+            raise CheckpointError(f"checkpoint directory {directory} does not exist; "
+                                  f"{read_only_option} only resumes from an existing one")
+        return directory
+    lock = lock_for_writing(directory, read_only_option)
+    if lock is not None:
+        lock.release()
+    return directory
+
+
+def _refuse_files(directory: Path) -> None:
+    """CheckpointError if `directory`, or a folder on its way, is a file."""
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} is a file, not a directory")
+    if (blocker := file_in_the_way(directory)) is not None:
+        raise CheckpointError(f"cannot make checkpoint directory {directory}: {blocker} is a "
+                              "file, not a directory")
+
+
+def lock_for_writing(directory: Path, read_only_option: str) -> DirectoryLock | None:
+    """The writer's lock on `directory`, created if missing (`writer_lock`).
+    Raises as check_checkpoint_dir."""
+    _refuse_files(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe_writable(directory)
+        return writer_lock(directory)
+    except DirectoryInUse as e:
+        raise CheckpointError(f"checkpoint directory {e}; wait for it to end, or give this "
+                              "run another checkpoint directory") from None
+    except NotAFile as e:
+        raise CheckpointError(str(e)) from None
+    except OSError as e:
+        raise CheckpointError(
+            f"cannot write checkpoints to {directory} ({e.strerror or e}); choose a writable "
+            f"directory, or pass {read_only_option} to resume from it without saving") from e

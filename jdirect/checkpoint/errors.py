@@ -10,3 +10,13 @@ class CheckpointError(ValueError):
 class TableCheckpointError(CheckpointError):
     """A table checkpoint (`save_tables`/`restore_tables`) cannot be written
     or used; the message names the file and what differs or is damaged."""
+
+
+class Damaged(ValueError):
+    """A checkpoint file is unreadable, cut, crafted, or differs from its
+    hashes; the message says what (not the path: the caller names it)."""
+
+
+class OldFormat(ValueError):
+    """A checkpoint file of a format this jdirect does not read; the message
+    names the format."""

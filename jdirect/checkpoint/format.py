@@ -17,13 +17,26 @@ Format 1, the two formats of jdirect before this package (the trainer's
 `epoch-N.npz` step files, with a `header` member, and `save_tables` files,
 with a `header.json` of format 1), is not read: opening one raises
 OldFormat, naming the format, in one line.
+
+Reading trusts nothing before it is checked: the file must be a regular
+file (a path jdirect names itself is not followed if it is a link:
+`jdirect._files.open_regular`); the archive may hold only what the writer
+writes, and `header.json` is read only up to MAX_HEADER_BYTES and used
+only once its structure is the one above (header.py); each leaf's `.npy`
+header must give the entry's shape and item size and its data the bytes
+that shape holds. Every way a file can fail
+(zipfile's errors, an encrypted flag or an unknown compression method
+flipped on, cut data, JSON of another structure) raises Damaged, one line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -31,24 +44,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._files import NotAFile, open_regular
 from ..host_table import HostTable
+from .errors import Damaged, OldFormat
+from .header import FORMAT, HEADER, MAX_HEADER_BYTES, entry_dtype, read_header
 
-FORMAT = 2
-HEADER = "header.json"
 CHUNK_BYTES = 64 << 20
-# What reading a damaged archive can raise (zipfile wraps most damage in
-# BadZipFile; a cut file gives EOFError; a bad .npy header ValueError).
-_DAMAGE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, TypeError)
-
-
-class Damaged(ValueError):
-    """A checkpoint file is unreadable, cut, or differs from its hashes; the
-    message says what (not the path: the caller names it)."""
-
-
-class OldFormat(ValueError):
-    """A checkpoint file of a format this jdirect does not read; the message
-    names the format."""
+# What reading a damaged or crafted archive can raise: zipfile's own
+# errors (BadZipFile, an encrypted flag: RuntimeError, an unknown method or
+# version: NotImplementedError), a cut file (EOFError, OSError), zlib, a
+# bad .npy header (ValueError, SyntaxError from its literal), struct, and
+# JSON of another structure (KeyError, TypeError, AttributeError,
+# IndexError; RecursionError is a RuntimeError).
+_DAMAGE = (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError, EOFError,
+           RuntimeError, zipfile.BadZipFile, zlib.error, struct.error, OverflowError,
+           SyntaxError)
 
 
 class NonFinite(ValueError):
@@ -157,17 +167,37 @@ def write(f: BinaryIO, names: list[str], leaves: list[Any], metadata: dict[str, 
                 raise NonFinite(name, bad)
             entries.append(dict(path=name, shape=list(array.shape), dtype=array.dtype.name,
                                 key_impl=_key_impl(leaf), sha256=digest.hexdigest()))
-        archive.writestr(HEADER, json.dumps(dict(format=FORMAT, metadata=metadata,
-                                                 leaves=entries)))
+        header = json.dumps(dict(format=FORMAT, metadata=metadata, leaves=entries)).encode()
+        if len(header) > MAX_HEADER_BYTES:
+            raise ValueError(f"its header.json (the metadata and one entry a leaf) would take "
+                             f"{len(header):,} bytes, more than the {MAX_HEADER_BYTES:,} a "
+                             "reader accepts")
+        archive.writestr(HEADER, header)
     return entries
 
 
-def _read_member(member: BinaryIO, out: np.ndarray | None, finite: bool) -> tuple[str, int]:
-    """Reads a leaf member's data into `out` in pieces, or only hashes it
-    (out None); returns (SHA-256, how many non-finite values, if `finite`)."""
+def _read_member(member: BinaryIO, size: int, entry: dict[str, Any], out: np.ndarray | None,
+                 finite: bool) -> tuple[str, int]:
+    """Reads a leaf member (`size` bytes) of the header's `entry` into `out`
+    in pieces, or only hashes it (out None); returns (SHA-256, how many
+    non-finite values, if `finite`).
+
+    Raises:
+      ValueError: its .npy header is not of version 2.0, or gives another
+        shape or item size than `entry`, or its data is not the bytes that
+        shape holds.
+      Whatever reading a damaged member raises (_DAMAGE).
+    """
     if np.lib.format.read_magic(member) != (2, 0):
         raise ValueError("a leaf member is not a .npy file of version 2.0")
-    np.lib.format.read_array_header_2_0(member)
+    shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+    want = entry_dtype(entry["dtype"])
+    if tuple(shape) != tuple(entry["shape"]) or fortran or dtype.itemsize != want.itemsize:
+        raise ValueError(f"its .npy header says shape {shape} of {dtype.itemsize}-byte items, "
+                         f"the checkpoint's header {tuple(entry['shape'])} of {want.itemsize}")
+    nbytes = int(np.prod(entry["shape"], dtype=object)) * want.itemsize
+    if size - member.tell() != nbytes:
+        raise ValueError(f"it holds {size - member.tell():,} bytes of data, its shape {nbytes:,}")
     digest, bad = hashlib.sha256(), 0
     if out is None:
         while piece := member.read(CHUNK_BYTES):
@@ -179,24 +209,27 @@ def _read_member(member: BinaryIO, out: np.ndarray | None, finite: bool) -> tupl
             raise EOFError("a leaf ends early")
         digest.update(raw)
         bad += _nonfinite(piece) if finite else 0
+    if member.read(1):  # also where zipfile checks the member's CRC-32
+        raise ValueError("a leaf is longer than its shape")
     return digest.hexdigest(), bad
 
 
 def verify(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Reads every leaf of the file at `path` back and checks it against
-    `entries` (what `write` returned).
+    """Reads every leaf of the file at `path` (a temporary of ours: not
+    followed if a link) back and checks it against `entries` (what `write`
+    returned).
 
     Raises:
       Damaged: a leaf differs (named), or the file is unreadable.
     """
     try:
-        with zipfile.ZipFile(path) as archive:
+        with Reader(path, follow=False) as reader:
+            if reader.entries != entries:
+                raise Damaged("its header differs from the one written")
             for i, entry in enumerate(entries):
-                _read_leaf(archive, i, entry, None, False)
-    except Damaged as e:
+                _read_leaf(reader._archive, i, entry, None, False)
+    except (Damaged, OldFormat, NotAFile) as e:
         raise Damaged(f"{e}: what was read back differs from what was written") from e
-    except _DAMAGE as e:
-        raise Damaged(f"{type(e).__name__}: {e}") from e
 
 
 def _read_leaf(archive: zipfile.ZipFile, i: int, entry: dict[str, Any], out: np.ndarray | None,
@@ -209,8 +242,9 @@ def _read_leaf(archive: zipfile.ZipFile, i: int, entry: dict[str, Any], out: np.
         holds NaN or infinite values; the message names the leaf's path.
     """
     try:
-        with archive.open(f"leaf{i}.npy") as member:
-            digest, bad = _read_member(member, out, finite)
+        info = archive.getinfo(f"leaf{i}.npy")
+        with archive.open(info) as member:
+            digest, bad = _read_member(member, info.file_size, entry, out, finite)
     except zipfile.BadZipFile as e:  # zipfile checks the member's CRC-32 as it ends
         raise Damaged(f"checksum mismatch in {entry['path']} ({e})") from e
     except _DAMAGE as e:
@@ -224,30 +258,37 @@ def _read_leaf(archive: zipfile.ZipFile, i: int, entry: dict[str, Any], out: np.
 class Reader:
     """An open checkpoint file: its header, checked, and its leaves, read on demand.
 
+    Args:
+      path: the file.
+      follow: whether a symbolic link at `path` is followed (a path a user
+        named) or refused (a name jdirect gave its own file: a step).
+
     Raises (on opening):
       FileNotFoundError: no file at `path`.
+      NotAFile: a directory, FIFO or device at `path`, or (`follow` False)
+        a symbolic link: nothing is read from it.
       OldFormat: a file of format 1 (named), which this jdirect does not read.
-      Damaged: not a checkpoint, cut, or its header is unreadable.
+      Damaged: not a checkpoint, cut, crafted or its header unreadable
+        (every way reading it can fail).
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, follow: bool = True):
         self.path = Path(path)
         try:
-            self._archive = zipfile.ZipFile(self.path)
-        except FileNotFoundError:
+            fd = open_regular(self.path, follow=follow)
+        except (FileNotFoundError, NotAFile):
             raise
+        except OSError as e:
+            raise Damaged(f"cannot be read ({e.strerror or e})") from e
+        self._file = os.fdopen(fd, "rb")
+        try:
+            self._archive = zipfile.ZipFile(self._file)
         except _DAMAGE as e:
+            self._file.close()
             raise Damaged(f"not a checkpoint, or cut short ({type(e).__name__}: {e})") from e
         try:
-            names = set(self._archive.namelist())
-            if "header.npy" in names and HEADER not in names:
-                raise OldFormat(_old(1))  # a trainer step file of format 1
-            header = json.loads(self._archive.read(HEADER))
-            if header.get("format") != FORMAT:
-                raise OldFormat(_old(header.get("format")))
-            self.metadata: dict[str, Any] = header["metadata"]
-            self.entries: list[dict[str, Any]] = header["leaves"]
-        except OldFormat:
+            self.metadata, self.entries = read_header(self._archive)
+        except (OldFormat, Damaged):
             self.close()
             raise
         except _DAMAGE as e:
@@ -255,14 +296,15 @@ class Reader:
             raise Damaged(f"its header is unreadable ({type(e).__name__}: {e})") from e
 
     def mismatches(self, names: list[str], leaves: list[Any]) -> list[str]:
-        """How the saved leaves differ from `leaves` (paths, shapes, dtypes),
-        one entry a difference (at most 5, then "..."); [] when they match."""
-        have = [(e["path"], tuple(e["shape"]), e["dtype"]) for e in self.entries]
-        want = [(n, *spec(x)) for n, x in zip(names, leaves)]
+        """How the saved leaves differ from `leaves` (paths, shapes, dtypes,
+        PRNG key implementations), one entry a difference (at most 5, then
+        "..."); [] when they match."""
+        have = [(e["path"], tuple(e["shape"]), e["dtype"], e["key_impl"]) for e in self.entries]
+        want = [(n, *spec(x), _key_impl(x)) for n, x in zip(names, leaves)]
         if have == want:
             return []
-        diffs = [f"{w[0] or 'the root'}: saved {h[1:] if h[0] == w[0] else h}, now {w[1:]}"
-                 for h, w in zip(have, want) if h != w]
+        diffs = [f"{w[0] or 'the root'}: saved {_spec_words(h) if h[0] == w[0] else h[:3]}, "
+                 f"now {_spec_words(w)}" for h, w in zip(have, want) if h != w]
         if len(have) != len(want):
             diffs.insert(0, f"{len(have)} saved leaves, {len(want)} in the target")
         return diffs[:5] + (["..."] if len(diffs) > 5 else [])
@@ -282,13 +324,14 @@ class Reader:
         out = []
         for i, (entry, name, leaf) in enumerate(zip(self.entries, names, leaves)):
             target = memory(leaf, name) if is_table(leaf) else \
-                np.empty(entry["shape"], np.dtype(jnp.dtype(entry["dtype"])))
+                np.empty(entry["shape"], entry_dtype(entry["dtype"]))
             _read_leaf(self._archive, i, entry, target, finite)
             out.append(leaf if is_table(leaf) else _like(target, entry, leaf))
         return out
 
     def close(self) -> None:
         self._archive.close()
+        self._file.close()
 
     def __enter__(self) -> Reader:
         return self
@@ -297,9 +340,10 @@ class Reader:
         self.close()
 
 
-def _old(found: Any) -> str:
-    return (f"a checkpoint of format {found!r}, written by an older jdirect; this one reads "
-            f"format {FORMAT} only")
+def _spec_words(spec: tuple) -> tuple:
+    """(shape, dtype) of a (path, shape, dtype, key_impl) spec, with the key
+    implementation where there is one."""
+    return spec[1:] if spec[3] else spec[1:3]
 
 
 def _like(host: np.ndarray, entry: dict[str, Any], leaf: Any) -> Any:
@@ -311,11 +355,19 @@ def _like(host: np.ndarray, entry: dict[str, Any], leaf: Any) -> Any:
     return x
 
 
-def read_metadata(path: str | Path) -> dict[str, Any]:
-    """The metadata of the checkpoint file at `path` (no leaf is read).
+def read_metadata(path: str | Path, *, follow: bool = True) -> dict[str, Any]:
+    """The metadata of the checkpoint file at `path` (no leaf is read; at
+    most MAX_HEADER_BYTES of its header).
+
+    Args:
+      follow: follow a symbolic link at `path` (False: refuse one).
 
     Raises:
-      FileNotFoundError, OldFormat, Damaged: as `Reader`.
+      FileNotFoundError: nothing at `path`.
+      OSError (`jdirect._files.NotAFile`): a directory, FIFO or device there
+        (or a link, `follow` False); nothing is read from it.
+      ValueError: `errors.OldFormat`, a file of another format (named);
+        `errors.Damaged`, anything else that is not an intact checkpoint.
     """
-    with Reader(path) as reader:
+    with Reader(path, follow=follow) as reader:
         return reader.metadata

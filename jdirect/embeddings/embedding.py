@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..gather import _as_indices, gather
+from .._arrays import as_indices
+from ..gather import gather
 from ..host_table import HostTable
 
 # Rows initialised per random stream: fixed, so a table's values depend on
@@ -130,7 +131,7 @@ def _fill(rows: np.ndarray, seed: int, init: str, scale: float) -> None:
 def _valid_ids(ids: jax.Array, num_embeddings: int) -> jax.Array:
     """`ids` with every id outside [0, num_embeddings) replaced by
     num_embeddings, the one padding id that reads zeros and writes nothing."""
-    ids = _as_indices(ids)  # int32/int64, as every jdirect read and write takes
+    ids = as_indices(ids)  # int32/int64, as every jdirect read and write takes
     inside = (ids >= 0) & (ids < num_embeddings)
     return jnp.where(inside, ids, jnp.asarray(num_embeddings, ids.dtype))
 

@@ -69,7 +69,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..gather import _as_indices
+from .._arrays import as_indices
 from ..host_table import HostTable
 from ..write import check_writable
 from . import _rows
@@ -123,8 +123,8 @@ class SparseOptimizer(NamedTuple):
       gradients or rows that are not floating, slots of another dtype. A
       schedule's learning rate is an array known only when the program
       runs: a step where it is not finite writes nothing (the count still
-      advances). A HostTable closed after the step was traced is refused
-      when the program runs (jax.errors.JaxRuntimeError).
+      advances). A closed HostTable is refused before anything runs, also
+      by a step compiled while it was open (as `jdirect.gather`).
     """
 
     init: Callable[..., SparseState]
@@ -149,8 +149,9 @@ def _new_slot(table: Any, shape: tuple[int, ...], dtype: np.dtype, value: float,
         if memory is None:
             # Beside a managed table, "auto": managed while the GPU's free
             # memory allows (the lent machines' rule), else pinned with a
-            # warning; asking for "managed" refused the second 42.6 GB slot
-            # of an 85 GB Adagrad table on an H200 (2026-11-26).
+            # warning; asking for "managed" refused the second slot of an
+            # 85 GB Adagrad table on an H200 (benchmarks/results/journal/LOG.md,
+            # 2026-11-26).
             memory = "pinned" if table.memory == "pinned" else "auto"
         slot = HostTable.empty(shape, dtype, memory=memory)
         each_block(slot.numpy(), lambda i, block: block.fill(value))
@@ -254,7 +255,7 @@ def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: di
         _check_table(table)
         num, dim = table.shape
         dtype = _slot_dtype(table.dtype)
-        ids = _as_indices(ids)
+        ids = as_indices(ids)
         kept = {name: dtype for name in slots}
         if per_row_steps:
             kept["steps"] = np.dtype(np.int32)

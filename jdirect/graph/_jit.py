@@ -4,12 +4,11 @@ programs: `jax.jit` with `COMPILER_OPTIONS`.
 XLA's GPU compiler autotunes every matrix product among Triton GEMM
 fusions as well as cuBLAS; for these programs, whose products are small
 (a batch's rows times a layer's weights), the search costs much of a
-compilation and buys little. H100, jax 0.11.2, 2026-11-27
-(benchmarks/results/LOG.md, fifth session): the papers100m CLI compiled
-for 53.0 s with the search and 39.3 s without (XLA_FLAGS
---xla_gpu_enable_triton_gemm=false), its epochs 1.95 s and 1.96 s; but
-products' epoch was 3.9 % slower without it (0.2262 against 0.2178 s,
-medians of 10), so the training programs search unless their run's
+compilation and buys little: papers100m's compiled markedly faster
+without it (XLA_FLAGS --xla_gpu_enable_triton_gemm=false) at the same
+epoch time, but products' epoch was a few percent slower without it
+(benchmarks/results/journal/LOG.md, 2026-11-27, fifth session), so the
+training programs search unless their run's
 `TrainConfig.gemm_search` is off (papers100m's configuration:
 `training.programs.training`), and the programs that run once an
 evaluation never do. Turning autotuning off

@@ -37,9 +37,10 @@ from typing import NoReturn
 import jax
 
 from .. import environment
+from ..checkpoint import CheckpointError, check_checkpoint_dir
 from .data import DATASETS, PRESETS
 from .features import ENCODINGS, SOURCES
-from .io import CheckpointError, check_checkpoint_dir, check_metrics_path
+from .io import check_metrics_path
 from .models import MODELS
 from .models.decoders import DECODERS
 from .sampling.edges import BIASES
@@ -47,7 +48,7 @@ from .tasks import TASKS
 from .tasks.link import LOSSES
 from .tasks.ranking import FIGURES
 from .training import parallel
-from .training.config import (AUTO, FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig, apply_flags,
+from .training.config import (FEATURE_DTYPES, MAX_SEED, SAMPLERS, TrainConfig, apply_flags,
                               parse_cache_fraction, parse_fanouts)
 from .training.config_files import CONFIGS, load_config
 from .training.learned import MEMORY, OPTIMIZERS
@@ -57,7 +58,7 @@ from .training.runs import train_and_evaluate
 from .training.trainer import EvaluationFailed
 
 # Compiled programs are kept here between runs (JAX's persistent cache).
-COMPILATION_CACHE = Path.home() / ".cache" / "jdirect" / "jax-compilation"
+COMPILATION_CACHE = environment.user_cache_dir() / "jax-compilation"
 
 
 def _number(kind: type, low: float, high: float | None = None, *, open_low: bool = False,
@@ -83,12 +84,10 @@ def _number(kind: type, low: float, high: float | None = None, *, open_low: bool
 
 
 def _cache_fraction(text: str) -> float | str:
-    """--cache-fraction: "auto" or a number in [0, 1], the setting's value."""
     try:
-        value = parse_cache_fraction(text)
+        return parse_cache_fraction(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
-    return value if value == AUTO else _number(float, 0, 1)(text)
 
 
 def _fanouts(text: str) -> tuple[int, ...]:
@@ -181,8 +180,7 @@ def parser() -> argparse.ArgumentParser:
              "of on a side stream during the previous step")
     add("--cache-fraction", type=_cache_fraction,
         help="jdirect-cache, jdirect-partitioned: share of the (encoded) feature table kept "
-             "on each device, or auto: as many rows as fit in half the free device memory, "
-             "every row when the table fits")
+             "on each device, in [0, 1], or auto: what fits (docs/training.md)")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
              "auto: bfloat16 when a device cache takes only a share of the rows, else "
@@ -310,6 +308,9 @@ def _run(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
                                  read_only_option="--checkpoint-read-only")
     except ValueError as e:
         p.error(str(e))
+    if args.compilation_cache != "none" and parallel.is_lead():
+        print(f"compiled programs are kept in {args.compilation_cache} for the next run "
+              "(--compilation-cache none: off)")
     try:
         results = train_and_evaluate(cfg, baseline=not args.no_baseline,
                                      metrics_path=args.metrics, mesh=mesh)

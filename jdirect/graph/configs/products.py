@@ -11,8 +11,8 @@ from jdirect.graph.training import TrainConfig
 
 def get_config() -> TrainConfig:
     # 3 epochs, as the GPU benchmark. GraphSAGE used to sit on the uniform-
-    # prediction plateau (loss ln 47) for 2 to 4 epochs here (full-split
-    # test 0.21 to 0.78 after 3, H200, 2026-11-25): Flax's initialisation
+    # prediction plateau (loss ln 47) for 2 to 4 epochs here (the journal,
+    # benchmarks/results/journal/LOG.md, 2026-11-25): Flax's initialisation
     # and the preset's features of standard deviation 7 then (noise 7; now
     # unit variance) started it at loss ~16, which killed its second
     # layer's ReLUs (models/base.py, `linear`).

@@ -10,11 +10,12 @@ labels, and a CSR built from edge chunks.
   1/2/3 = train/val/test) and `reddit_graph.npz` (a SciPy sparse matrix
   saved with save_npz, COO or CSR).
 
-Features are cached once as `jdirect-cache/features.npy` beside the data;
-each load reads the cache once, in chunks, into `jdirect.host_empty` memory
-(host-resident managed memory on a GPU), which a `HostTable` then wraps in
-place. `jdirect-cache/features.json` records the size and
-modification time of the file the cache was built from; the cache is
+Features are cached once as `features.npy` in the dataset's cache folder
+(`cache_folder`: in the user's cache directory, never in the dataset's own
+folder unless asked); each load reads the cache once, in chunks, into
+`jdirect.host_empty` memory (host-resident managed memory on a GPU), which a
+`HostTable` then wraps in place. `features.json` beside it records the size
+and modification time of the file the cache was built from; the cache is
 rebuilt when they change. Both are written under a temporary name and
 renamed, so a failed write (disk full, kill) leaves nothing a later run
 trusts.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
 import shutil
 import struct
@@ -49,10 +51,12 @@ from typing import BinaryIO
 
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
+from ...environment import user_cache_dir
 from ...host_memory import host_empty
 
-from ...checkpoint.directory import TMP_PREFIX, atomic_write
+from ..._files import TMP_PREFIX, atomic_write
 from .csr import FEATURE_DTYPES, Graph, csr_from_edge_chunks
 
 # Edges handled per step while building a CSR from an edge file; the
@@ -135,7 +139,7 @@ class Npz:
         if info.compress_type == zipfile.ZIP_STORED:
             yield self._map_stored(key, info)
             return
-        scratch.mkdir(exist_ok=True)
+        scratch.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=scratch, prefix=TMP_PREFIX, suffix=".npy") as tmp:
             self.copy(key, tmp)
             tmp.flush()
@@ -191,18 +195,32 @@ def _nonfinite(features: np.ndarray) -> tuple[int, int]:
     return count, first
 
 
-def cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None], *,
-                    allow_nonfinite: bool, dtype: str | None) -> np.ndarray:
-    """The feature table from `root/jdirect-cache/features.npy`, (re)built by
+def cache_folder(root: Path, cache_dir: str | Path | None) -> Path:
+    """Where the files a loader derives from the dataset in `root` go (the
+    feature cache, a compressed array unpacked to be mapped): `cache_dir` if
+    given, else `<user cache>/datasets/<root's name>-<hash of its path>`
+    (`jdirect.environment.user_cache_dir`), so that a dataset folder, which
+    may be read-only, shared or under version control, is never written."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    path = Path(root).resolve()
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    return user_cache_dir() / "datasets" / f"{path.name}-{digest}"
+
+
+def cached_features(cache_dir: Path, source: Path, write: Callable[[BinaryIO], None], *,
+                    allow_nonfinite: bool, dtype: str | None,
+                    progress: bool = False) -> np.ndarray:
+    """The feature table from `cache_dir/features.npy`, (re)built by
     `write(file)` unless the cache records `source` as it is now, converted
-    once to `dtype` (None: kept if it is a table dtype, else float32).
+    once to `dtype` (None: kept if it is a table dtype, else float32);
+    `progress`: a tqdm bar of its read into table memory (on a terminal).
 
     Raises:
       ValueError: the cache is unreadable (delete it to rebuild), the table
         is not 2-D numeric, or it holds NaN/inf and not `allow_nonfinite`.
       OSError: the cache cannot be written (e.g. disk full); nothing is left.
     """
-    cache_dir = root / "jdirect-cache"
     cache, record_path = cache_dir / "features.npy", cache_dir / "features.json"
     st = source.stat()
     stamp = dict(source=source.name, size=st.st_size, mtime_ns=st.st_mtime_ns)
@@ -212,7 +230,7 @@ def cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None],
     except (OSError, ValueError, KeyError, TypeError):
         fresh = False
     if not fresh:
-        cache_dir.mkdir(exist_ok=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
         record_path.unlink(missing_ok=True)  # the old cache is no longer vouched for
         try:
             atomic_write(cache, write)
@@ -243,11 +261,12 @@ def cached_features(root: Path, source: Path, write: Callable[[BinaryIO], None],
             raise ValueError(msg + "; fix the file (a program of your own may load it anyway "
                              "with the loader's allow_nonfinite=True)")
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
-    return _into_table_memory(features, dtype, source, check=not record["nonfinite"])
+    return _into_table_memory(features, dtype, source, check=not record["nonfinite"],
+                              progress=progress)
 
 
 def _into_table_memory(features: np.ndarray, dtype: str | None, source: Path, *,
-                       check: bool) -> np.ndarray:
+                       check: bool, progress: bool = False) -> np.ndarray:
     """The memory-mapped cache read once into `jdirect.host_empty` memory
     (host-resident managed memory on a GPU, where zero-copy gathers run at
     the link's rate), in chunks (the table is never held twice), converted
@@ -264,7 +283,9 @@ def _into_table_memory(features: np.ndarray, dtype: str | None, source: Path, *,
     top = float(jnp.finfo(out.dtype).max)
     narrower = top < float(np.finfo(np.float32).max)
     step = max(1, (1 << 28) // max(1, features[:1].nbytes))
-    for start in range(0, features.shape[0], step):
+    # disable=None: tqdm draws only on a terminal (a log file gets no bar).
+    for start in tqdm(range(0, features.shape[0], step), desc=f"{source.name}: features",
+                      unit="chunk", disable=None if progress else True, leave=False):
         with np.errstate(over="ignore"):
             out[start:start + step] = features[start:start + step]
         if check and narrower and not np.isfinite(out[start:start + step]).all():

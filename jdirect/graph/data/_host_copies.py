@@ -68,7 +68,8 @@ def _staged(source: jax.Array) -> jax.Array:
     now, asynchronously). A GPU copies into pinned memory at the link's rate
     (DMA), while NumPy's own copy from a GPU goes through pageable memory,
     a few GB/s in all however many threads call it (papers100m's
-    generation on an H200: 28.1 s that way, 16.3 s staged)."""
+    generation took far longer that way: benchmarks/results/journal/LOG.md,
+    2026-11-28)."""
     devices = source.devices()
     if len(devices) != 1:
         return source

@@ -8,8 +8,11 @@ package plus one line in `DATASETS` (or, for a synthetic size, one entry in
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Protocol
+
+import jax
 
 from .csr import Graph
 from .ogb import load_ogb_node
@@ -38,9 +41,8 @@ from .synthetic import generate
 # kept 0.245 at full size; 0.28 kept 0.236 at 61K nodes), so a graph of
 # --scale S reaches lower GNN accuracies than the full preset. Unit variance: on
 # products' raw features (standard deviation 3.5) GAT stayed near chance
-# (validation 0.03 against 0.12 on standardised ones after 4 epochs of a
-# 6,000-node graph; GraphSAGE 0.35 against 0.39, CPU, 2026-11-27).
-# Measured by benchmarks/presets.py.
+# where standardised ones let it learn (benchmarks/results/journal/LOG.md,
+# 2026-11-27). Measured by benchmarks/presets.py.
 CALIBRATED = {
     "products": dict(noise=3.4, homophily=0.24, label_noise=0.1, unit_variance=True),
     "papers100m": dict(noise=3.0, homophily=0.3, label_noise=0.25, unit_variance=True),
@@ -63,15 +65,19 @@ PRESETS: dict[str, dict[str, Any]] = {
 # dense communities and features too noisy to tell them apart, so the
 # neighbourhoods carry what the features do not, as on the real graphs
 # (ogbl-citation2: GNNs reach test MRR 0.80-0.85, an MLP on the features
-# 0.29). `link-small` (4,000 nodes, CPU, 2026-11-29): GraphSAGE test MRR
-# 0.34, the MLP 0.04 (benchmarks/RESULTS.md). `citation2` is ogbl-citation2's
-# shape (2,927,963 nodes, 30,561,187 edges, 128-dim float32 features) with
-# communities of ~2,900 nodes; not yet calibrated against its figures.
+# 0.29). `link-small`: GraphSAGE far above the MLP (the journal's
+# link-prediction-2026-11-29.md, benchmarks/results/journal/). `citation2`
+# is ogbl-citation2's shape (2,927,963 nodes, 30,561,187 edges, 128-dim
+# float32 features) with communities of ~2,900 nodes; not yet calibrated
+# against its figures.
 PRESETS["link-small"] = dict(num_nodes=4_000, num_edges=24_000, feature_dim=32, num_classes=60,
                              split=(0.3, 0.1), noise=6.0, homophily=0.9, unit_variance=True)
 PRESETS["citation2"] = dict(num_nodes=2_927_963, num_edges=30_561_187, feature_dim=128,
                             num_classes=1_000, split=(0.3, 0.1), noise=6.0, homophily=0.9,
                             unit_variance=True)
+# Presets of more edges than this are sized for a GPU: on a CPU their
+# generation and epochs take minutes, not seconds (`load_graph` warns).
+GPU_SIZED_EDGES = 10_000_000
 # The graphs, labels and splits without features: for learned embeddings.
 PRESETS["products-featureless"] = dict(PRESETS["products"], feature_dim=0)
 PRESETS["papers100m-featureless"] = dict(PRESETS["papers100m"], feature_dim=0)
@@ -117,7 +123,7 @@ def _files(name: str, load: Callable[..., Graph]) -> Opener:
         if overrides:
             raise ValueError(f"dataset {name!r} takes no {', '.join(sorted(overrides))} "
                              "(its sizes come from its files)")
-        return load(Path(data_dir), feature_dtype=feature_dtype)
+        return load(Path(data_dir), feature_dtype=feature_dtype, progress=progress)
 
     return open_files
 
@@ -160,10 +166,16 @@ class GraphSettings(Protocol):
 def load_graph(cfg: GraphSettings) -> Graph:
     """The graph a run's configuration names: `cfg.dataset` from
     `cfg.data_dir`, generated from `cfg.seed` with `cfg.feature_dtype`
-    (synthetic presets), a progress bar if `cfg.progress`.
+    (synthetic presets), a progress bar if `cfg.progress`. A preset sized
+    for a GPU (`GPU_SIZED_EDGES`) warns in one line where JAX has no GPU.
 
     Raises as `load_dataset` does.
     """
+    edges = PRESETS.get(cfg.dataset, {}).get("num_edges", 0)
+    if edges > GPU_SIZED_EDGES and jax.default_backend() != "gpu":
+        warnings.warn(f"the {cfg.dataset} preset ({edges:,} edges) is sized for a GPU and JAX "
+                      "has none here: generating and training it on the CPU take minutes "
+                      "(--config tiny: seconds)", UserWarning, stacklevel=2)
     overrides = {"feature_dtype": cfg.feature_dtype} if cfg.feature_dtype else {}
     return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, progress=cfg.progress,
                         **overrides)

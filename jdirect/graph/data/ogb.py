@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import (Npz, cached_features, checked_graph, csr_of, edge_chunks, need_file,
-                     read_csv, read_labels)
+from ._files import (Npz, cache_folder, cached_features, checked_graph, csr_of, edge_chunks,
+                     need_file, read_csv, read_labels)
 from .csr import Graph
 
 
@@ -27,7 +27,8 @@ def _split_dir(root: Path, split: str | None) -> Path:
 
 
 def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = None,
-                  allow_nonfinite: bool = False, feature_dtype: str | None = None) -> Graph:
+                  allow_nonfinite: bool = False, feature_dtype: str | None = None,
+                  cache_dir: str | Path | None = None, progress: bool = False) -> Graph:
     """Loads an OGB node-property dataset from its raw directory.
 
     Args:
@@ -40,6 +41,13 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
       feature_dtype: the feature table's dtype (one of FEATURE_DTYPES); None
         keeps the file's if it is one of them, else float32 (float64 and
         integer features are converted once, then checked).
+      cache_dir: where the feature cache (and a compressed edge array,
+        unpacked to be mapped) is written; None: a folder of the user's
+        cache directory (`$XDG_CACHE_HOME/jdirect/datasets/`, else
+        `~/.cache/jdirect/datasets/`) named after `root`. The dataset's own
+        folder is never written.
+      progress: a tqdm bar of the features' read into table memory, on
+        stderr where it is a terminal.
 
     Raises:
       FileNotFoundError: a required file is missing (named in the message).
@@ -47,13 +55,14 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
       OSError: the feature cache cannot be written.
     """
     root = Path(root)
-    raw = root / "raw"
+    raw, cache = root / "raw", cache_folder(root, cache_dir)
     if (raw / "data.npz").exists():
         with Npz(raw / "data.npz") as data:
             num_nodes = int(data.array("num_nodes_list").sum())
-            features = cached_features(root, data.path, lambda f: data.copy("node_feat", f),
-                                       allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
-            with data.mapped("edge_index", root / "jdirect-cache") as edges:
+            features = cached_features(cache, data.path, lambda f: data.copy("node_feat", f),
+                                       allow_nonfinite=allow_nonfinite, dtype=feature_dtype,
+                                       progress=progress)
+            with data.mapped("edge_index", cache) as edges:
                 indptr, indices = csr_of(edge_chunks(edges, data.path), num_nodes, data.path,
                                        symmetrize=undirected)
         with Npz(raw / "node-label.npz") as npz:
@@ -66,8 +75,8 @@ def load_ogb_node(root: Path, *, undirected: bool = True, split: str | None = No
         num_nodes = int(read_csv(raw / "num-node-list.csv.gz", np.int64).sum())
         feat_path = need_file(raw / "node-feat.csv.gz")
         features = cached_features(
-            root, feat_path, lambda f: np.save(f, read_csv(feat_path, np.float32)),
-            allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
+            cache, feat_path, lambda f: np.save(f, read_csv(feat_path, np.float32)),
+            allow_nonfinite=allow_nonfinite, dtype=feature_dtype, progress=progress)
         indptr, indices = csr_of(edge_chunks(edges.T, edge_path), num_nodes, edge_path,
                                symmetrize=undirected)
         del edges

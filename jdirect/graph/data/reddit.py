@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import Npz, cached_features, checked_graph, csr_of, edge_chunks, read_labels
+from ._files import (Npz, cache_folder, cached_features, checked_graph, csr_of, edge_chunks,
+                     read_labels)
 from .csr import Graph
 
 
@@ -36,14 +37,15 @@ def _scipy_npz_chunks(npz: Npz) -> tuple[Callable[[], Iterator[tuple]], int]:
 
 
 def load_reddit(root: Path, *, allow_nonfinite: bool = False,
-                feature_dtype: str | None = None) -> Graph:
+                feature_dtype: str | None = None, cache_dir: str | Path | None = None,
+                progress: bool = False) -> Graph:
     """Loads Reddit from reddit_data.npz and reddit_graph.npz in `root`.
 
     Args:
       root: the directory holding both files.
       allow_nonfinite: load features holding NaN/inf (with a RuntimeWarning)
         instead of refusing them.
-      feature_dtype: as for `load_ogb_node`.
+      feature_dtype, cache_dir, progress: as for `load_ogb_node`.
 
     Raises:
       FileNotFoundError: a required file is missing (named in the message).
@@ -52,8 +54,10 @@ def load_reddit(root: Path, *, allow_nonfinite: bool = False,
     """
     root = Path(root)
     with Npz(root / "reddit_data.npz") as data:
-        features = cached_features(root, data.path, lambda f: data.copy("feature", f),
-                                    allow_nonfinite=allow_nonfinite, dtype=feature_dtype)
+        features = cached_features(cache_folder(root, cache_dir), data.path,
+                                    lambda f: data.copy("feature", f),
+                                    allow_nonfinite=allow_nonfinite, dtype=feature_dtype,
+                                    progress=progress)
         num_nodes = features.shape[0]
         labels, known = read_labels(data.array("label"), data.path, num_nodes)
         types = data.array("node_types").reshape(-1)

@@ -110,7 +110,8 @@ def generate(
         training and evaluation (their labels still exist).
       feature_dtype: float32, bfloat16 or float16.
       seed: everything is a function of the arguments and this seed.
-      progress: show tqdm bars (per pass of the edge stream, per chunk of
+      progress: show tqdm bars on stderr where it is a terminal (per draw of
+        the edge stream: the calibration's two, then each pass; per chunk of
         feature rows).
       passes: node-id ranges processed one at a time; default: the fewest
         whose buffers fit in device memory.
@@ -166,10 +167,15 @@ def generate(
     labels = np.asarray(labels)  # off the device before the edge passes fill it
     train, val, test = (np.asarray(s).astype(np.int64) for s in splits)
     clock.lap("nodes")
-    with HostCopies() as copies:
-        num_draw = _calibrate(model, plan, k_edges, perm, num_edges)
-        indptr, indices = _edges_to_csr(model, plan, k_edges, perm, num_draw, copies,
-                                        name, progress)
+    # One bar from the first draw of the edge stream on (the calibration's
+    # two, then the passes), so that a large graph shows its progress from
+    # the start: each draw is one compiled call over every edge drawn.
+    # disable=None: tqdm draws only on a terminal (a log file gets no bar).
+    with HostCopies() as copies, tqdm(total=2 + plan.passes, desc=f"{name}: edges",
+                                      unit="draw", disable=None if progress else True,
+                                      leave=False) as bar:
+        num_draw = _calibrate(model, plan, k_edges, perm, num_edges, bar)
+        indptr, indices = _edges_to_csr(model, plan, k_edges, perm, num_draw, copies, bar)
         copies.wait()
         del perm
         clock.lap("edges")
@@ -335,7 +341,7 @@ def _run_pass(model: EdgeModel, plan: _Plan, key, perm, num_draw: int, lo: int, 
     return indices, counts, (int(raw), int(kept))
 
 
-def _calibrate(model: EdgeModel, plan: _Plan, key, perm, num_edges: int) -> int:
+def _calibrate(model: EdgeModel, plan: _Plan, key, perm, num_edges: int, bar: tqdm) -> int:
     """Edges to draw so that about num_edges remain once self-loops and
     repeats are dropped.
 
@@ -353,6 +359,7 @@ def _calibrate(model: EdgeModel, plan: _Plan, key, perm, num_edges: int) -> int:
             _, _, (r, k) = _run_pass(model, plan, key, perm, num_draw, lo,
                                         min(lo + plan.span, pilot))
             raw, kept = raw + r, kept + k
+        bar.update(1)
         return raw, kept
 
     target, k0 = kept_ends(num_edges)
@@ -366,7 +373,7 @@ def _calibrate(model: EdgeModel, plan: _Plan, key, perm, num_edges: int) -> int:
 
 
 def _edges_to_csr(model: EdgeModel, plan: _Plan, key, perm, num_draw: int,
-                  copies: HostCopies, name: str, progress: bool):
+                  copies: HostCopies, bar: tqdm):
     n = model.num_nodes
     indptr = _csr_array((n + 1,), np.dtype(np.int64))
     indptr[0] = 0
@@ -374,9 +381,7 @@ def _edges_to_csr(model: EdgeModel, plan: _Plan, key, perm, num_draw: int,
     # written, so its pages are never resident.
     buffer = _csr_array((2 * num_draw,), np.dtype(np.int32))
     offset = 0
-    # disable=None: tqdm draws only on a terminal (a log file gets no bar).
-    for p in tqdm(range(plan.passes), desc=f"{name}: edges", disable=None if progress else True,
-                  leave=False):
+    for p in range(plan.passes):
         lo = p * plan.span
         hi = min(lo + plan.span, n)
         indices, counts, (_, kept) = _run_pass(model, plan, key, perm, num_draw, lo, hi)
@@ -387,6 +392,7 @@ def _edges_to_csr(model: EdgeModel, plan: _Plan, key, perm, num_draw: int,
         copies.put_range(buffer[offset:end], indices)
         offset = end
         del indices  # free the slice's device memory before the next pass fills
+        bar.update(1)
     return indptr, buffer[:offset]
 
 

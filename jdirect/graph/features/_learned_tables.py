@@ -64,9 +64,9 @@ def sparse_optimizer(name: str, lr: float) -> embeddings.SparseOptimizer:
 
 
 def _token(table: HostTable) -> jax.Array:
-    """The token of a table version's latest write (its second pytree leaf;
-    later reads and writes take it as an input)."""
-    return table._after
+    """The token of a table version's latest write (later reads and writes
+    take it as an input)."""
+    return table.operands("the learned input", traced=True).token
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["leaves", "count"],

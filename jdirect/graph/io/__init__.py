@@ -1,10 +1,8 @@
-"""Files a run writes: checkpoints (`jdirect.checkpoint`, with the trainer's
-resume settings), the metrics file, and the atomic write that both (and the
-loaders' feature cache) use."""
+"""Files a run writes besides its checkpoints: the metrics file, and the
+trainer's resume settings (`checkpoint.py`). The checkpoints themselves are
+`jdirect.checkpoint`'s, and the atomic write every file of a run goes
+through is `jdirect._files`'."""
 
-from ...checkpoint import CheckpointError, Checkpoints, check_checkpoint_dir
-from ...checkpoint.directory import TMP_PREFIX, atomic_write
 from .metrics_file import MetricsFile, check_metrics_path
 
-__all__ = ["CheckpointError", "Checkpoints", "MetricsFile", "TMP_PREFIX", "atomic_write",
-           "check_checkpoint_dir", "check_metrics_path"]
+__all__ = ["MetricsFile", "check_metrics_path"]

@@ -3,7 +3,11 @@
 The checkpoints themselves (one file an epoch, verified, rotated, locked)
 are `jdirect.checkpoint.Checkpoints`; this module says which of the
 trainer's settings a checkpoint is saved with and compared on resume:
-RESUME_KEYS, normalised; a refusal names each setting that differs.
+RESUME_KEYS, normalised; a refusal names each setting that differs. The
+row encoding is stored as the source resolved it (`resolved_row_encoding`),
+so a run whose `auto` chose float32 rows is not resumed on bfloat16 ones
+when `auto` chooses otherwise (another `cache_fraction`, less free device
+memory).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import jax
 from jax.experimental import multihost_utils
 
 from ...checkpoint import Checkpoints, normalised_settings
+from ..features.encoding import STORED
 
 # Settings that change what a run computes or what its history means
 # (eval_max picks the validation nodes behind every val_acc and so the best
@@ -37,7 +42,8 @@ def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     directory (a saved relative path is read against the current directory
     too); `fanouts` a list. Pass `sampler` as resolved ("device" or "cpu",
     not "auto"): the resolved one draws the samples; `devices` as the
-    mesh's size, not None.
+    mesh's size, not None; `row_encoding` as `resolved_row_encoding`
+    gives it: the encoding the rows are read in.
 
     Raises:
       ValueError: `settings` lacks some of RESUME_KEYS (named).
@@ -46,6 +52,20 @@ def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"run settings lack {', '.join(missing)}")
     return normalised_settings({k: settings[k] for k in RESUME_KEYS})
+
+
+def resolved_row_encoding(source: Any, requested: str) -> str:
+    """What a run's `row_encoding` (`requested`, maybe "auto") resolved to
+    on its feature source: where the source plans its host rows (the
+    jdirect sources, `encoding.plan_rows`), the encoding they are stored in
+    ("float32", "bfloat16", "int8"; rows stored as they are: the table's
+    dtype); else `requested` (the other sources take only "auto"). A
+    learned source's is its given source's."""
+    source = getattr(source, "inner", source)
+    plan = getattr(source, "plan", None)
+    if plan is None:
+        return requested
+    return source.host.dtype.name if plan.encoding == STORED else plan.encoding
 
 
 def open_checkpoints(directory: str | Path, settings: Mapping[str, Any], *, read_only: bool,

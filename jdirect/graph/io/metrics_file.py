@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ...checkpoint.directory import atomic_write, file_in_the_way, is_special, probe_writable
+from ..._files import atomic_write, file_in_the_way, is_special, probe_writable
 
 
 def run_environment() -> dict[str, Any]:

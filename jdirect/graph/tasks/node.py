@@ -81,7 +81,11 @@ class NodeTask:
             if last:
                 trainer.feed.close()
             full = trainer.full_accuracy(state)
-        return fit_result(trainer, best_epoch, sampled, full)
+        return fit_result(trainer.cfg, trainer.history, best_epoch, sampled, full,
+                          epochs=trainer.epochs, devices=trainer.mesh.size,
+                          steps_per_call=getattr(trainer.feed, "steps_per_call", 1),
+                          sampled_eval=trainer.sampled_eval, learned=trainer.learned is not None,
+                          has_val=len(trainer.graph.val) > 0, report=trainer.full_eval)
 
     def describe(self, out: dict[str, Any], cfg: Any) -> str:
         """The result's figures in one line."""

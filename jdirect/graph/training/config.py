@@ -84,16 +84,10 @@ class TrainConfig:
         on the CPU backend).
       cache_fraction: jdirect-cache, jdirect-partitioned: share of the
         (encoded) table's bytes on each device (jdirect-partitioned's
-        devices cache different rows), a number in [0, 1], or "auto" (the default, the
-        CLI's `--cache-fraction auto`): as many rows as fit in half
-        the device memory free when the source opens, leaving the device
-        sampler room for its CSR, every row when the whole table fits
-        (none on the CPU backend; `features.encoding`, sized by the core's
-        rule in `jdirect.cached_table`). Measured
-        (benchmarks/RESULTS.md, 2026-11-26/27): products on an H200, 0.198
-        s an epoch with every row cached, 0.391 s with 0.2, 0.183 s with the
-        table on the device; papers100m from the CLI on an H100, 1.94 s
-        with 53 % of the rows cached, 2.70 s with 0.2.
+        devices cache different rows), a number in [0, 1], or "auto" (the
+        default, the CLI's `--cache-fraction auto`): what fits, by the rule
+        written down in `features.encoding` (checked by
+        `check_cache_fraction`).
       row_encoding: the jdirect sources: how the host-resident rows are
         stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
         scale) or "auto" (`features.encoding`: as stored when there is no
@@ -207,9 +201,7 @@ class TrainConfig:
             return self
         # Before the type check, whose "a number or a string" would not
         # say which string.
-        _check(self.cache_fraction == AUTO or (_is_number(self.cache_fraction)
-                                               and 0.0 <= self.cache_fraction <= 1.0),
-               "cache_fraction", f"must be {CACHE_FRACTIONS}, got {self.cache_fraction!r}")
+        check_cache_fraction(self.cache_fraction)
         _check_types(self)
         _check(isinstance(self.fanouts, tuple) and len(self.fanouts) > 0,
                "fanouts", "must be a non-empty list of positive integers, e.g. 15,10,5")
@@ -390,13 +382,25 @@ def parse_fanouts(text: str) -> tuple[int, ...]:
     return fanouts
 
 
+def check_cache_fraction(value: Any) -> float | str:
+    """`value` if it is a cache_fraction setting: "auto", or an int or float
+    in [0, 1]. The one check of the setting (`TrainConfig.validate`, and
+    through `parse_cache_fraction` the command line and the benchmarks).
+
+    Raises:
+      ValueError: anything else (another string, a bool, NaN, a number
+        outside [0, 1]), named in the message.
+    """
+    if value == AUTO or (_is_number(value) and 0.0 <= value <= 1.0):
+        return value
+    raise ValueError(f"cache_fraction must be {CACHE_FRACTIONS}, got {value!r}")
+
+
 def parse_cache_fraction(text: str) -> float | str:
-    """'auto' -> "auto", '0.2' -> 0.2 (any number: `TrainConfig.validate`
-    checks the range); raises ValueError with the offending text."""
-    if text == AUTO:
-        return AUTO
+    """'auto' -> "auto", '0.2' -> 0.2: a command line's cache_fraction,
+    checked (`check_cache_fraction`); raises ValueError naming the text."""
     try:
-        return float(text)
+        return check_cache_fraction(text if text == AUTO else float(text))
     except ValueError:
         raise ValueError(f"cache_fraction must be {CACHE_FRACTIONS}, got {text!r}") from None
 

@@ -5,16 +5,14 @@ behind."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 
+from ..inference import Report
 from ..io import MetricsFile
 from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
 from .config import TrainConfig
-
-if TYPE_CHECKING:
-    from .trainer import Trainer
 
 # Which epoch's model a run evaluates (its protocol's "best_epoch").
 BEST_VAL = "best sampled validation"
@@ -34,64 +32,67 @@ def best_of(history: list[dict], key: str = "val_acc") -> dict[str, Any]:
     return dict(epoch=epoch, score=val)
 
 
-def fit_result(trainer: "Trainer", best_epoch: int, sampled: float | None,
-               full: dict[str, float | None]) -> dict[str, Any]:
-    """`Trainer.fit`'s result: its history, the accuracies of the model of
+def fit_result(cfg: TrainConfig, history: list[dict[str, Any]], best_epoch: int,
+               sampled: float | None, full: dict[str, float | None], *, epochs: int,
+               devices: int, steps_per_call: int, sampled_eval: bool, learned: bool,
+               has_val: bool, report: Report | None) -> dict[str, Any]:
+    """`Trainer.fit`'s result: its `history`, the accuracies of the model of
     `best_epoch` (`sampled` on the test split, `full` from the full-split
-    evaluation, {} without one), where it trained, and the protocol of each
-    accuracy."""
-    cfg = trainer.cfg
-    out = dict(history=trainer.history, best_epoch=best_epoch,
+    evaluation, {} without one), where it trained (`epochs`, `devices`,
+    `steps_per_call`), the protocol of each accuracy (`sampled_eval`: it
+    validated and tested sampled; `learned`: a learned embedding, changed in
+    place, so the last epoch is evaluated; `has_val`: the graph has
+    validation nodes) and, with `report` (the full-split evaluation's), where
+    that evaluation's time went."""
+    out = dict(history=history, best_epoch=best_epoch,
                val_acc=full.get("val"), test_acc=full.get("test", sampled),
-               sampled_test_acc=sampled, epochs=trainer.epochs, devices=trainer.mesh.size,
-               processes=jax.process_count(),
-               steps_per_call=getattr(trainer.feed, "steps_per_call", 1))
+               sampled_test_acc=sampled, epochs=epochs, devices=devices,
+               processes=jax.process_count(), steps_per_call=steps_per_call)
     out["protocol"] = dict(
         val_acc=FULL if cfg.full_eval else None, test_acc=FULL if cfg.full_eval else SAMPLED,
-        sampled_test_acc=SAMPLED if trainer.sampled_eval else None,
-        history_val_acc=SAMPLED if trainer.sampled_eval else None,
-        best_epoch=LAST_LEARNED if trainer.learned is not None else
-        LAST_NO_VAL if not len(trainer.graph.val) else
-        BEST_VAL if trainer.sampled_eval else ONLY_EPOCH, eval_max=cfg.eval_max)
-    report = trainer.full_eval
+        sampled_test_acc=SAMPLED if sampled_eval else None,
+        history_val_acc=SAMPLED if sampled_eval else None,
+        best_epoch=LAST_LEARNED if learned else LAST_NO_VAL if not has_val else
+        BEST_VAL if sampled_eval else ONLY_EPOCH, eval_max=cfg.eval_max)
     if report is not None:  # where the full-split evaluation's time went
         out["full_eval_layers"] = [dict(s=round(s, 3), link_gb=round(b / 1e9, 3), edges=e)
                                    for (s, b), e in zip(report.layers, report.edges)]
     return out
 
-def kept(name: str, trainer: "Trainer | None", history: list[dict[str, Any]],
-          results: dict[str, dict[str, Any]], metrics: MetricsFile | None) -> str:
-    """What a run stopped in `name` (trainer: its Trainer, None if not yet
-    made; history: its finished epochs, [] if it finished) leaves behind,
-    for its one-line message."""
+
+def kept(name: str, checkpointed: int | None, checkpoint_dir: str | None,
+         history: list[dict[str, Any]], results: dict[str, dict[str, Any]],
+         metrics: MetricsFile | None) -> str:
+    """What a run stopped in `name` (checkpointed: the epoch of its last
+    checkpoint in `checkpoint_dir`, None if none; history: its finished
+    epochs, [] if it finished) leaves behind, for its one-line message."""
     runs = [f"{run}'s results" for run in results]
     if history:
         runs.append(f"{name}'s metrics to epoch {history[-1]['epoch']}")
     kept = [f"{' and '.join(runs)} in {metrics.path}"] if metrics is not None and runs else []
-    if trainer is not None and trainer.checkpointed is not None:
-        kept.append(f"{name}'s checkpoint of epoch {trainer.checkpointed} in "
-                    f"{Path(trainer.cfg.checkpoint_dir).absolute()} (rerun with the same "
+    if checkpointed is not None:
+        kept.append(f"{name}'s checkpoint of epoch {checkpointed} in "
+                    f"{Path(checkpoint_dir).absolute()} (rerun with the same "
                     "checkpoint directory to resume, or to evaluate again)")
     text = "kept: " + "; ".join(kept) if kept else "nothing was kept"
-    if history and trainer.checkpointed is None:
+    if history and checkpointed is None:
         text += f" ({name}'s model is not saved without a checkpoint directory)"
     return text
 
 
 def accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
     """The accuracies of a run's result `out` (`fit_result`) in one line:
-    full-split and sampled with `cfg.full_eval`, else sampled only."""
+    full-split and sampled with `cfg.full_eval`, else sampled only. Where
+    the full-split evaluation's time went, layer by layer, is the metrics
+    file's `full_eval_layers`, not this line's."""
     if out["test_acc"] is None:
         return "no test nodes"
     if not cfg.full_eval:
         return f"test accuracy {out['test_acc']:.4f} (sampled)"
     val = "-" if out["val_acc"] is None else f"{out['val_acc']:.4f}"
-    layers = ", ".join(f"{i + 1} ({layer['edges']}) {layer['s']:.1f}s"
-                       for i, layer in enumerate(out.get("full_eval_layers", ())))
-    return (f"test accuracy {out['test_acc']:.4f}, validation {val} (full split"
-            + (f"; layers {layers}" if layers else "")
-            + ")" + ("" if out["sampled_test_acc"] is None
-                     else f"; sampled test {out['sampled_test_acc']:.4f}"))
+    return (f"test accuracy {out['test_acc']:.4f}, validation {val} (full split)"
+            + ("" if out["sampled_test_acc"] is None
+               else f"; sampled test {out['sampled_test_acc']:.4f}"))
 
 
 def format_epoch(m: dict[str, Any], over_link: bool = True, val_key: str = "val_acc") -> str:

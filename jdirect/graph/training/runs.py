@@ -122,7 +122,9 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
         history = [] if trainer is None or name in results else trainer.history
         if metrics is not None:  # every finished epoch, saved or not
             metrics.update(error=stopped, **({name: dict(history=history)} if history else {}))
-        raise type(e)(f"{stopped}; {kept(name, trainer, history, results, metrics)}") from None
+        left = kept(name, None if trainer is None else trainer.checkpointed,
+                    runs[name].checkpoint_dir, history, results, metrics)
+        raise type(e)(f"{stopped}; {left}") from None
     finally:
         if shared is not None:
             shared.close()

@@ -25,7 +25,7 @@ from .. import inference
 from ..data import Graph
 from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
-from ..io.checkpoint import open_checkpoints
+from ..io.checkpoint import open_checkpoints, resolved_row_encoding
 from ..tasks import TASKS, Task
 from . import parallel
 from .config import TrainConfig, as_dict, first_line
@@ -188,7 +188,8 @@ class Trainer:
         warn_if_short(self.epochs, self.batches_per_epoch)
         ckpt = open_checkpoints(
             cfg.checkpoint_dir, {**as_dict(cfg), "sampler": sampler_kind(cfg),
-                                 "devices": self.mesh.size},
+                                 "devices": self.mesh.size, "row_encoding":
+                                 resolved_row_encoding(self.source, cfg.row_encoding)},
             read_only=cfg.checkpoint_read_only, lead=lead) if cfg.checkpoint_dir else None
         # A source with trainable rows (a learned embedding) changes in
         # place: the run evaluates its current state, and `best` keeps no

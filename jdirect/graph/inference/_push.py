@@ -5,11 +5,12 @@ every node, makes no table.
 An evaluation of papers100M's val/test nodes runs layer 2 for 6.6M nodes
 (1.43B edges) over layer 1's output for all 111M nodes: a 57 GB table that
 fits no device beside the trainer's tables, so it went to pinned host
-memory (8.6 s to allocate on an H200) and layer 2 read it per edge at
-4 KB-page rates over the link (20.8 s, with the edges gathered on the
-host chunk by chunk). Pushed, each chunk of layer 1's rows is added on the
-device into layer 2's float32 sums over the edges whose source lies in
-the chunk, then dropped; layer 2's own rows of layer 1 are kept. Layer 2
+memory (slow to allocate) and layer 2 read it per edge at 4 KB-page
+rates over the link, with the edges gathered on the host chunk by chunk
+(the journal, benchmarks/results/journal/LOG.md, 2026-11-28). Pushed,
+each chunk of layer 1's rows is added on the device into layer 2's
+float32 sums over the edges whose source lies in the chunk, then
+dropped; layer 2's own rows of layer 1 are kept. Layer 2
 then closes its nodes from the sums as a neighbour sum would have given
 them (`add_row_sums`): a Conv that sums its sources (`sums_sources`, no
 projection: GraphSAGE, GCN) computes the same values up to the float
@@ -18,12 +19,11 @@ order of the sums (scattered adds, whose order varies from run to run).
 Device memory: the sums (4 bytes an element) and own rows of the
 restricted layer's nodes, its edges' (source, row) pairs sorted by source
 (8 bytes an edge, twice while sorting), and a window of gathered rows.
-Where the pairs do not fit beside the sums (papers100M on an H100: 26.3 GB
-against a 15.8 GB budget), each slice is sorted on the device and written
-by it into pinned host memory instead (HostTables), and each chunk's
-windows read their pairs from there over the link (`jdirect.gather`, in
-stored order: 8 bytes a pair, once a layer) (`modes`): the device then
-holds the sums and the own rows.
+Where the pairs do not fit beside the sums (papers100M on an H100), each
+slice is sorted on the device and written by it into pinned host memory
+instead (HostTables), and each chunk's windows read their pairs from
+there over the link (`jdirect.gather`, in stored order: 8 bytes a pair,
+once a layer) (`modes`): the device then holds the sums and the own rows.
 Private to `jdirect.graph.inference`.
 """
 
@@ -37,11 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import host_memory
-from ..gather import gather
-from ..host_table import HostTable
-from . import _layer_nodes as layer_nodes
-from ._layer_tables import Report, fits_device, nbytes
+from ... import host_memory
+from ...gather import gather
+from ...host_table import HostTable
+from . import _nodes as layer_nodes
+from ._tables import Report, fits_device, nbytes
 
 
 class Pushed(NamedTuple):
@@ -137,7 +137,7 @@ def choose(ways: tuple[Mode, ...], dst: layer_nodes.Nodes, budget: float) -> Mod
 class Push:
     """The output of a layer over every node, pushed into the layer above's
     sums over the restricted nodes `dst` chunk by chunk (`write`), as
-    `_layer_tables.Output` would store it; `done` returns the `Pushed`
+    `_tables.Output` would store it; `done` returns the `Pushed`
     input of the layer above.
 
     Args:
@@ -260,7 +260,7 @@ def _store_slice(sources: HostTable, targets: HostTable, piece: jax.Array, offse
                  k: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Writes rows k * len(piece) onward of the host tables `sources` and
     `targets` with `_sort_pairs(piece, offsets)`, from the device; returns
-    the writes' tokens only (`_layer_tables.write_host`'s way: tables
+    the writes' tokens only (`_tables.write_host`'s way: tables
     returned from jit would wait for the call)."""
     piece, row = _sort_pairs(piece, offsets)
     ids = k * piece.shape[0] + jnp.arange(piece.shape[0], dtype=jnp.int32)

@@ -21,9 +21,9 @@ import weakref
 
 import numpy as np
 
-from .. import _ffi
-from .._arrays import sorted_unique
-from .data import Graph
+from ... import _ffi
+from ..._arrays import sorted_unique
+from ..data import Graph
 
 # A layer is restricted to the nodes that the next one reads only while
 # the next one has at most this share of the graph's node count in edges
@@ -84,8 +84,7 @@ class Nodes:
         copied on up to GATHER_THREADS threads (at least PIECE edges each)
         by jdirect's native library, which drops the GIL (papers100M's
         val/test neighbourhood: 1.43B edges an evaluation; NumPy's gather
-        on 16 Python threads took ~4 s of an H200 host's time, its
-        np.repeat holding the GIL)."""
+        on Python threads was bound by its np.repeat holding the GIL)."""
         graph = self.graph
         if self.ids is None:
             return graph.indices[lo:hi]

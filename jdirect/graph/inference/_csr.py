@@ -2,11 +2,12 @@
 (`jdirect.graph.inference`): in device memory, copied once, where it fits
 after the layer's tables and its edges have int32 positions; else, for a
 layer whose edges one `jdirect.neighbor_sum` sums, in host memory: the
-graph's own arrays pinned in place as HostTables (papers100M's 13 GB in
-0.4 s, where a copy into pinned memory took 10 s), read by the kernel
-over the link in stored order (each offset and id once a layer: 0.24 s
-at 55 GB/s), so that a graph too large for the device still runs in one
-call a chunk instead of copying each chunk's edges from the host.
+graph's own arrays pinned in place as HostTables (pinning in place is
+far quicker than a copy into pinned memory), read by the kernel over the
+link in stored order (each offset and id once a layer), so that a graph
+too large for the device still runs in one call a chunk instead of
+copying each chunk's edges from the host (benchmarks/RESULTS.md,
+layer-wise inference of papers100m's every node).
 Private to `jdirect.graph.inference`.
 """
 
@@ -18,10 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..host_table import HostTable
-from . import _layer_tables as tables
-from ._layer_tables import Report
-from .data import Graph
+from ...host_table import HostTable
+from . import _tables as tables
+from ._tables import Report
+from ..data import Graph
 
 
 class Csr(NamedTuple):

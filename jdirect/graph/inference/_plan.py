@@ -13,19 +13,19 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .._arrays import sorted_unique
-from .. import host_memory
-from . import _layer_nodes as layer_nodes
-from . import _layer_push as layer_push
-from . import _layer_tables as tables
-from .data import Graph
+from ..._arrays import sorted_unique
+from ... import host_memory
+from . import _nodes as layer_nodes
+from . import _push as layer_push
+from . import _tables as tables
+from ..data import Graph
 
 
 # The most destination nodes a step computes and edges a window reads, by
 # default (each layer takes fewer where its working memory would not fit).
-# 2**18 nodes: papers100M's layers, whose outputs go to host memory one
-# call a chunk, took 43 s over every node against 61-66 s with 2**16
-# (H100, 2026-11-28: each call costs the host milliseconds).
+# 2**18 nodes: each call costs the host milliseconds, and papers100M's
+# layers, whose outputs go to host memory one call a chunk, ran faster so
+# than with 2**16 (benchmarks/RESULTS.md, layer-wise inference).
 CHUNK_NODES = 1 << 18
 CHUNK_EDGES = 1 << 20
 
@@ -39,7 +39,7 @@ class Plan:
         destination nodes a step computes and the most edges a window reads
         (1 for a model that reads no edges).
       working: bytes of working memory the widest layer's steps take
-        (`_layer_tables.working_bytes`).
+        (`_tables.working_bytes`).
       working_budget: the bytes the chunks were sized to fit.
       device_budget: bytes of device memory left for the tables made.
       table_bytes: per layer, the bytes of the tables inference makes that
@@ -47,7 +47,7 @@ class Plan:
         source rows, its output or, for a layer that pushes into the
         restricted layer above, the push's bytes in the way that fits
         `device_budget`: its device arrays, and its sorted pairs where they
-        are kept in host memory, `_layer_push`), wherever they are placed.
+        are kept in host memory, `_push`), wherever they are placed.
     """
 
     chunks: tuple[tuple[int, int], ...]
@@ -82,12 +82,12 @@ def plan(model: nnx.Module, graph: Graph, *, nodes: Any = None, features_dtype: 
 
 class Planned(NamedTuple):
     plan: Plan
-    destinations: list[layer_nodes.Nodes]  # each layer's (`_layer_nodes.plan`)
+    destinations: list[layer_nodes.Nodes]  # each layer's (`_nodes.plan`)
     nodes: np.ndarray | None  # the nodes asked for, checked (`_check_nodes`)
     hidden_dtype: np.dtype
     logits_dtype: np.dtype
     # Per layer, the ways to push into the restricted layer above and their
-    # device bytes (`_layer_push.modes`), None where it cannot push.
+    # device bytes (`_push.modes`), None where it cannot push.
     pushes: list[tuple[layer_push.Mode, ...] | None]
 
 
@@ -166,7 +166,7 @@ def run_plan(model: nnx.Module, graph: Graph, nodes: Any, features_dtype: Any, c
 def _pushed_bytes(ways: tuple[tuple[layer_push.Mode, ...], Any] | None,
                   device: float) -> int | None:
     """The bytes of the way to push (`ways`: the modes and the layer
-    above's nodes; None: the layer cannot push) that `_layer_push.choose`
+    above's nodes; None: the layer cannot push) that `_push.choose`
     takes within `device` bytes: its device bytes, and its pairs' where
     they are in host memory; None where it takes none."""
     if ways is None:

@@ -15,12 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import host_memory, placement
-from ..gather import gather
-from .._table_base import RegisteredTable, TableBase
-from ..cached_table import CachedTable, TableCache, cached_row_bytes, rows_within
-from ..host_table import HostTable
-from ..table import Table
+from ... import host_memory, placement
+from ...gather import gather
+from ..._table_base import RegisteredTable, TableBase
+from ...cached_table import CachedTable, TableCache, cached_row_bytes, rows_within
+from ...host_table import HostTable
+from ...table import Table
 
 Input = Any  # a jdirect Table (HostTable, Int8Table, CachedTable) or a jax.Array
 
@@ -32,7 +32,7 @@ class Report:
     Attributes:
       tables: per table made, "<what>: <device|host> <shape> <dtype>", or
         "<what>: pushed <shape> float32 (...)" for a layer's output added
-        into the sums of the restricted layer above (`_layer_push`).
+        into the sums of the restricted layer above (`_push`).
       bytes_read: bytes read from host memory by the device (host input
         rows gathered or staged, the CSR copied whole or window by window,
         a push's edges and, kept in host memory, its pairs read by the
@@ -49,7 +49,7 @@ class Report:
       edges: per layer, where its steps read its edges: "device CSR",
         "host CSR" (pinned host memory, over the link), "copied" (each
         chunk's, from the host), "pushed" (summed by the layer below as it
-        ran: `_layer_push`) or "none" (a model that reads no edges).
+        ran: `_push`) or "none" (a model that reads no edges).
     """
 
     tables: list[str] = dataclasses.field(default_factory=list)

@@ -16,16 +16,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ..cached_table import CachedTable
-from ..gather import gather
-from ..host_table import HostTable
-from ..neighbor_sum import ROW_DTYPES, neighbor_sum
-from . import _layer_nodes as layer_nodes
-from . import _layer_tables as tables
-from ._jit import jit
-from ._layer_csr import Csr
-from ._layer_tables import Input, Report
-from .models.base import Edges, add_row_sums
+from ...cached_table import CachedTable
+from ...gather import gather
+from ...host_table import HostTable
+from ...neighbor_sum import ROW_DTYPES, neighbor_sum
+from . import _nodes as layer_nodes
+from . import _tables as tables
+from .._jit import jit
+from ._csr import Csr
+from ._tables import Input, Report
+from ..models.base import Edges, add_row_sums
 
 
 class Steps:
@@ -71,7 +71,7 @@ class Steps:
             """(output rows, int32 reads of `hot` rows) of a chunk whose
             node k is row rows[k] of `table` and has the edges
             indptr[first + k] .. indptr[first + k + 1] - 1 of the CSR `csr`
-            (a `_layer_csr.Csr`; None: a model that reads no edges; nodes
+            (a `_csr.Csr`; None: a model that reads no edges; nodes
             past indptr's end: none). A layer whose `Conv` sums its sources
             (`sums_sources`) over float rows (`fused`) adds them in one
             `jdirect.neighbor_sum`, the only reader of a CSR in host
@@ -128,7 +128,7 @@ class Steps:
 
         def summed(params, pushed, rows):
             """Output rows of a chunk whose node k is row rows[k] of a
-            `_layer_push.Pushed` input (its own rows, edge sums and counts;
+            `_push.Pushed` input (its own rows, edge sums and counts;
             rows past it: padding)."""
             h, s, state = open_(params, pushed.rows, None, rows)
             sums = gather(pushed.sums, rows, fill_value=0)
@@ -203,7 +203,7 @@ def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
                   source: Input | None, edges_from: Input, hot: jax.Array | None,
                   out: tables.Output, src: layer_nodes.Nodes, dst: layer_nodes.Nodes,
                   size: int, window: int | None) -> int:
-    """Runs a layer into `out` chunk by chunk (`_layer_nodes.chunks`), each
+    """Runs a layer into `out` chunk by chunk (`_nodes.chunks`), each
     chunk's edges (None `window`: none) built on the host and copied, one
     call a chunk. Counts its reads' link bytes in `report`, every edge's
     as crossing; returns the edges' reads of `hot` rows, which did not."""
@@ -229,7 +229,7 @@ def copied_chunks(steps: Steps, params: Any, report: Report, table: Input,
 
 def pushed_chunks(steps: Steps, params: Any, pushed: Any, out: tables.Output,
                   dst: layer_nodes.Nodes, size: int) -> None:
-    """Runs a layer whose input was pushed (`_layer_push.Pushed`) into
+    """Runs a layer whose input was pushed (`_push.Pushed`) into
     `out`, chunk by chunk: its edges are summed already."""
     for a, b in layer_nodes.chunks(dst, size):
         rows = layer_nodes.padded(np.arange(a, b, dtype=np.int32), size, dst.rows)

@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..gather import gather
-from ..host_table import HostTable
-from . import _layer_tables as tables
-from ._layer_tables import Report
+from ...gather import gather
+from ...host_table import HostTable
+from . import _tables as tables
+from ._tables import Report
 
 
 @dataclasses.dataclass
