@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LEARNED = re.compile(r"^loss ([\d.]+) -> ([\d.]+), .*accuracy ([\d.]+) \(chance ([\d.]+)\)$")
 
 
-@pytest.mark.parametrize("example", ["own_gnn.py", "embeddings_mf.py"])
+@pytest.mark.parametrize("example", ["own_gnn.py", "embeddings_mf.py", "link_prediction.py"])
 def test_example_learns_at_a_small_size(example, tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "examples" / example), "--small"],
                           capture_output=True, text=True, cwd=tmp_path, env=child_env(),
@@ -60,7 +60,7 @@ def _example(name: str):
 @pytest.mark.parametrize("example, flags", [
     ("own_gnn.py", ["--epochs", "0"]), ("own_gnn.py", ["--epochs", "2.5"]),
     ("embeddings_mf.py", ["--epochs", "0"]), ("embeddings_mf.py", ["--dim", "0"]),
-    ("embeddings_mf.py", ["--dim", "-3"]),
+    ("embeddings_mf.py", ["--dim", "-3"]), ("link_prediction.py", ["--epochs", "0"]),
 ])
 def test_example_flags_are_refused_in_one_line(example, flags, capsys):
     """Regression (issue 51): --epochs 0 ended in an IndexError and --dim 0
@@ -73,7 +73,8 @@ def test_example_flags_are_refused_in_one_line(example, flags, capsys):
 
 
 @pytest.mark.parametrize("example, flags", [("own_gnn.py", ["--small", "--epochs"]),
-                                            ("embeddings_mf.py", ["--small", "--dim", "--epochs"])])
+                                            ("embeddings_mf.py", ["--small", "--dim", "--epochs"]),
+                                            ("link_prediction.py", ["--small", "--epochs"])])
 def test_example_help_describes_every_flag_with_its_default(example, flags, capsys):
     with pytest.raises(SystemExit):
         _example(example).main(["--help"])

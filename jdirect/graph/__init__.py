@@ -13,17 +13,19 @@ from .data import (DATASETS, PRESETS, Graph, load_dataset, load_graph, load_ogb_
 from .sampling import DeviceSampler, NeighborSampler, Prefetcher
 
 __all__ = [
-    "Batch", "DATASETS", "DeviceSampler", "Graph", "Loader", "NeighborSampler", "PRESETS",
-    "Prefetcher", "load_dataset", "load_graph", "load_ogb_node", "load_reddit", "synthetic",
+    "Batch", "DATASETS", "DeviceSampler", "Graph", "LinkLoader", "Loader", "NeighborSampler",
+    "PRESETS", "Prefetcher", "load_dataset", "load_graph", "load_ogb_node", "load_reddit",
+    "synthetic",
 ]
 # Feature sources (jdirect.graph.features), run files (.io), metric names
 # (.metrics), models (.models) and training (.training) are imported from
-# their packages; the last two need flax and optax, and so does `Loader`
-# (it opens the trainer's input pipeline), imported when first named.
+# their packages; the last two need flax and optax, and so do `Loader` and
+# `LinkLoader` (they open the trainer's input pipeline), imported when first
+# named.
 
 
 def __getattr__(name: str):
-    if name == "Loader":
-        from .loader import Loader
-        return Loader
+    if name in ("Loader", "LinkLoader"):
+        from . import loader
+        return getattr(loader, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""`Loader`: sampled mini-batches and their input rows, for a training loop of your own.
+"""`Loader` and `LinkLoader`: sampled mini-batches and their input rows,
+for a training loop of your own (seed nodes, or seed edges with negatives).
 
 The trainer's input pipeline without its model: a neighbour sampler, a
 feature source (where the feature table lives and how rows are read) and
@@ -16,6 +17,9 @@ import numpy as np
 
 from .batch import Batch
 from .data.csr import Graph
+from .data.edge_split import EdgeSplit
+from .sampling import LinkBatch
+from .tasks import NODE, LinkTask, Task
 from .training.config import TrainConfig
 from .training.feeds import EVAL_EPOCH
 from .training.trainer import make_mesh, open_input, sampler_kind
@@ -100,13 +104,17 @@ class Loader:
                           batch_size=batch_size, features=features, sampler=sampler,
                           devices=devices, seed=seed, cache_fraction=cache_fraction,
                           row_encoding=row_encoding, prefetch=prefetch, workers=workers).validate()
-        if not graph.features.shape[1] and features != "none":
+        self._open(graph, cfg, NODE)
+
+    def _open(self, graph: Graph, cfg: TrainConfig, task: Task) -> None:
+        """Opens the input of `cfg` (validated) on `graph` for `task`."""
+        if not graph.features.shape[1] and cfg.features != "none":
             raise ValueError(f"{graph.name} has no node features: features='none' gives rows of "
                              "width 0")
         self.graph = graph
         self.mesh = make_mesh(cfg)
         self.sampler = sampler_kind(cfg)
-        self.source, self._feed = open_input(graph, cfg, self.mesh, features)
+        self.source, self._feed = open_input(graph, cfg, self.mesh, cfg.features, task=task)
         self.batch_size = self._feed.batch_size
 
     def num_batches(self, num_nodes: int) -> int:
@@ -133,16 +141,8 @@ class Loader:
         if nodes.ndim != 1 or not (nodes.size == 0 or np.issubdtype(nodes.dtype, np.integer)):
             raise ValueError(f"nodes must be a 1-D array of integer node ids, got shape "
                              f"{nodes.shape} and dtype {nodes.dtype}")
-        n = self.graph.num_nodes
-        if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
-            raise ValueError(f"nodes must lie in [0, {n}), got ids from {nodes.min()} to "
-                             f"{nodes.max()}")
-        if epoch is None:
-            epoch = EVAL_EPOCH
-        elif not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) \
-                or not 0 <= epoch < EVAL_EPOCH:
-            raise ValueError(f"epoch must be an integer in [0, 2**30) or None, got {epoch!r}")
-        return self._feed.batches(nodes.astype(np.int64), int(epoch))
+        _check_ids(nodes, self.graph.num_nodes, "nodes")
+        return self._feed.batches(nodes.astype(np.int64), _epoch(epoch))
 
     def close(self) -> None:
         """Releases the sampler's arrays and the source's tables; idempotent."""
@@ -156,3 +156,79 @@ class Loader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LinkLoader(Loader):
+    """Mini-batches of seed edges with their input rows, for your own link
+    prediction loop (the `link` task's batches; the device sampler, on any
+    backend).
+
+    `batches(edges, epoch)` yields one `(rows, batch)` pair a step: batch
+    a `jdirect.graph.sampling.LinkBatch` of `batch_size` seed edges, K
+    `negatives` per edge drawn on the device ("uniform", or "degree":
+    deg^0.75), the neighbourhoods of every endpoint sampled in one node
+    batch (`batch.nodes`, shared endpoints once); rows, as `Loader`'s, the
+    rows of `batch.input_nodes`. A model's embeddings `h` of the node
+    batch's seeds score edge i as (h[batch.src[i]], h[batch.dst[i]]) and
+    its negatives as (h[batch.src[i]], h[batch.neg[i, k]]), for edges
+    where `batch.edge_mask` holds.
+
+    Args:
+      split: a `jdirect.graph.data.EdgeSplit` (`random_edge_split`,
+        `read_edge_split`): messages pass over `split.graph`.
+      fanouts, batch_size (seed edges per step), features, devices, seed,
+        cache_fraction, row_encoding: as `Loader`'s.
+      negatives, negative_sampler: K and how negatives are drawn.
+
+    Raises:
+      TypeError: `split` is not an `EdgeSplit`.
+      ValueError: as `Loader`'s, or a bad negatives setting.
+    """
+
+    def __init__(self, split: EdgeSplit, fanouts: Sequence[int], batch_size: int, *,
+                 negatives: int = 1, negative_sampler: str = "uniform",
+                 features: str = "jdirect-cache", devices: int | None = 1, seed: int = 0,
+                 cache_fraction: float | str = "auto", row_encoding: str = "auto"):
+        if not isinstance(split, EdgeSplit):
+            raise TypeError(f"split must be a jdirect.graph.data.EdgeSplit, got "
+                            f"{type(split).__name__}")
+        cfg = TrainConfig(fanouts=tuple(fanouts), batch_size=batch_size, features=features,
+                          sampler="device", devices=devices, seed=seed, task="link",
+                          negatives=negatives, negative_sampler=negative_sampler,
+                          cache_fraction=cache_fraction, row_encoding=row_encoding).validate()
+        self.split = split
+        self._open(split.graph, cfg, LinkTask(split, negatives, negative_sampler))
+
+    def batches(self, edges: Sequence[Sequence[int]] | np.ndarray,
+                epoch: int | None = None) -> Iterator[tuple[jax.Array, LinkBatch]]:
+        """The (rows, batch) pairs of one pass over the seed `edges`
+        int[m, 2] (e.g. `split.train`), `num_batches(m)` of them, the last
+        padded (`batch.edge_mask`); `epoch` as `Loader.batches`'.
+
+        Raises:
+          ValueError: `edges` not an [m, 2] array of ids in range, or a bad `epoch`.
+        """
+        edges = np.asarray(edges)
+        if edges.ndim != 2 or edges.shape[1] != 2:
+            raise ValueError(f"edges must be an [m, 2] array of (source, target) ids, got "
+                             f"shape {edges.shape}")
+        _check_ids(edges, self.graph.num_nodes, "edges")
+        return self._feed.batches(edges.astype(np.int64), _epoch(epoch))
+
+
+def _check_ids(ids: np.ndarray, n: int, what: str) -> None:
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{what} must hold integer node ids, got dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"{what} must lie in [0, {n}), got ids from {ids.min()} to "
+                         f"{ids.max()}")
+
+
+def _epoch(epoch: int | None) -> int:
+    """`epoch` checked (None: the evaluation passes' `EVAL_EPOCH`)."""
+    if epoch is None:
+        return EVAL_EPOCH
+    if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) \
+            or not 0 <= epoch < EVAL_EPOCH:
+        raise ValueError(f"epoch must be an integer in [0, 2**30) or None, got {epoch!r}")
+    return int(epoch)

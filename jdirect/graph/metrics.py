@@ -21,8 +21,10 @@ SAMPLED = "sampled neighbours (the training fanouts), at most eval_max nodes"
 METRICS: dict[str, str] = {
     # The trainer, per epoch (Trainer.train_epoch) and per run (Trainer.fit).
     "epoch": "the epoch's index, from 0",
-    "loss": "mean cross-entropy over the epoch's training seeds",
-    "train_acc": "accuracy over the epoch's training seeds, as trained on (dropout on)",
+    "loss": "mean cross-entropy over the epoch's training seeds (link task: over its scored "
+            "pairs, or its BPR pairs)",
+    "train_acc": "accuracy over the epoch's training seeds, as trained on (dropout on; link "
+                 "task: share of scored pairs on the right side, or BPR pairs won)",
     "val_acc": "per epoch: accuracy on the validation nodes after the epoch, sampled (at "
                "most eval_max nodes; None: not measured, as in a run of one epoch with "
                "full_eval); per run: the best epoch's model on every validation node, full "
@@ -40,6 +42,19 @@ METRICS: dict[str, str] = {
                         "read its edges (edges: inference.Report.edges)",
     "protocol": "per accuracy of a run, how it was measured; best_epoch: which epoch's model "
                 "is evaluated",
+    # The link task (tasks/ranking.py: OGB's evaluators), of the validation
+    # (val_) and test (test_) edges, each positive against its source's
+    # fixed negatives, embeddings with full neighbourhoods.
+    **{f"{part}_{name}": f"{meaning} ({'validation' if part == 'val' else 'test'} edges)"
+       for part in ("val", "test") for name, meaning in (
+           ("mrr", "mean reciprocal rank of each positive among its source's negatives, ties "
+                   "counted half (OGB's _eval_mrr)"),
+           ("hits@20", "share of positives scored above the 20th best of all negatives "
+                       "(OGB's _eval_hits)"),
+           ("hits@50", "hits@K with K = 50"),
+           ("hits@100", "hits@K with K = 100"),
+           ("auc", "ROC-AUC of positives against all negatives (scikit-learn's roc_auc_score)"),
+           ("ap", "average precision of the same (scikit-learn's average_precision_score)"))},
     "epochs": "epochs the run trained (min_steps can raise it above the configuration's)",
     "best_epoch": "the epoch whose model is evaluated: the best validation accuracy's (the "
                   "last without validation nodes, or with a learned embedding, which "

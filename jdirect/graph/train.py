@@ -15,6 +15,7 @@ Examples:
   jdirect-train --checkpoint-dir /tmp/ckpt   # rerun to resume
   jdirect-train --config products --devices 2  # data parallel, 2 GPUs
   jdirect-train --config products_learned  # no features: learned embeddings
+  jdirect-train --task link --model gcn --dataset ogb --data-dir ~/data/ogb_cora
 
 Several processes (one per host or per GPU), one command each, I = 0..N-1:
   jdirect-train --config products \
@@ -41,6 +42,11 @@ from .data import DATASETS, PRESETS
 from .features import ENCODINGS, SOURCES
 from .io import check_metrics_path
 from .models import MODELS
+from .models.decoders import DECODERS
+from .sampling.edges import BIASES
+from .tasks import TASKS
+from .tasks.link import LOSSES
+from .tasks.ranking import FIGURES
 from .training import parallel
 from .models.gcn import NORMS
 from .training.config import (BATCHES, FEATURE_DTYPES, L2_SCOPES, MAX_SEED, SAMPLERS,
@@ -140,6 +146,21 @@ def parser() -> argparse.ArgumentParser:
         help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
     add("--data-dir", help="directory of an OGB or Reddit dataset")
     add("--model", choices=list(MODELS), help="the GNN (mlp: the seeds' own features only)")
+    add("--task", choices=list(TASKS),
+        help="node: classify the split's nodes; link: predict held-out edges (link prediction; "
+             "samples on the device on any backend)")
+    add("--decoder", choices=list(DECODERS), help="link: the pair scorer over the embeddings")
+    add("--negatives", type=_number(int, 1), help="link: negatives per positive edge in training")
+    add("--negative-sampler", choices=BIASES,
+        help="link: negatives drawn uniformly or degree-biased (deg^0.75)")
+    add("--link-loss", choices=LOSSES,
+        help="link: binary cross-entropy (bce) or Bayesian personalised ranking (bpr)")
+    add("--edge-split", help="link: 'random' (a seeded 85/5/10 split of the edges) or a "
+                             "directory in OGB's link layout ({train,valid,test}.npz or .csv.gz)")
+    add("--eval-negatives", type=_number(int, 1),
+        help="link: fixed negatives per held-out edge where the split gives none")
+    add("--link-metric", choices=FIGURES,
+        help="link: the validation figure that chooses the best epoch")
     add("--features", choices=list(SOURCES),
         help="where the feature table lives (jdirect-cache: host memory with as many of the "
              "highest-degree rows in GPU memory as fit; jdirect-partitioned: the same, the "

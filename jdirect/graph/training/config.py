@@ -23,6 +23,11 @@ from ..data.splits import RANDOM, parse_random_split
 from ..models import MODELS, sampling_fanouts
 from ..models.gcn import NORMS
 from .learned import MEMORY, OPTIMIZERS
+from ..models.decoders import DECODERS
+from ..sampling.edges import BIASES
+from ..tasks import TASKS
+from ..tasks.link import LOSSES
+from ..tasks.ranking import FIGURES
 
 SAMPLERS = ("auto", "device", "cpu")
 BATCHES = ("auto", "full", "sampled")  # `batch`: see TrainConfig
@@ -83,6 +88,19 @@ class TrainConfig:
       seed: fixes the synthetic graph, the initial weights, every sample
         and every dropout mask.
       model: "sage" or "mlp" (the seed's own features only).
+      task: what the run learns, a key of `tasks.TASKS`: "node"
+        (classification of the split's nodes) or "link" (link
+        prediction; the device sampler only, on any backend).
+      decoder, negatives, negative_sampler, link_loss: the link task's
+        pair scorer (`models.decoders.DECODERS`), negatives per positive
+        in training, how they are drawn ("uniform" or "degree": deg^0.75)
+        and the loss ("bce" or "bpr").
+      edge_split: the link task's edges: "random" (a seeded 85/5/10 split)
+        or a directory in OGB's link layout (`data.edge_split`).
+      eval_negatives: the link task's fixed negatives per held-out
+        positive where the split gives none.
+      link_metric: the link task's validation figure that chooses the best
+        epoch (`tasks.ranking.FIGURES`: "mrr", "auc", ...).
       features: the feature source, a key of `features.SOURCES` (where the
         table lives and how a step reads its rows); "none" ignores the
         graph's features (the learned embedding is the input alone).
@@ -174,6 +192,14 @@ class TrainConfig:
     min_steps: int = 0
     seed: int = 0
     model: str = "sage"
+    task: str = "node"
+    decoder: str = "dot"
+    negatives: int = 1
+    negative_sampler: str = "uniform"
+    link_loss: str = "bce"
+    edge_split: str = "random"
+    eval_negatives: int = 1000
+    link_metric: str = "mrr"
     features: str = "jdirect-cache"
     embedding_dim: int = 0
     embedding_optimizer: str = "adam"
@@ -282,6 +308,7 @@ class TrainConfig:
                f"must be one of {FEATURE_DTYPES[1:]}, got {self.feature_dtype!r}")
         _check_embedding(self)
         _check_model_settings(self)
+        _check_task(self)
         object.__setattr__(self, "_valid", True)  # frozen: the fields cannot change
         return self
 
@@ -338,6 +365,25 @@ def _check_model_settings(cfg: TrainConfig) -> None:
                 parse_random_split(cfg.split)
             except ValueError as e:
                 raise ValueError(f"split {e}") from None
+
+
+def _check_task(cfg: TrainConfig) -> None:
+    _check(cfg.task in TASKS, "task", f"must be one of {tuple(TASKS)}, got {cfg.task!r}")
+    _check(cfg.decoder in DECODERS, "decoder",
+           f"must be one of {tuple(DECODERS)}, got {cfg.decoder!r}")
+    for name in ("negatives", "eval_negatives"):
+        value = getattr(cfg, name)
+        _check(_is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
+    _check(cfg.negative_sampler in BIASES, "negative_sampler",
+           f"must be one of {BIASES}, got {cfg.negative_sampler!r}")
+    _check(cfg.link_loss in LOSSES, "link_loss", f"must be one of {LOSSES}, got {cfg.link_loss!r}")
+    _check(cfg.link_metric in FIGURES, "link_metric",
+           f"must be one of {FIGURES}, got {cfg.link_metric!r}")
+    _check(cfg.edge_split.strip() != "", "edge_split",
+           "must be 'random' or a directory of the split's files")
+    _check(cfg.task == "node" or cfg.sampler != "cpu", "sampler",
+           f"'cpu' samples node seeds only: the {cfg.task!r} task samples on the device (any "
+           "backend); use --sampler device or auto")
 
 
 def _is_int(x: Any) -> bool:

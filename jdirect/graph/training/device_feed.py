@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ...placement import replicated
 from ..features import FeatureSource
 from ..sampling import DeviceSampler
+from ..tasks import NODE, Task
 from . import parallel
 from ._sharded import Position, groups_batches
 from .feeds import EVAL_EPOCH
@@ -127,7 +128,9 @@ class DeviceFeed:
     and starts reading its rows, then updates on batch i while they arrive.
 
     Args:
-      sampler: a `DeviceSampler` of the per-device batch size.
+      sampler: a `DeviceSampler` of the per-device batch size, or the
+        task's sampler of that interface (`tasks.Task.sampler`: seed
+        edges for the link task).
       source: the feature source (one the device sampler can feed).
       graphdef: the model and optimizer's graphdef.
       seed: fixes the dropout masks (with the step).
@@ -135,18 +138,19 @@ class DeviceFeed:
       mesh: a 1-D mesh over `parallel.AXIS` (None: the default device).
       steps_per_call: steps per dispatch (validated by `TrainConfig`).
       gemm_search: `TrainConfig.gemm_search`.
+      task: the loss the steps train (`jdirect.graph.tasks`).
     """
 
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
-                 steps_per_call: int = 1, gemm_search: bool = True):
+                 steps_per_call: int = 1, gemm_search: bool = True, task: Task = NODE):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.overlaps
         self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
-                               gemm_search)
+                               gemm_search, task)
         self.arrays = replicated(sampler.arrays, self.mesh)
         self.table = source.placed(self.mesh)
         self.data = (self.arrays, self.table)
@@ -162,8 +166,9 @@ class DeviceFeed:
 
     def seed_order(self, nodes: np.ndarray, epoch: int, whole_calls: bool = False,
                    extra: int = 0) -> jax.Array:
-        """int32[steps, batch_size]: the seeds of a pass over `nodes`, a row
-        per step (padded with -1), split over the mesh (`_sharded.SEEDS`);
+        """int32[steps, batch_size, ...]: the seeds of a pass over `nodes`
+        (node ids, or the link task's [m, 2] edges), a row per step (padded
+        with -1), split over the mesh (`_sharded.SEEDS`);
         shuffled per `epoch` unless it is EVAL_EPOCH. With `whole_calls`,
         rows of -1 pad the steps to a multiple of steps_per_call, and
         `extra` rows of -1 follow."""
@@ -244,13 +249,16 @@ class DeviceFeed:
 
 def _epoch_order(sampler, width: int, arrays, nodes: jax.Array, epoch: jax.Array, *,
                  shuffle: bool, whole: int, extra: int) -> jax.Array:
-    """int32[rows, width]: the sampler's seed order of an epoch over `nodes`
-    (m of them), in rows of the global batch `width`, padded with -1 to
-    ceil(m / width) rows rounded up to a multiple of `whole`, then `extra`
-    rows of -1. The permutation does not depend on the batch size, so a
-    mesh of D devices trains on the same global batches as one device."""
+    """int32[rows, width, ...]: the sampler's seed order of an epoch over
+    `nodes` (m seeds: ids, or rows such as edges), in rows of the global
+    batch `width`, padded with -1 to ceil(m / width) rows rounded up to a
+    multiple of `whole`, then `extra` rows of -1. The permutation does not
+    depend on the batch size, so a mesh of D devices trains on the same
+    global batches as one device."""
     m = nodes.shape[0]
-    flat = sampler.epoch_seeds(arrays, nodes, epoch, shuffle=shuffle).reshape(-1)[:m]
+    order = sampler.epoch_seeds(arrays, nodes, epoch, shuffle=shuffle)
+    flat = order.reshape((-1,) + order.shape[2:])[:m]
     steps = -(-m // width)
     rows = -(-steps // whole) * whole + extra
-    return jnp.concatenate([flat, jnp.full(rows * width - m, -1, jnp.int32)]).reshape(rows, width)
+    pad = jnp.full((rows * width - m,) + flat.shape[1:], -1, jnp.int32)
+    return jnp.concatenate([flat, pad]).reshape((rows, width) + flat.shape[1:])

@@ -64,7 +64,8 @@ def choose(graph: Graph, cfg: TrainConfig, mesh: Mesh) -> bool:
     """
     widths = layer_dims(graph.features.shape[1] + cfg.embedding_dim, cfg.hidden,
                         graph.num_classes, num_layers(cfg))
-    why_not = ("it trains on one device: give --devices 1" if mesh.size > 1 else
+    why_not = (f"it trains the node task, not {cfg.task!r}" if cfg.task != "node" else
+               "it trains on one device: give --devices 1" if mesh.size > 1 else
                "a learned embedding trains by sampled batches" if cfg.embedding_dim else
                f"the {cfg.features!r} source stages rows on the CPU sampler's workers"
                if SOURCES[cfg.features].needs_cpu_sampler else None)

@@ -13,7 +13,8 @@ from ..batch import check_config, layer_caps
 from ..data import Graph
 from ..features import SOURCES, FeatureSource, SourceOptions
 from ..features.learned import LearnedFeatures, learned_source
-from ..sampling import DeviceSampler, NeighborSampler, device_free_bytes_needed
+from ..sampling import NeighborSampler, device_free_bytes_needed
+from ..tasks import NODE, Task
 from . import parallel
 from .config import TrainConfig, fanouts_for
 from .device_feed import DeviceFeed, default_steps_per_call
@@ -25,7 +26,8 @@ def sampler_kind(cfg: TrainConfig) -> str:
     """"device" or "cpu": where `cfg.sampler` samples on this backend."""
     if cfg.sampler != "auto":
         return cfg.sampler
-    if jax.default_backend() == "gpu" and not SOURCES[cfg.features].needs_cpu_sampler:
+    if (jax.default_backend() == "gpu" or cfg.task != "node") \
+            and not SOURCES[cfg.features].needs_cpu_sampler:
         return "device"
     return "cpu"
 
@@ -46,6 +48,9 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
         raise ValueError(f"devices {cfg.devices}: this run has {jax.device_count()} "
                          f"{jax.default_backend()} device(s)")
     if sampler_kind(cfg) == "cpu":
+        if cfg.task != "node":
+            raise ValueError(f"task {cfg.task!r} samples its seeds on the device (any backend): "
+                             "use --sampler device or auto")
         if cfg.devices not in (None, 1) or jax.process_count() > 1:
             raise ValueError(
                 f"devices {cfg.devices} in {jax.process_count()} process(es): the CPU sampler "
@@ -67,45 +72,51 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
 
 
 def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
-              batch_size: int, mesh: Mesh, device_tables: bool = False) -> Feed:
+              batch_size: int, mesh: Mesh, device_tables: bool = False,
+              task: Task = NODE) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
     `batch_size` seeds per step over all devices; `device_tables`: the step
     state carries learned tables in device memory (`default_steps_per_call`);
+    `task`: what the seeds are and the loss (the CPU sampler: the node task);
     a `FullBatchFeed` where the run trains full-batch (`full_batch.choose`)."""
     if choose(graph, cfg, mesh):
         return FullBatchFeed(graph, source, graphdef, seed=cfg.seed, mesh=mesh,
                              gemm_search=cfg.gemm_search)
     if sampler_kind(cfg) == "device":
-        sampler = DeviceSampler(graph, fanouts, batch_size // mesh.size, seed=cfg.seed)
+        sampler = task.sampler(graph, fanouts, batch_size // mesh.size, cfg.seed)
         steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size, device_tables)
         return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
                           mesh=mesh, steps_per_call=steps_per_call,
-                          gemm_search=cfg.gemm_search)
+                          gemm_search=cfg.gemm_search, task=task)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
                     workers=cfg.workers, mesh=mesh, gemm_search=cfg.gemm_search)
 
 
-def _batch(graph: Graph, cfg: TrainConfig, mesh: Mesh) -> tuple[Any, int, Any]:
+def _batch(graph: Graph, cfg: TrainConfig, mesh: Mesh, task: Task = NODE
+           ) -> tuple[Any, int, Any]:
     """(fanouts, global batch size, layer caps) of `cfg` on `graph`, sized
     for the graph: fanouts beyond the largest degree clamped to it and the
     batch size to the node count (`check_config`), the batch still shared
-    evenly by the devices; a full batch's: every node, one step."""
+    evenly by the devices; the caps of the most distinct nodes one device's
+    batch of `task` samples from; a full batch's: every node, one step."""
     if choose(graph, cfg, mesh):
         return (), graph.num_nodes, [graph.num_nodes]
     fanouts, batch_size = check_config(fanouts_for(cfg), cfg.batch_size, graph)
     batch_size = -(-batch_size // mesh.size) * mesh.size
-    return fanouts, batch_size, layer_caps(batch_size, fanouts, graph.num_nodes)
+    nodes = task.seed_nodes(batch_size // mesh.size) * mesh.size
+    return fanouts, batch_size, layer_caps(nodes, fanouts, graph.num_nodes)
 
 
-def open_source(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str) -> FeatureSource:
+def open_source(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str,
+                task: Task = NODE) -> FeatureSource:
     """The feature source `features` (a key of `SOURCES`) of a run of `cfg`
     on `graph` over `mesh`, with room for its largest batch; the caller
     closes it. Runs of one graph whose configurations differ only in the
     model may share it (`open_input`'s `source`): the MLP baseline reads
     its seeds' rows from the GNN's source instead of placing the table
     (and its cache) a second time."""
-    caps = _batch(graph, cfg, mesh)[2]
+    caps = _batch(graph, cfg, mesh, task)[2]
     # A cache sized by the free memory leaves the device sampler's CSR room
     # on the device: sampling from host memory cost more than the extra
     # cache saved (papers100m, H100, 2026-11-27: 3.12 s an epoch with 74 %
@@ -120,7 +131,8 @@ def open_source(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str) -> Fe
 
 def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
                learned: LearnedFeatures | None = None,
-               source: FeatureSource | None = None) -> tuple[FeatureSource, Feed]:
+               source: FeatureSource | None = None,
+               task: Task = NODE) -> tuple[FeatureSource, Feed]:
     """The input of a run of `cfg` on `graph` over `mesh` (`make_mesh`): the
     feature source `features` (`open_source`) and the feed that samples its
     batches (`make_feed`; `graphdef` None for a feed without a model, whose
@@ -130,16 +142,16 @@ def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphd
     is a `LearnedSource`: `features`' rows followed by the embedding's.
     With `source` (an open one of `open_source`, with room for this run's
     batches; not with `learned`), it is used as it is, and stays the
-    caller's to close.
+    caller's to close. `task`: what the batches' seeds are (`tasks.Task`).
     """
     if source is not None and learned is not None:
         raise ValueError("a learned embedding is its run's own: open the source with it "
                          "(source None)")
-    fanouts, batch_size, _ = _batch(graph, cfg, mesh)
+    fanouts, batch_size, _ = _batch(graph, cfg, mesh, task)
     owned = source is None
     if owned:
         try:
-            source = open_source(graph, cfg, mesh, features)
+            source = open_source(graph, cfg, mesh, features, task)
         except BaseException:
             if learned is not None:
                 learned.close()
@@ -148,7 +160,7 @@ def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphd
             source = learned_source(type(source), learned.optimizer)(source, learned)
     try:
         return source, make_feed(graph, cfg, source, graphdef, fanouts, batch_size, mesh,
-                                 learned is not None and learned.memory == "device")
+                                 learned is not None and learned.memory == "device", task)
     except BaseException:
         if owned:
             source.close()

@@ -8,7 +8,8 @@ program below is that body under a schedule:
 
   * plain (`train_step`, `eval_step`, `read_rows`): one batch sampled on
     the host, on one device;
-  * looped (`sample_train_steps`, `sample_eval_steps`, `sample_rows`): `n`
+  * looped (`sample_train_steps`, `sample_eval_steps`, `sample_rows`,
+    `sample_outputs`): `n`
     batches sampled on the devices inside the program (`over_batches`, the
     one loop), each device on its share of the global batch (`shard_map`);
   * pipelined (`read_first`, `overlapped_train_steps`, `train_on_rows`):
@@ -178,6 +179,24 @@ def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahea
 
     return shard_map(body, mesh=ctx.mesh, in_specs=(data_spec(ctx, data), POSITION, ALL),
                      out_specs=SPLIT)(data, at, j)
+
+
+@jit(static_argnums=0)
+def sample_outputs(ctx: StepContext, state, data: Any, seeds: jax.Array, epoch: jax.Array,
+                   step: jax.Array) -> jax.Array:
+    """The encoder's outputs [node_batch_size, out] for node seeds `seeds`
+    (a row of distinct ids, then -1) of an edge sampler (`ctx.sampler`'s
+    `sample_nodes`, drawn with its key of (epoch, step)), read as a step
+    reads them, no dropout: the link task's sampled evaluation. Every
+    device of `ctx.mesh` computes the same rows."""
+
+    def body(state, data, seeds, epoch, step):
+        arrays, table = data
+        batch = ctx.sampler.sample_nodes(arrays, seeds, ctx.sampler.key(epoch, step))
+        return ctx.outputs(state, ctx.source.read(table, batch.input_nodes, None), batch)
+
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, data_spec(ctx, data), ALL, ALL, ALL),
+                     out_specs=ALL)(state, data, seeds, epoch, step)
 
 
 # -- pipelined: the looped schedule, each read overlapping an update --------

@@ -21,15 +21,15 @@ LAST_LEARNED = "the last epoch: a learned embedding changes in place"
 ONLY_EPOCH = "the only epoch: no sampled validation"
 
 
-def best_of(history: list[dict]) -> dict[str, Any]:
-    """{epoch, val_acc} of `history`'s best sampled validation accuracy (the
-    latest of equals, as `Trainer.fit` keeps); without any, its last epoch
-    (-1: none) and -1."""
-    scored = [(m["val_acc"], m["epoch"]) for m in history if m.get("val_acc") is not None]
+def best_of(history: list[dict], key: str = "val_acc") -> dict[str, Any]:
+    """{epoch, score} of `history`'s best validation figure `key` (the
+    task's `selects`; the latest of equals, as `Trainer.fit` keeps); without
+    any, its last epoch (-1: none) and -1."""
+    scored = [(m[key], m["epoch"]) for m in history if m.get(key) is not None]
     if not scored:
-        return dict(epoch=history[-1]["epoch"] if history else -1, val_acc=-1.0)
+        return dict(epoch=history[-1]["epoch"] if history else -1, score=-1.0)
     val, epoch = max(scored)
-    return dict(epoch=epoch, val_acc=val)
+    return dict(epoch=epoch, score=val)
 
 
 def fit_result(cfg: TrainConfig, history: list[dict[str, Any]], best_epoch: int,
@@ -95,13 +95,15 @@ def accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
                else f"; sampled test {out['sampled_test_acc']:.4f}"))
 
 
-def format_epoch(m: dict[str, Any], over_link: bool = True) -> str:
+def format_epoch(m: dict[str, Any], over_link: bool = True, val_key: str = "val_acc") -> str:
     """One log line for an epoch's metrics; `over_link`: the host table is
     read across PCIe (a GPU), else in place (the CPU backend: no cache, no
-    link, so the rows are only "read")."""
-    val = m.get("val_acc")
+    link, so the rows are only "read"); `val_key`: the validation figure
+    shown (the task's `selects`)."""
+    val = m.get(val_key)
+    label = "val" if val_key == "val_acc" else val_key
     line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
-            f"val {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
+            f"{label} {'-' if val is None else f'{val:.3f}'} | {m['epoch_s']:.2f}s")
     if over_link and (m.get("pcie_rows") or m.get("cache_hits") or m.get("peer_rows")):
         peers = (f"{m['peer_rows']:,} from peer devices ({m['peer_gb']:.3g} GB), "
                  if "peer_rows" in m else "")

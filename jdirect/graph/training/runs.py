@@ -19,7 +19,8 @@ from . import parallel
 from .config import TrainConfig, as_dict
 from .epochs import TrainingDiverged
 from .inputs import make_mesh, sampler_kind
-from .reporting import accuracy_line, kept
+from ..tasks import TASKS
+from .reporting import kept
 from .timing import Timings
 from .trainer import EvaluationFailed, Trainer
 
@@ -97,6 +98,8 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
     say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
         f"features: {cfg.features}, sampler: {sampler_kind(cfg)}, devices: {mesh.size} in "
         f"{jax.process_count()} process(es), {cfg.batch_size // mesh.size} seeds each per step")
+    # One task for every run: the link task's edge split is drawn once.
+    task = TASKS[cfg.task](graph, cfg)
     runs = {cfg.model: cfg}
     if baseline:
         runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
@@ -111,7 +114,7 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
             say(f"--- {name} ---")
             with timings.phase("place_s"):
                 trainer = Trainer(graph, run_cfg, timings=timings, mesh=mesh, source=shared,
-                                  keep_source=share)
+                                  keep_source=share, task=task)
             shared = trainer.source if share else None
             _train_run(name, trainer, results, metrics, timings, say, log)
     except (EvaluationFailed, KeyboardInterrupt) as e:
@@ -125,9 +128,11 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
     finally:
         if shared is not None:
             shared.close()
-    if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
-        gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
-        say(f"{cfg.model} - {BASELINE}: {gain:+.1f} test accuracy points")
+    key = task.headline
+    if len(results) > 1 and None not in (r[key] for r in results.values()):
+        gain = 100 * (results[cfg.model][key] - results[BASELINE][key])
+        what = "test accuracy" if key == "test_acc" else key  # the node task's line as it was
+        say(f"{cfg.model} - {BASELINE}: {gain:+.1f} {what} points")
     return results
 
 
@@ -152,5 +157,5 @@ def _train_run(name: str, trainer: Trainer, results: dict[str, dict[str, Any]],
             raise TrainingDiverged(f"{name}: {e}") from None
     if metrics is not None:  # timings so far too: a run stopped later still says where
         metrics.update(**{name: out}, timings=timings.as_dict())
-    say(f"{name}: {accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
+    say(f"{name}: {trainer.task.describe(out, run_cfg)} (model of epoch {out['best_epoch']}, "
         f"{out['protocol']['best_epoch']})")

@@ -2,15 +2,17 @@
 
 Every step is a jitted function of the model's state that returns the new
 state; nothing waits for the device. Running metrics are a device array
-`float32[metrics_size(source)]` = (sum of seed losses, correct seeds,
-seeds, then the feature source's `COUNTERS`, e.g. cache hits and rows read
-over PCIe) that each step adds to, so a loop reads them only when it
-chooses to.
+`float32[metrics_size(source)]` = (sum of the loss's terms, terms judged
+right, terms, then the feature source's `COUNTERS`, e.g. cache hits and
+rows read over PCIe) that each step adds to, so a loop reads them only
+when it chooses to. The task (`jdirect.graph.tasks`) says what a term is:
+a seed node, or a scored pair of the link task.
 
 A step program's one static argument is its `StepContext`: the model's
 graphdef, the feature source's class (whose `read`/`start`/`finish` the
-program traces), the dropout seed and, for the device-sampled programs,
-the mesh, the sampler and the steps per call. Everything else is an array.
+program traces), the dropout seed, the task and, for the device-sampled
+programs, the mesh, the sampler and the steps per call. Everything else
+is an array.
 
 The programs themselves, plain, looped and pipelined, are one body
 (`update` on the rows the source reads) under three schedules:
@@ -26,13 +28,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import Mesh
 
 from ..batch import Batch
 from ..features import FeatureSource
 from ..models import dropout_masks
+from ..tasks import NODE, Task
 from ...placement import replicated
 
 
@@ -51,6 +53,7 @@ class StepContext:
       n: device-sampled programs: optimizer steps per call.
       gemm_search: the training programs are compiled with XLA's search
         over Triton GEMM fusions (`programs.training`).
+      task: the loss and what a batch's seeds are (`tasks.Task`).
 
     The step state is what the source's trainable half says
     (`FeatureSource.split`): the model's state, or for a source with
@@ -64,6 +67,7 @@ class StepContext:
     sampler: Any = None
     n: int = 1
     gemm_search: bool = True
+    task: Task = NODE
 
     def with_steps(self, n: int) -> "StepContext":
         """This context for calls of `n` steps."""
@@ -78,7 +82,7 @@ class StepContext:
         model_state, source_state = own.split(state)
         x, read = own.input(source_state, x, batch.input_nodes)
         out = update(self.graphdef, model_state, metrics, x, batch, key, axis,
-                     x_grad=own.trainable)
+                     x_grad=own.trainable, task=self.task)
         model_state, metrics, x_grad = out if own.trainable else (*out, None)
         source_state = own.apply(source_state, batch.input_nodes, read, x_grad)
         return own.merge(model_state, source_state), metrics
@@ -90,7 +94,17 @@ class StepContext:
         own = self.source
         model_state, source_state = own.split(state)
         x, _ = own.input(source_state, x, batch.input_nodes)
-        return count_correct(self.graphdef, model_state, correct, x, batch, axis)
+        return count_correct(self.graphdef, model_state, correct, x, batch, axis, self.task)
+
+
+    def outputs(self, state, x: jax.Array, batch: Batch) -> jax.Array:
+        """The task's encoder's outputs (no dropout) on the model's input
+        (the source's rows `x`, joined by its trainable rows)."""
+        own = self.source
+        model_state, source_state = own.split(state)
+        x, _ = own.input(source_state, x, batch.input_nodes)
+        model, _ = nnx.merge(self.graphdef, model_state)
+        return self.task.encoder(model)(x, batch)
 
 
 class InFlight:
@@ -150,21 +164,15 @@ def _total(x: Any, axis: str | None) -> Any:
     return x if axis is None else jax.lax.psum(x, axis)
 
 
-def _loss(model: nnx.Module, x: jax.Array, batch: Batch, keep, seeds: jax.Array):
-    """(this batch's share of the global mean loss, (logits, its loss sum))."""
-    logits = model(x, batch, keep)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
-    loss_sum = (ce * batch.seed_mask).sum()
-    return loss_sum / jnp.maximum(seeds, 1.0), (logits, loss_sum)
-
-
-def _correct(logits: jax.Array, batch: Batch) -> jax.Array:
-    return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
+def _loss(model: nnx.Module, x: jax.Array, batch: Batch, keep, terms: jax.Array, task: Task):
+    """(this batch's share of the global mean loss, (its loss sum, terms right))."""
+    loss_sum, right = task.loss(model, x, batch, keep)
+    return loss_sum / jnp.maximum(terms, 1.0), (loss_sum, right)
 
 
 def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
-           axis: str | None = None, *, x_grad: bool = False):
-    """One AdamW step on rows `x` of `batch`, dropout drawn from `key`;
+           axis: str | None = None, *, x_grad: bool = False, task: Task = NODE):
+    """One AdamW step of `task`'s loss on rows `x` of `batch`, dropout drawn from `key`;
     returns (state, metrics with this batch's added to its first three), and
     with `x_grad` also the gradient of this device's loss share with respect
     to `x` (x's shape; for rows that are themselves trained). Traceable, not
@@ -172,8 +180,8 @@ def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key:
 
     Inside a sharded step (`axis` = AXIS, state replicated) `batch` is this
     device's part of the global batch, and the step equals one device's
-    update on the whole of it: each device's loss is its seeds' summed
-    cross-entropy over the global seed count (a psum), so the devices'
+    update on the whole of it: each device's loss is its terms' summed
+    loss over the global term count (a psum; `task.count`), so the devices'
     losses, and their gradients (psum'd), add up to the global mean and its
     gradient (a mean of per-device means would overweight devices with
     fewer seeds). Every device then applies the same update. A batch of no
@@ -182,19 +190,19 @@ def update(graphdef, state, metrics: jax.Array, x: jax.Array, batch: Batch, key:
     before = jax.tree.leaves(state)  # merge's variables may write through to `state`
     model, optimizer = nnx.merge(graphdef, state)
     keep = dropout_masks(model, batch, key)
-    seeds = batch.seed_mask.sum().astype(jnp.float32)
-    total_seeds = _total(seeds, axis)
-    (_, (logits, loss_sum)), grads = nnx.value_and_grad(
+    terms = task.count(batch)
+    total_terms = _total(terms, axis)
+    (_, (loss_sum, right)), grads = nnx.value_and_grad(
         _loss, argnums=(0, 1) if x_grad else 0, has_aux=True)(
-        model, x, batch, keep, total_seeds)
+        model, x, batch, keep, total_terms, task)
     grads, input_grads = grads if x_grad else (grads, None)
     optimizer.update(model, _total(grads, axis))
     # A step of no seeds (those that fill a pass's last call, DeviceFeed.epoch)
     # leaves the state as it was: AdamW would still decay weights and moments.
     after, tree = jax.tree.flatten(nnx.state((model, optimizer)))
-    new = jax.tree.unflatten(tree, [jnp.where(total_seeds > 0, a, b)
+    new = jax.tree.unflatten(tree, [jnp.where(total_terms > 0, a, b)
                                     for a, b in zip(after, before, strict=True)])
-    step_metrics = jnp.stack([loss_sum, _correct(logits, batch).astype(jnp.float32), seeds])
+    step_metrics = jnp.stack([loss_sum, right, terms])
     out = new, metrics.at[:3].add(_total(step_metrics, axis))
     return (*out, input_grads) if x_grad else out
 
@@ -208,10 +216,11 @@ def count_reads(source: type[FeatureSource], metrics: jax.Array, table: Any,
 
 
 def count_correct(graphdef, state, correct: jax.Array, x: jax.Array, batch: Batch,
-                   axis: str | None = None) -> jax.Array:
-    """`correct` + (correct seeds, seeds) of the model on rows `x` of
-    `batch` (no dropout), summed over the devices of `axis` inside a
-    sharded step. Traceable, not jitted."""
+                   axis: str | None = None, task: Task = NODE) -> jax.Array:
+    """`correct` + (terms right, terms) of `task` for the model on rows `x`
+    of `batch` (no dropout; for the node task, correct seeds and seeds),
+    summed over the devices of `axis` inside a sharded step. Traceable,
+    not jitted."""
     model, _ = nnx.merge(graphdef, state)
-    return correct + _total(jnp.stack([_correct(model(x, batch), batch).astype(jnp.float32),
-                                       batch.seed_mask.sum().astype(jnp.float32)]), axis)
+    _, right = task.loss(model, x, batch, None)
+    return correct + _total(jnp.stack([right, task.count(batch)]), axis)

@@ -1,6 +1,7 @@
-"""Training and evaluation of GraphSAGE (or the features-only MLP):
-`Trainer` holds one run's state (runs.py: `train_and_evaluate`, the whole
-run with data, metrics and the features-only baseline). Around it: the
+"""Training and evaluation of a task's model (node classification by
+default; `jdirect.graph.tasks`): `Trainer` holds one run's state
+(runs.py: `train_and_evaluate`, the whole run with data, metrics and the
+features-only baseline). Around it: the
 run's input (inputs.py: mesh, feature source, feed), the passes over a split
 (epochs.py: the epoch loop, sampled evaluation) and what a run prints
 (reporting.py). The trainer calls the feature source, the sampler and the
@@ -19,20 +20,22 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from ...placement import replicated
-from .. import inference, models
+from .. import inference
 from ..data import Graph
 from ..features import FeatureSource
 from ..features.learned import LearnedFeatures
 from ..io.checkpoint import open_checkpoints, resolved_row_encoding
+from ..tasks import TASKS, Task
 from . import parallel
 from .config import TrainConfig, as_dict, first_line, model_options, num_layers
 from .epochs import stops_early, train_pass, warn_if_short
+from .evaluation import (check_full_eval, full_accuracy, full_ranking, sampled_accuracy,
+                         sampled_ranking)
 from .full_batch import FullBatchFeed
-from .evaluation import check_full_eval, full_accuracy, sampled_accuracy
 from .inputs import make_mesh, open_input, sampler_kind
 from .learned import model_input
 from .optimizer import optimizer as make_optimizer
-from .reporting import best_of, fit_result, format_epoch
+from .reporting import best_of, format_epoch
 from .timing import Timings
 
 class EvaluationFailed(RuntimeError):
@@ -53,7 +56,10 @@ class Trainer:
     `mesh`: `make_mesh(cfg)` where the caller made it (None: made here);
     `source`: another run's open source to read, the caller's; with
     `keep_source`, the source this run opens is left open for another run
-    (`self.source`), for the caller to close.
+    (`self.source`), for the caller to close. `task`: what the run learns
+    (None: `TASKS[cfg.task]` opened on `graph`; runs of one graph share
+    one, e.g. the link task's edge split); the run trains on its
+    `message_graph(graph)` (`self.graph`).
 
     Raises:
       ValueError: a bad setting (see TrainConfig.validate), an empty
@@ -62,11 +68,14 @@ class Trainer:
 
     def __init__(self, graph: Graph, cfg: TrainConfig, *, timings: Timings | None = None,
                  mesh: Mesh | None = None, source: FeatureSource | None = None,
-                 keep_source: bool = False):
+                 keep_source: bool = False, task: Task | None = None):
         cfg.validate()
         # Where the run's time goes (train_and_evaluate shares one across runs).
         self.timings = timings if timings is not None else Timings()
-        if len(graph.train) == 0:
+        self.task = task = task if task is not None else TASKS[cfg.task](graph, cfg)
+        graph = task.message_graph(graph)
+        self.train_seeds = task.seeds(graph, "train")
+        if len(self.train_seeds) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         self.graph, self.cfg = graph, cfg
         mesh = make_mesh(cfg) if mesh is None else mesh  # the caller's `make_mesh(cfg)`
@@ -79,11 +88,12 @@ class Trainer:
             graph.num_nodes, cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr,
             seed=cfg.seed, memory=cfg.embedding_memory) if cfg.embedding_dim else None
         try:
-            model = models.build(cfg.model, given + cfg.embedding_dim, cfg.hidden,
-                                 graph.num_classes, num_layers(cfg), dropout=cfg.dropout,
-                                 seed=cfg.seed, **model_options(cfg))
+            model = task.build(cfg.model, given + cfg.embedding_dim, cfg.hidden, graph,
+                               num_layers(cfg), dropout=cfg.dropout, seed=cfg.seed,
+                               **model_options(cfg))
             if cfg.full_eval:  # refuse now an evaluation that could not run after training
-                check_full_eval(model, graph, given, cfg.embedding_dim)
+                check_full_eval(task.encoder(model), graph, given, cfg.embedding_dim,
+                                task.eval_nodes(graph))
             optimizer = nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)
             # Replicated like every step's output: one compilation per step kind.
             self.graphdef, self.state = nnx.split((model, optimizer))
@@ -95,7 +105,7 @@ class Trainer:
         # The source owns the embedding from here on (and closes it on failure).
         opened = source is None
         self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned,
-                                            source)
+                                            source, task)
         try:
             self.state = self.source.initial(self.state, self._place)
         except BaseException:
@@ -105,7 +115,7 @@ class Trainer:
             raise
         self._owns_source = opened and not keep_source
         self._progress = cfg.progress and parallel.is_lead()
-        self.batches_per_epoch = self.feed.num_batches(len(graph.train))
+        self.batches_per_epoch = self.feed.num_batches(len(self.train_seeds))
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
         self.history: list[dict[str, Any]] = []
         # The newest epoch in cfg.checkpoint_dir that this run saved or resumed.
@@ -114,7 +124,7 @@ class Trainer:
 
     # -- one epoch ---------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        """Trains one pass over the training nodes; returns its metrics.
+        """Trains one pass over the training seeds; returns its metrics.
 
         Raises:
           TrainingDiverged: the loss became NaN or infinite.
@@ -125,7 +135,7 @@ class Trainer:
             self.state, metrics = self.feed.train_step(self.state, metrics, inputs, at)
             return metrics
 
-        return train_pass(self.feed, self.source, self.graph.train, epoch, step,
+        return train_pass(self.feed, self.source, self.train_seeds, epoch, step,
                           log_every=self.cfg.log_every, progress=self._progress)
 
     # -- evaluation --------------------------------------------------------
@@ -187,7 +197,8 @@ class Trainer:
         # state of it, which would hold a version of device tables alive.
         own = self.source
         keep = (lambda: None) if own.trainable else (lambda: self.state)
-        best = dict(state=keep(), epoch=-1, val_acc=-1.0)
+        best = dict(state=keep(), epoch=-1, score=-1.0)
+        selects = self.task.selects
 
         def evaluated() -> Any:  # the state whose model is saved as best and tested
             return self.state if own.trainable else best["state"]
@@ -204,8 +215,9 @@ class Trainer:
                     first = meta["epoch"] + 1
                     self.state = own.resumed(saved["state"], saved["tables"], self._place)
                     # Trainable rows: the last epoch is the best (see below).
-                    best = dict(state=None, **best_of(self.history[-1:])) if own.trainable \
-                        else dict(state=saved["best"], **best_of(self.history))
+                    best = dict(state=None, **best_of(self.history[-1:], selects)) \
+                        if own.trainable else dict(state=saved["best"],
+                                                   **best_of(self.history, selects))
                     self.checkpointed = meta["epoch"]
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
@@ -219,16 +231,17 @@ class Trainer:
                 validated = self.sampled_eval and (
                     (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == self.epochs)
                 with self.timings.phase("evaluate_s"):
-                    m["val_acc"] = self.evaluate(self.graph.val) if validated else None
+                    m.update(self.task.validate(self) if validated else {selects: None})
                 # Trainable rows change in place: only the last epoch's
                 # model has them, so it is the one evaluated. An epoch not
                 # validated (eval_every) is never the best.
                 if ((validated or not self.sampled_eval)
-                        and (m["val_acc"] is None or m["val_acc"] >= best["val_acc"])
+                        and (m[selects] is None or m[selects] >= best["score"])
                         or own.trainable):
-                    best = dict(state=keep(), epoch=epoch, val_acc=m["val_acc"] or 0.0)
+                    best = dict(state=keep(), epoch=epoch, score=m[selects] or 0.0)
                 self.history.append(m)
-                log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu"))
+                log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu",
+                                 val_key=selects))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
                     tables = own.checkpoint_tables(self.state)
                     ckpt.save(epoch, dict(state=own.light(self.state),
@@ -246,21 +259,10 @@ class Trainer:
                 ckpt.close()
         try:
             with self.timings.phase("evaluate_s"):
-                sampled = self.evaluate(self.graph.test, evaluated()) \
-                    if self.sampled_eval else None
-                full = {}
-                if cfg.full_eval:
-                    if last:
-                        self.feed.close()
-                    full = self.full_accuracy(evaluated())
+                return self.task.result(self, evaluated(), best["epoch"], last)
         except Exception as e:  # whatever it was, the training is done and kept
             raise EvaluationFailed(f"the evaluation after training failed "
                                    f"({first_line(e)})") from e
-        return fit_result(cfg, self.history, best["epoch"], sampled, full, epochs=self.epochs,
-                          devices=self.mesh.size,
-                          steps_per_call=getattr(self.feed, "steps_per_call", 1),
-                          sampled_eval=self.sampled_eval, learned=self.learned is not None,
-                          has_val=len(self.graph.val) > 0, report=self.full_eval)
 
     @property
     def sampled_eval(self) -> bool:
@@ -271,7 +273,7 @@ class Trainer:
         unless the run resumed epochs that were validated (a longer run's,
         whose sampled validation chose the best)."""
         return not (self.cfg.full_eval and self.epochs == 1) or any(
-            m.get("val_acc") is not None for m in self.history)
+            m.get(self.task.selects) is not None for m in self.history)
 
     def _place(self, tree: Any) -> Any:
         """`tree` placed as the model's state and every step's output are
@@ -295,6 +297,18 @@ class Trainer:
         self.full_eval = inference.Report()
         return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
                              self._progress, self.full_eval)
+
+    def ranking(self, state: Any, split: str) -> dict[str, float]:
+        """The link task's figures (`tasks.ranking.figures`) of `state`'s
+        model on `split`'s positives against their fixed negatives, from
+        the embeddings of their endpoints: with full neighbourhoods
+        (layer-wise inference, its `Report` kept in `full_eval`) with
+        cfg.full_eval, else sampled as in training (`sampled_ranking`)."""
+        if not self.cfg.full_eval:
+            return sampled_ranking(self.feed, state, self.task.split, split)
+        self.full_eval = inference.Report()
+        return full_ranking(self.graphdef, state, self.graph, self.source, self._given,
+                            self.task.split, split, self._progress, self.full_eval)
 
     def close(self) -> None:
         self.feed.close()

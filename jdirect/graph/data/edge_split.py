@@ -1,0 +1,205 @@
+"""Edges split for link prediction: train / validation / test positives,
+each evaluation positive's fixed negatives, and the graph messages pass
+over (the training edges only).
+
+Two ways to get one:
+
+  * `random_edge_split(graph, ...)`: a seeded random split of the graph's
+    edges read as undirected (edge {u, v} is one item, so both stored
+    directions land in the same part), as PyG's `RandomLinkSplit` and the
+    graph-autoencoder papers' 85/5/10 splits;
+  * `read_edge_split(graph, directory)`: a given split in OGB's link
+    layout, `directory/{train,valid,test}.npz` (arrays `source_node`,
+    `target_node` and optionally `target_node_neg` [m, K], as
+    ogbl-citation2; or `edge` [m, 2]) or `.csv.gz` (rows "source,target",
+    negatives in `{valid,test}_neg.csv.gz`, K targets a row).
+
+Either way the message-passing graph holds the training edges in both
+directions and never a validation or test edge, and every negative of a
+source is a node that is not one of its neighbours (in any part) nor the
+source itself: OGB's protocol ranks each positive against its source's
+negatives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from ._files import Npz, read_csv
+from .csr import Graph, csr_from_keys, unique_sorted
+
+SPLITS = ("train", "val", "test")
+_FILES = dict(train="train", val="valid", test="test")  # OGB's file names
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EdgeSplit:
+    """Positive edges of each part and the graph for message passing.
+
+    Attributes:
+      graph: the input graph with only the training edges, stored both
+        ways (features, labels and node splits unchanged).
+      train, val, test: int64[m, 2] positive (source, target) edges.
+      val_neg, test_neg: int64[len(val or test), K]: each positive's
+        fixed negative targets for the same source.
+    """
+
+    graph: Graph
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    val_neg: np.ndarray
+    test_neg: np.ndarray
+
+    def edges(self, split: str) -> np.ndarray:
+        """The positives of `split` ("train", "val" or "test")."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return getattr(self, split)
+
+    def negatives(self, split: str) -> np.ndarray:
+        """The fixed negatives of `split` ("val" or "test")."""
+        if split not in ("val", "test"):
+            raise ValueError(f"fixed negatives exist for 'val' and 'test', not {split!r}")
+        return getattr(self, f"{split}_neg")
+
+    def __repr__(self) -> str:
+        return (f"EdgeSplit({self.graph.name!r}: {len(self.train):,}/{len(self.val):,}/"
+                f"{len(self.test):,} edges, {self.val_neg.shape[1]} negatives a source)")
+
+
+def undirected_keys(graph: Graph) -> np.ndarray:
+    """Sorted distinct int64 keys lo * n + hi (lo < hi) of `graph`'s edges
+    read as undirected; self-loops dropped."""
+    n = graph.num_nodes
+    src = np.repeat(np.arange(n, dtype=np.int64), graph.degrees())
+    dst = graph.indices.astype(np.int64)
+    keep = src != dst
+    lo, hi = np.minimum(src[keep], dst[keep]), np.maximum(src[keep], dst[keep])
+    return unique_sorted(lo * n + hi)
+
+
+def random_edge_split(graph: Graph, *, val: float = 0.05, test: float = 0.1, seed: int = 0,
+                      eval_negatives: int = 1000) -> EdgeSplit:
+    """A seeded random split of `graph`'s undirected edges: shares `val`
+    and `test` held out (rounded down), the rest for training and message
+    passing; `eval_negatives` fixed negatives for each held-out positive.
+
+    Raises:
+      ValueError: shares outside [0, 1) or summing to 1 or more, fewer
+        than 1 negative, or a graph with no edges.
+    """
+    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
+        raise ValueError(f"val and test shares must lie in [0, 1) with a sum below 1, got "
+                         f"{val} and {test}")
+    keys = undirected_keys(graph)
+    if not keys.size:
+        raise ValueError(f"{graph.name} has no edges to split")
+    rng = np.random.default_rng(seed)
+    keys = keys[rng.permutation(keys.size)]
+    n_val, n_test = int(val * keys.size), int(test * keys.size)
+    n = graph.num_nodes
+    parts = np.split(keys, [n_val, n_val + n_test])
+    val_e, test_e, train_e = (np.stack(np.divmod(p, n), axis=1) for p in parts)
+    return _split(graph, train_e, val_e, test_e, None, None, eval_negatives, rng)
+
+
+def read_edge_split(graph: Graph, directory: str | Path, *, seed: int = 0,
+                    eval_negatives: int = 1000) -> EdgeSplit:
+    """The split in `directory` (OGB's link layout, module doc); held-out
+    positives without negatives in the files get `eval_negatives` drawn
+    with `seed`.
+
+    Raises:
+      FileNotFoundError: a part's file is missing (named).
+      ValueError: unreadable files, ids outside the graph, or negatives
+        whose rows do not match the positives.
+    """
+    directory = Path(directory)
+    parts = {split: _read_part(directory, _FILES[split], graph.num_nodes) for split in SPLITS}
+    rng = np.random.default_rng(seed)
+    return _split(graph, parts["train"][0], parts["val"][0], parts["test"][0],
+                  parts["val"][1], parts["test"][1], eval_negatives, rng)
+
+
+def _read_part(directory: Path, name: str, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64[m, 2] positives, int64[m, K] negatives or None) of one file."""
+    npz = directory / f"{name}.npz"
+    if npz.exists():
+        with Npz(npz) as f:
+            try:
+                edges = f.array("edge").astype(np.int64)
+            except ValueError:
+                edges = np.stack([f.array("source_node"), f.array("target_node")], 1)
+            try:
+                neg = f.array("target_node_neg").astype(np.int64)
+            except ValueError:
+                neg = None
+        path = npz
+    else:
+        path = directory / f"{name}.csv.gz"
+        if not path.exists():
+            raise FileNotFoundError(f"expected {npz} or {path}")
+        edges = read_csv(path, np.int64, columns=2)
+        neg_path = directory / f"{name}_neg.csv.gz"
+        neg = read_csv(neg_path, np.int64) if neg_path.exists() else None
+    edges = edges.astype(np.int64).reshape(-1, 2)
+    for what, ids in (("edges", edges), ("negatives", neg)):
+        if ids is not None and ids.size and (ids.min() < 0 or ids.max() >= n):
+            raise ValueError(f"{path}: {what} must be node ids in [0, {n})")
+    if neg is not None and (neg.ndim != 2 or neg.shape[0] != edges.shape[0]):
+        raise ValueError(f"{path}: negatives shaped {neg.shape} for {edges.shape[0]} positives "
+                         "(one row of K targets per positive)")
+    return edges, neg
+
+
+def _both_ways(edges: np.ndarray, n: int) -> np.ndarray:
+    """Sorted distinct keys src * n + dst of `edges` in both directions."""
+    return unique_sorted(np.concatenate([edges[:, 0] * n + edges[:, 1],
+                                         edges[:, 1] * n + edges[:, 0]]))
+
+
+def _split(graph: Graph, train: np.ndarray, val: np.ndarray, test: np.ndarray,
+           val_neg: np.ndarray | None, test_neg: np.ndarray | None, k: int,
+           rng: np.random.Generator) -> EdgeSplit:
+    if k < 1:
+        raise ValueError(f"eval_negatives must be >= 1, got {k}")
+    n = graph.num_nodes
+    held = _both_ways(np.concatenate([val, test]), n)
+    passing = _both_ways(train, n)
+    # A given split may repeat a held-out edge among its training edges:
+    # it must still never carry messages.
+    passing = passing[~np.isin(passing, held, assume_unique=True)]
+    passing = passing[passing // n != passing % n]  # no self-loops, as csr_from_edges
+    indptr, indices = csr_from_keys(passing, n)
+    known = unique_sorted(np.concatenate([passing, held]))
+    negs = [given if given is not None else per_source_negatives(part[:, 0], known, n, k, rng)
+            for part, given in ((val, val_neg), (test, test_neg))]
+    mp = dataclasses.replace(graph, indptr=indptr, indices=indices)
+    return EdgeSplit(mp, train, val, test, *negs)
+
+
+def per_source_negatives(sources: np.ndarray, known: np.ndarray, num_nodes: int, k: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """int64[len(sources), k]: uniform random targets t for each source s
+    with t != s and s * num_nodes + t not in `known` (sorted edge keys):
+    never a positive of that source.
+
+    Raises:
+      ValueError: a source whose non-neighbours are too few to draw from
+        (after 64 rounds of redrawing some are still positives).
+    """
+    sources = np.asarray(sources, np.int64)
+    out = rng.integers(0, num_nodes, (sources.size, k), dtype=np.int64)
+    for _ in range(64):
+        keys = sources[:, None] * num_nodes + out
+        at = np.minimum(np.searchsorted(known, keys), max(known.size - 1, 0))
+        bad = (out == sources[:, None]) | (known.size > 0) & (known[at] == keys)
+        if not bad.any():
+            return out
+        out[bad] = rng.integers(0, num_nodes, int(bad.sum()), dtype=np.int64)
+    worst = int(sources[bad.any(1)][0])
+    raise ValueError(f"node {worst} is joined to nearly every node: no negatives to draw")
