@@ -59,7 +59,7 @@ On an H100 (2026-11-27, the calibrated products preset, 20 % cached) int8
 read in line took 0.349 s an epoch against bfloat16's 0.397 s pipelined,
 and starting the int8 read ahead made it slower (0.400 s): whether `auto`
 should pick int8 waits on its accuracy over 3 seeds and the H200's figure
-(benchmarks/results/LOG.md). Epochs
+(benchmarks/results/journal/LOG.md). Epochs
 of every encoding x cache combination, their PCIe counters and accuracy
 over 3 seeds are measured by benchmarks/row_encoding.py
 (`bash benchmarks/run.sh encodings`).

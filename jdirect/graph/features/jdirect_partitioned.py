@@ -37,7 +37,7 @@ class PartitionedSource(FeatureSource):
     during the update was tried and was no faster (products, a tenth of
     the rows a GPU, against the replicated `jdirect-cache` of the same
     run: 0.92x its epoch on 4 H100s and 1.12x on 2, in line and started
-    alike; benchmarks/results/LOG.md, 2026-11-27, fourth session): the
+    alike; benchmarks/results/journal/LOG.md, 2026-11-27, fourth session): the
     exchange, whose fixed buckets carry ~1.1 batches of rows a step
     whatever the hits, bounds the step, not the host read.
 

@@ -159,7 +159,7 @@ class TrainConfig:
         costs seconds of compiling a model and pays over long runs: H100,
         2026-11-27, products' epoch 3.9 % faster with it, papers100m's the
         same; H200, 2026-11-28, papers100m's two models compiled 6.4 s
-        less without it (benchmarks/results/LOG.md).
+        less without it (benchmarks/results/journal/LOG.md).
       checkpoint_dir: save after every epoch and resume from it.
       checkpoint_read_only: resume from checkpoint_dir without saving
         (for a directory this run may not write).
