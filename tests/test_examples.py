@@ -44,7 +44,7 @@ def test_python_m_runs_the_cli(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, env=child_env(),
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "--features" in done.stdout and "one of default, papers100m" in " ".join(
+    assert "--features" in done.stdout and "one of citation2, default, papers100m" in " ".join(
         done.stdout.split())
 
 

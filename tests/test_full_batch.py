@@ -19,6 +19,7 @@ from jdirect.graph.data.csr import csr_from_edges
 from jdirect.graph.data.ogb import load_ogb_node
 from jdirect.graph.data.splits import parse_random_split, random_split
 from jdirect.graph.models import Keep, build, dropout_masks, sampling_fanouts
+from jdirect.graph.models import base as models_base
 from jdirect.graph.training import TrainConfig
 from jdirect.graph.training.epochs import stops_early
 from jdirect.graph.training.full_batch import FullBatchFeed, full_batch
@@ -53,7 +54,8 @@ def forward(model, g: Graph, keep=None) -> np.ndarray:
 
 
 @pytest.mark.parametrize("hidden", [4, 16])  # 12 -> 4 projects first, 12 -> 16 does not
-def test_gcn_symmetric_layer_is_the_dense_normalised_product(small, hidden):
+def test_gcn_symmetric_layer_is_the_dense_normalised_product(small, hidden, monkeypatch):
+    monkeypatch.setattr(models_base, "WIDE_INPUT", 12)  # the small graph's 12 columns are wide
     a = dense_adjacency(small) + np.eye(small.num_nodes)
     d = a.sum(1)
     norm = a / np.sqrt(np.outer(d, d))

@@ -21,7 +21,7 @@ from jdirect.graph.inference import _steps, _tables
 from jdirect.graph.data.csr import Graph, csr_from_edges
 from jdirect.graph.inference import CHUNK_EDGES, CHUNK_NODES
 from jdirect.graph.metrics import FULL
-from jdirect.graph.models import build
+from jdirect.graph.models import base as models_base, build
 from test_cli import train_graphsage
 from test_graph_data import assert_same_graph
 from test_inference import reference
@@ -93,10 +93,11 @@ def test_loaded_real_shapes_evaluate_full_split_as_the_dense_reference(tmp_path,
         assert scores[split] == pytest.approx((want[ids].argmax(1) == graph.labels[ids]).mean())
 
 
-def test_wide_rows_fill_a_small_working_budget_in_many_chunks(tmp_path):
+def test_wide_rows_fill_a_small_working_budget_in_many_chunks(tmp_path, monkeypatch):
     """The chunks are sized by bytes: 4,096-wide rows in a 4 MiB budget
     take chunks of a few nodes and windows of a few dozen edges, and give
-    the same logits."""
+    the same logits (the rows summed as they are: unprojected)."""
+    monkeypatch.setattr(models_base, "WIDE_INPUT", WIDE + 1)
     graph = load(*write(tmp_path, shaped("wide_rows"), SHAPES["wide_rows"]))
     model = build("sage", WIDE, 16, graph.num_classes, 2, dropout=0.5, seed=2)
     budget = 4 << 20
@@ -193,6 +194,7 @@ def test_cli_refuses_an_evaluation_that_cannot_fit_before_training(tmp_path, cap
     bytes and --no-full-eval, before any epoch; with --no-full-eval it trains."""
     dataset, root = write(tmp_path / "data", shaped("wide_rows"), SHAPES["wide_rows"])
     monkeypatch.setattr(_tables, "working_budget", lambda working: 100_000)
+    monkeypatch.setattr(models_base, "WIDE_INPUT", WIDE + 1)  # its rows summed unprojected
     with pytest.raises(SystemExit) as exit_info:
         run_cli(dataset, root)
     assert exit_info.value.code == 1

@@ -369,13 +369,20 @@ def dropout(h: jax.Array, keep: jax.Array | None, rate: float) -> jax.Array:
     return jnp.where(keep, h / (1.0 - rate), 0.0)
 
 
+# The narrowest input a mean layer projects before summing (`narrows`).
+WIDE_INPUT = 512
+
+
 def narrows(din: int, dout: int) -> bool:
     """Whether a mean layer projects its rows before summing them (`Conv.
-    projects`): where its output is at most half its input's width (a
-    citation graph's 1,433-3,703 word columns into the hidden width), each
-    edge then carries the narrow rows, at the cost of a projected row per
-    source node."""
-    return 2 * dout <= din
+    projects`): where its input is wide (at least WIDE_INPUT columns: a
+    citation graph's 1,433-3,703 word columns) and its output at most half
+    of it, each edge then carries the narrow rows, at the cost of a
+    projected row per source node. Hidden layers never do: layer-wise
+    inference pushes a layer's rows into the one above only where that one
+    sums them unprojected (`inference._push.pushes`), which is worth more
+    there than the narrower edges."""
+    return din >= WIDE_INPUT and 2 * dout <= din
 
 
 def layer_dims(in_dim: int, hidden: int, num_classes: int, num_layers: int) -> tuple[int, ...]:
