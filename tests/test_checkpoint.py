@@ -171,7 +171,10 @@ def test_resume_settings_treat_one_data_dir_written_three_ways_as_one(tmp_path, 
 # silently, and the resumed run equalled neither.
 @pytest.mark.parametrize("key, old, new", [
     ("eval_max", None, 1000), ("sampler", "cpu", "device"), ("devices", 1, 2),
-    ("row_encoding", "auto", "int8"), ("features", "jdirect", "host")])
+    ("row_encoding", "auto", "int8"), ("features", "jdirect", "host"),
+    # The papers' settings and the task: regression, they resumed silently.
+    ("l2", 0.0, 5e-4), ("gcn_norm", "mean", "symmetric"), ("batch", "sampled", "full"),
+    ("task", "node", "link"), ("negatives", 1, 4)])
 def test_resume_under_another_devices_count_or_row_encoding_is_refused(tmp_path, key, old, new):
     ckpt = Checkpoints(tmp_path, resume_settings(run_settings(**{key: old})))
     ckpt.save(0, state(0), [])

@@ -30,7 +30,13 @@ from ..features.encoding import STORED
 RESUME_KEYS = ("dataset", "data_dir", "feature_dtype", "fanouts", "batch_size", "hidden",
                "dropout", "lr", "weight_decay", "seed", "model", "min_steps", "eval_max",
                "sampler", "embedding_dim", "embedding_optimizer", "embedding_lr", "features",
-               "row_encoding", "devices")
+               "row_encoding", "devices",
+               # the model and its training as the papers set them; the split
+               "batch", "layers", "input_dropout", "attention_dropout", "heads",
+               "output_heads", "gcn_norm", "l2", "l2_scope", "split", "row_normalize",
+               # the task: what a step's seeds, labels and loss are, and the best epoch
+               "task", "decoder", "negatives", "negative_sampler", "link_loss", "edge_split",
+               "eval_negatives", "link_metric")
 
 
 def resume_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
