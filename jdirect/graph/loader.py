@@ -176,8 +176,8 @@ class LinkLoader(Loader):
     Args:
       split: a `jdirect.graph.data.EdgeSplit` (`random_edge_split`,
         `read_edge_split`): messages pass over `split.graph`.
-      fanouts, batch_size (seed edges per step), features, devices, seed,
-        cache_fraction, row_encoding: as `Loader`'s.
+      fanouts, batch_size, features, devices, seed, cache_fraction, row_encoding:
+        as `Loader`'s (`batch_size`: seed edges per step).
       negatives, negative_sampler: K and how negatives are drawn.
 
     Raises:

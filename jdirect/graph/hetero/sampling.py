@@ -50,6 +50,7 @@ class HeteroBatch(NamedTuple):
     With L layers, levels k = 0..L and GNN layers l = 0..L-1 (input side
     first; layer l maps level L-l to level L-1-l):
 
+    ```text
       nodes[k][t]   int32[caps[k][t]]: level k's t-type ids, padded with
                     num_nodes[t]; its counts[t][k] valid ids lead
                     nodes[k+1][t], so `input_nodes` (level L) holds every
@@ -62,6 +63,7 @@ class HeteroBatch(NamedTuple):
       labels        int32[batch_size]: the seeds' classes, 0 beyond the batch.
       seed_mask     bool[batch_size]: which seeds are real.
       counts[t]     int32[L + 1]: valid entries of nodes[0..L][t].
+    ```
     """
 
     nodes: tuple[dict[str, jax.Array], ...]
