@@ -28,14 +28,14 @@ def reference(model: RGraphSAGE, x: dict, batch, aggr: str) -> np.ndarray:
         out = {}
         for t, v in b.nodes[L - 1 - l].items():
             n = v.shape[0]
-            if t in conv.self_maps:
+            if t in set(conv.self_maps):  # flax 0.12.2: no `in` on an nnx.Dict
                 m = conv.self_maps[t]
                 acc = h[t][:n] @ np.asarray(m.kernel[...]) + np.asarray(m.bias[...])
             else:
                 acc = np.tile(np.asarray(conv.biases[t][...]), (n, 1))
             msgs = []
             for r, nb in b.nbrs[l].items():
-                if r[2] != t or relation_key(r) not in conv.neigh_maps:
+                if r[2] != t or relation_key(r) not in set(conv.neigh_maps):
                     continue
                 mean = np.zeros((n, h[r[0]].shape[1]))
                 for i in range(n):

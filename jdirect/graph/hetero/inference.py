@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from .data import HeteroGraph, relation_key
+from .data import HeteroGraph
 from .derived import neighbour_mean
 from .models import RelationalSAGEConv, RGraphSAGE
 
@@ -38,10 +38,10 @@ def full_logits(model: RGraphSAGE, graph: HeteroGraph, *, chunk: int = 1 << 16) 
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
-    h = {}
+    h, learned = {}, set(model.tables)  # keys as a set: see models.combine on nnx.Dict
     for t, n in graph.num_nodes.items():
         rows = graph.features.get(t, np.zeros((n, 0), np.float32)).astype(np.float32, copy=False)
-        if t in model.tables:
+        if t in learned:
             rows = np.concatenate([rows, np.asarray(model.tables[t][...])], axis=1)
         h[t] = rows
     widths = {t: v.shape[1] for t, v in h.items()}
@@ -51,7 +51,7 @@ def full_logits(model: RGraphSAGE, graph: HeteroGraph, *, chunk: int = 1 << 16) 
     for l, conv in enumerate(model.convs):
         last = l + 1 == model.num_layers
         means = {r: neighbour_mean(graph, r, h[r[0]], chunk=chunk)
-                 for r in graph.relations if relation_key(r) in conv.neigh_maps}
+                 for r in graph.relations if conv.in_dims[r[0]]}  # as neigh_maps is keyed
         out = {}
         for t in [model.target] if last else graph.types:  # the last layer: the target alone
             n = graph.num_nodes[t]

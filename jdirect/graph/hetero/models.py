@@ -71,7 +71,7 @@ class RelationalSAGEConv(nnx.Module):
         for t, n in sizes.items():
             means = {}
             for r, nb in nbrs.items():
-                if r[2] == t and relation_key(r) in self.neigh_maps:
+                if r[2] == t and self.in_dims[r[0]]:  # as neigh_maps is keyed
                     total, count = add_sums((jnp.zeros((n, h[r[0]].shape[1]), jnp.float32),
                                              jnp.zeros((n,), jnp.float32)),
                                             Edges(h[r[0]][nb], masks[r], None, n))
@@ -87,10 +87,12 @@ class RelationalSAGEConv(nnx.Module):
         (zeros for none): the module doc's formula. Sampled blocks and
         full-graph inference (inference.py) both end here."""
         n = own.shape[0]
-        out = self.self_maps[node_type](own) if node_type in self.self_maps else \
+        # Membership by in_dims, not `in` an nnx.Dict: flax 0.12.2's raises
+        # AttributeError for a missing key, which Mapping.__contains__ passes on.
+        out = self.self_maps[node_type](own) if self.in_dims[node_type] else \
             jnp.broadcast_to(self.biases[node_type][...], (n, self.out_dim))
         messages = [self.neigh_maps[relation_key(r)](m) for r, m in means.items()
-                    if relation_key(r) in self.neigh_maps]
+                    if self.in_dims[r[0]]]
         if messages:
             agg = sum(messages)
             out = out + (agg / len(messages) if self.aggr == "mean" else agg)
