@@ -51,7 +51,7 @@ def full_logits(model: RGraphSAGE, graph: HeteroGraph, *, chunk: int = 1 << 16) 
     for l, conv in enumerate(model.convs):
         last = l + 1 == model.num_layers
         means = {r: neighbour_mean(graph, r, h[r[0]], chunk=chunk)
-                 for r in graph.relations if conv.in_dims[r[0]]}  # as neigh_maps is keyed
+                 for r in graph.relations if conv.takes(r)}
         out = {}
         for t in [model.target] if last else graph.types:  # the last layer: the target alone
             n = graph.num_nodes[t]

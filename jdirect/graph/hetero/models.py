@@ -60,6 +60,27 @@ class RelationalSAGEConv(nnx.Module):
                                                             use_bias=False, rngs=rngs)
                                     for r in relations if in_dims[r[0]]})
 
+    def takes(self, relation: Relation) -> bool:
+        """Whether `relation`'s messages enter this layer: True for a relation
+        the layer has a neighbour map of, False for one of the model's graph
+        whose source type is featureless at this layer (it carries nothing:
+        skipped, module doc).
+
+        Raises:
+          ValueError: a relation of no graph the layer was built for (an
+            unknown type, or a relation between feature-carrying types that
+            has no map): its messages would be dropped silently.
+        """
+        # Keys listed, not `in` the nnx.Dict: flax 0.12.2's raises
+        # AttributeError for a missing key, which Mapping.__contains__ passes on.
+        if relation_key(relation) in set(self.neigh_maps):
+            return True
+        src, _, dst = relation
+        if src in self.in_dims and dst in self.in_dims and not self.in_dims[src]:
+            return False
+        raise ValueError(f"relation {relation} is not one of the model's relations "
+                         f"(built for {sorted(self.neigh_maps)})")
+
     def __call__(self, h: Mapping[str, jax.Array], sizes: Mapping[str, int],
                  nbrs: Mapping[Relation, jax.Array],
                  masks: Mapping[Relation, jax.Array]) -> dict[str, jax.Array]:
@@ -71,7 +92,7 @@ class RelationalSAGEConv(nnx.Module):
         for t, n in sizes.items():
             means = {}
             for r, nb in nbrs.items():
-                if r[2] == t and self.in_dims[r[0]]:  # as neigh_maps is keyed
+                if r[2] == t and self.takes(r):
                     total, count = add_sums((jnp.zeros((n, h[r[0]].shape[1]), jnp.float32),
                                              jnp.zeros((n,), jnp.float32)),
                                             Edges(h[r[0]][nb], masks[r], None, n))
@@ -86,13 +107,14 @@ class RelationalSAGEConv(nnx.Module):
         type, their neighbours' mean rows `means[r]` [n, in_dims[src]]
         (zeros for none): the module doc's formula. Sampled blocks and
         full-graph inference (inference.py) both end here."""
+        if node_type not in self.in_dims:
+            raise ValueError(f"node type {node_type!r} is not one of the model's types "
+                             f"{sorted(self.in_dims)}")
         n = own.shape[0]
-        # Membership by in_dims, not `in` an nnx.Dict: flax 0.12.2's raises
-        # AttributeError for a missing key, which Mapping.__contains__ passes on.
         out = self.self_maps[node_type](own) if self.in_dims[node_type] else \
             jnp.broadcast_to(self.biases[node_type][...], (n, self.out_dim))
         messages = [self.neigh_maps[relation_key(r)](m) for r, m in means.items()
-                    if self.in_dims[r[0]]]
+                    if self.takes(r)]
         if messages:
             agg = sum(messages)
             out = out + (agg / len(messages) if self.aggr == "mean" else agg)

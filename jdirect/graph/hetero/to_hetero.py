@@ -69,7 +69,11 @@ class ToHetero(TypedMessagePassing):
     def layer(self, l: int, h: dict[str, jax.Array], batch: HeteroBatch) -> dict[str, jax.Array]:
         """Each relation's layer l on its block, summed or averaged per type."""
         out: dict[str, list[jax.Array]] = {}
+        known = set(self.models)  # listed: see RelationalSAGEConv.takes on nnx.Dict
         for r, nb in batch.nbrs[l].items():
+            if relation_key(r) not in known:
+                raise ValueError(f"relation {r} is not one of the model's relations "
+                                 f"(built for {sorted(known)})")
             conv = self.models[relation_key(r)].convs[l]
             n = nb.shape[0]
             h_dst = h[r[2]][:n]
