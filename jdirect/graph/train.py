@@ -16,6 +16,7 @@ Examples:
   jdirect-train --config products --devices 2  # data parallel, 2 GPUs
   jdirect-train --config products_learned  # no features: learned embeddings
   jdirect-train --task link --model gcn --dataset ogb --data-dir ~/data/ogb_cora
+  jdirect-train --config mag --scale 0.01   # a typed graph: R-GraphSAGE
 
 Several processes (one per host or per GPU), one command each, I = 0..N-1:
   jdirect-train --config products \
@@ -39,6 +40,7 @@ import jax
 from .. import environment
 from ..checkpoint import CheckpointError, check_checkpoint_dir
 from .data import DATASETS, PRESETS
+from .hetero.presets import TYPED_PRESETS
 from .features import ENCODINGS, SOURCES
 from .io import check_metrics_path
 from .models import MODELS
@@ -142,9 +144,11 @@ def parser() -> argparse.ArgumentParser:
                          f"{', '.join(sorted(q.stem for q in CONFIGS.glob('*.py')))} (default: "
                          "the dataset's own if there is one, else 'default'), or a path to a .py "
                          "file with get_config()")
-    add("--dataset", choices=sorted(DATASETS),
+    add("--dataset", choices=sorted([*DATASETS, *TYPED_PRESETS]),
         help="a synthetic preset, or 'ogb'/'reddit' files in --data-dir")
     add("--data-dir", help="directory of an OGB or Reddit dataset")
+    add("--scale", type=_number(float, 0, 1, open_low=True),
+        help="typed presets (mag, mag240m): the share of their nodes to generate")
     add("--model", choices=list(MODELS), help="the GNN (mlp: the seeds' own features only)")
     add("--task", choices=list(TASKS),
         help="node: classify the split's nodes; link: predict held-out edges (link prediction; "

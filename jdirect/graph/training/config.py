@@ -20,6 +20,7 @@ from ..data import DATASETS
 from ..data.csr import FEATURE_DTYPES as TABLE_DTYPES
 from ..features import ENCODINGS, SOURCES
 from ..data.splits import RANDOM, parse_random_split
+from ..hetero.presets import TYPED_PRESETS
 from ..models import MODELS, sampling_fanouts
 from ..models.gcn import NORMS
 from .learned import MEMORY, OPTIMIZERS
@@ -47,7 +48,10 @@ class TrainConfig:
     """Hyper-parameters, data and run settings.
 
     Attributes:
-      dataset, data_dir, feature_dtype: the graph (`data.load_graph`).
+      dataset, data_dir, feature_dtype: the graph (`data.load_graph`), or
+        a typed preset (`hetero.presets`, trained by `hetero.training`).
+      scale: a typed preset's share of its nodes, in (0, 1] (mag240m's
+        full size needs more host memory than most machines have).
       fanouts: neighbours per GNN layer, input layer first (DGL order).
       batch_size: seeds per optimizer step, over all devices (a multiple
         of their number: each device samples an equal share).
@@ -167,6 +171,7 @@ class TrainConfig:
     """
 
     dataset: str = "small"
+    scale: float = 1.0
     data_dir: str | None = None
     feature_dtype: str | None = None
     fanouts: tuple[int, ...] = (15, 10, 5)
@@ -281,8 +286,11 @@ class TrainConfig:
                f"must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
         _check(self.model in MODELS, "model",
                f"must be one of {', '.join(MODELS)}, got {self.model!r}")
-        _check(self.dataset in DATASETS, "dataset",
-               f"must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        _check(self.dataset in DATASETS or self.dataset in TYPED_PRESETS, "dataset",
+               f"must be one of {', '.join([*DATASETS, *TYPED_PRESETS])}, got {self.dataset!r}")
+        _check(0 < self.scale <= 1 and (self.scale == 1 or self.dataset in TYPED_PRESETS),
+               "scale", f"must lie in (0, 1], and only the typed presets "
+               f"({', '.join(TYPED_PRESETS)}) take one; got {self.scale!r}")
         _check(self.features in SOURCES, "features",
                f"must be one of {tuple(SOURCES)}, got {self.features!r}")
         _check(self.sampler in SAMPLERS, "sampler",

@@ -14,6 +14,7 @@ import jax
 from jax.sharding import Mesh
 
 from ..data import Graph, load_graph
+from ..hetero.training import is_typed, typed_runs
 from ..io import MetricsFile
 from . import parallel
 from .config import TrainConfig, as_dict
@@ -91,6 +92,8 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
                 metrics: MetricsFile | None, timings: Timings, say: Callable[[str], None],
                 log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     """train_and_evaluate's runs, with `timings` recording."""
+    if is_typed(cfg.dataset) and graph is None:
+        return typed_runs(cfg, baseline, metrics, timings, say, log)
     if graph is None:
         with timings.phase("load_s"):
             graph = load_graph(cfg)

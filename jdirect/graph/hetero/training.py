@@ -1,0 +1,342 @@
+"""Typed graphs through the command (`jdirect-train --config mag`): the
+typed presets' runs, with the homogeneous runs' epoch line, metrics file,
+checkpoints and evaluation of the labelled type.
+
+A run is `TypedRun`: the preset's `HeteroGraph` (`load_typed`), a
+`HeteroSampler` on the device, one feature source a type (`TypedInputs`,
+`cfg.features` for every type with rows), the model (`build`: "sage" is
+R-GraphSAGE, summing relations as R-GCN does; "mlp" the papers' own
+features; another registry model with neighbours wrapped per relation by
+`ToHetero`) and AdamW (`training.optimizer`). One jitted step samples a
+batch, reads each type's rows with one read a type, updates the model and
+adds the loss and each type's read counts to running sums on the device,
+read once an epoch. The epoch line is the homogeneous trainer's
+(`reporting.format_epoch`), followed by the rows and bytes each type read
+by path (cached on the device, or over PCIe; `type_traffic`), which the
+metrics file keeps under "types".
+
+What is the homogeneous trainer's alone: several devices, the CPU
+sampler, steps per call, overlapped reads and learned embeddings (a typed
+preset's featureless types take derived rows, presets.py); a setting that
+asks for one is refused in one line (`check_typed`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from ...checkpoint import Checkpoints
+from .. import models
+from ..features import SourceOptions
+from ..io import MetricsFile
+from ..io.checkpoint import resume_settings
+from ..models import dropout_masks
+from ..training.config import TrainConfig, as_dict, num_layers
+from ..training.epochs import TrainingDiverged, stops_early, warn_if_short
+from ..training.optimizer import optimizer as make_optimizer
+from ..training.reporting import accuracy_line, best_of, fit_result, format_epoch
+from ..training.timing import Timings
+from .data import HeteroGraph
+from .features import TypedInputs
+from .inference import full_logits
+from .models import RGraphSAGE
+from .presets import TYPED_PRESETS, typed_preset
+from .sampling import HeteroSampler
+from .to_hetero import ToHetero
+
+BASELINE = "mlp"  # the features-only model a run compares against, as the homogeneous runs
+
+
+def is_typed(dataset: str) -> bool:
+    """Whether `dataset` names a typed preset (a run of this module)."""
+    return dataset in TYPED_PRESETS
+
+
+def check_typed(cfg: TrainConfig) -> None:
+    """ValueError naming the first setting a typed run cannot honour."""
+    refusals = (
+        (cfg.task != "node", "task", "typed graphs classify nodes of the labelled type"),
+        (cfg.sampler == "cpu", "sampler", "typed graphs sample on the device (any backend)"),
+        (cfg.devices not in (None, 1), "devices", "typed graphs train on one device"),
+        (cfg.embedding_dim > 0, "embedding_dim",
+         "typed presets' featureless types take derived rows, not a learned embedding"),
+        (cfg.batch == "full", "batch", "typed graphs train on sampled mini-batches"),
+        (cfg.data_dir is not None, "data_dir", f"the {cfg.dataset} preset reads no files"),
+    )
+    for bad, name, why in refusals:
+        if bad:
+            raise ValueError(f"{name} {getattr(cfg, name)!r} does not apply to --dataset "
+                             f"{cfg.dataset}: {why}")
+
+
+def load_typed(cfg: TrainConfig) -> HeteroGraph:
+    """The typed preset `cfg.dataset` at `cfg.scale`, drawn from `cfg.seed`."""
+    return typed_preset(cfg.dataset, scale=cfg.scale, seed=cfg.seed,
+                        feature_dtype=cfg.feature_dtype)
+
+
+def build(cfg: TrainConfig, graph: HeteroGraph) -> nnx.Module:
+    """The model `cfg.model` for `graph`'s labelled type (module doc).
+
+    Raises:
+      ValueError: a registry model that reads no neighbours other than the MLP.
+    """
+    dims = {t: graph.feature_dim(t) for t in graph.types}
+    layers = num_layers(cfg)
+    if cfg.model == "sage":
+        return RGraphSAGE(dims, list(graph.relations), graph.target, cfg.hidden,
+                          graph.num_classes, layers, dropout=cfg.dropout, rngs=nnx.Rngs(cfg.seed))
+    if cfg.model == BASELINE:
+        return models.build(BASELINE, dims[graph.target], cfg.hidden, graph.num_classes, layers,
+                            dropout=cfg.dropout, seed=cfg.seed)
+    return ToHetero(cfg.model, dims[graph.target], list(graph.relations), graph.target,
+                    cfg.hidden, graph.num_classes, layers, dropout=cfg.dropout, seed=cfg.seed)
+
+
+def type_traffic(types: dict[str, dict[str, float]], over_link: bool) -> str:
+    """The epoch line's part per type: rows and bytes each type's source
+    read by path ('paper 1,204 cached, 3,310 over PCIe (0.0017 GB)'; on the
+    CPU backend, rows read in place), types that read nothing left out."""
+    parts = []
+    for t, m in types.items():
+        if not (m.get("pcie_rows") or m.get("cache_hits")):
+            continue
+        moved = f"{m['pcie_rows']:,} over PCIe" if over_link else f"{m['pcie_rows']:,} read"
+        cached = f"{m['cache_hits']:,} cached, " if over_link and m.get("cache_hits") else ""
+        parts.append(f"{t} {cached}{moved} ({m['pcie_gb']:.3g} GB)")
+    return " | by type: " + "; ".join(parts) if parts else ""
+
+
+class TypedRun:
+    """One typed run of `cfg` on `graph` (module doc): sampler, sources,
+    model and optimizer state, history; `fit` trains and evaluates.
+
+    Raises:
+      ValueError: an empty training split, or as `TypedInputs` and `build`.
+    """
+
+    def __init__(self, graph: HeteroGraph, cfg: TrainConfig, timings: Timings | None = None):
+        self.graph, self.cfg = graph, cfg
+        self.timings = timings if timings is not None else Timings()
+        if len(graph.train) == 0:
+            raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
+        model = build(cfg, graph)
+        self.neighbours = model.uses_neighbors
+        # The MLP reads its seeds alone: one hop of one neighbour keeps its sampling cheap.
+        fanouts = cfg.fanouts if self.neighbours else (1,)
+        self.sampler = HeteroSampler(graph, fanouts, cfg.batch_size, seed=cfg.seed)
+        try:
+            rows = max(c for level in self.sampler.caps for c in level.values())
+            self.inputs = TypedInputs(graph, cfg.features, SourceOptions(
+                rows_per_batch=rows, cache_fraction=cfg.cache_fraction,
+                row_encoding=cfg.row_encoding))
+        except BaseException:
+            self.sampler.close()
+            raise
+        self.graphdef, self.state = nnx.split(
+            (model, nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)))
+        self.train_ids = jnp.asarray(graph.train, jnp.int32)
+        self.batches_per_epoch = -(-len(graph.train) // self.sampler.batch_size)
+        self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
+        self.history: list[dict[str, Any]] = []
+        self.checkpointed: int | None = None
+        self._step = jax.jit(self._train_step)
+        self._correct = jax.jit(self._count_correct)
+
+    # -- traced ------------------------------------------------------------
+    def _forward(self, model: nnx.Module, seeds: jax.Array, key: jax.Array, train: bool):
+        """(logits, batch, the ids read per type) of one batch of `seeds`."""
+        batch = self.sampler.sample(self.sampler.arrays, seeds, key)
+        ids = batch.input_nodes if self.neighbours else batch.nodes[0]
+        rows = self.inputs.read(self.inputs.tables, ids)  # one read a type
+        x = rows if self.neighbours else rows[self.graph.target]
+        keep = dropout_masks(model, batch, jax.random.fold_in(key, 1)) if train else None
+        return model(x, batch, keep), batch, ids
+
+    def _train_step(self, state: Any, sums: dict[str, jax.Array], seeds: jax.Array,
+                    epoch: jax.Array, step: jax.Array):
+        model, optimizer = nnx.merge(self.graphdef, state)
+        key = self.sampler.key(epoch, step)
+
+        def loss_fn(model):
+            logits, batch, ids = self._forward(model, seeds, key, True)
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
+            loss_sum = (ce * batch.seed_mask).sum()
+            seen = batch.seed_mask.sum().astype(jnp.float32)
+            right = ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
+            return loss_sum / jnp.maximum(seen, 1.0), (
+                jnp.stack([loss_sum, right.astype(jnp.float32), seen]),
+                self.inputs.count(self.inputs.tables, ids))
+
+        (_, (totals, counts)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+        optimizer.update(model, grads)
+        sums = dict(totals=sums["totals"] + totals,
+                    counts={t: sums["counts"][t] + c for t, c in counts.items()})
+        return nnx.state((model, optimizer)), sums
+
+    def _count_correct(self, state: Any, seeds: jax.Array, step: jax.Array) -> jax.Array:
+        model, _ = nnx.merge(self.graphdef, state)
+        logits, batch, _ = self._forward(model, seeds, self.sampler.key(jnp.int32(-1), step), False)
+        return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
+
+    # -- host side ---------------------------------------------------------
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        """One pass over the training papers; its metrics (format_epoch's
+        names, each type's traffic under "types").
+
+        Raises:
+          TrainingDiverged: the loss became NaN or infinite.
+        """
+        sizes = {t: len(s.COUNTERS) for t, s in self.inputs.sources.items()}
+        sums = dict(totals=jnp.zeros(3), counts={t: jnp.zeros(n) for t, n in sizes.items()})
+        start = time.perf_counter()
+        rows = self.sampler.epoch_seeds(self.sampler.arrays, self.train_ids, epoch)
+        for i, seeds in enumerate(rows):
+            self.state, sums = self._step(self.state, sums, seeds, jnp.int32(epoch),
+                                          jnp.int32(i))
+        loss_sum, right, seen = (float(v) for v in jax.device_get(sums["totals"]))
+        if not math.isfinite(loss_sum):
+            raise TrainingDiverged(f"training diverged: the loss became {loss_sum} in epoch "
+                                   f"{epoch}; lower the learning rate. Nothing of this epoch "
+                                   "was saved")
+        types = self.inputs.traffic(jax.device_get(sums["counts"]))
+        totals = {k: sum(m.get(k, 0) for m in types.values())
+                  for k in ("cache_hits", "pcie_rows", "pcie_gb")}
+        return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=right / max(seen, 1),
+                    epoch_s=time.perf_counter() - start, batches=len(rows), **totals,
+                    types=types)
+
+    def accuracy(self, nodes: np.ndarray, state: Any = None) -> float | None:
+        """Sampled accuracy over `nodes` (at most cfg.eval_max, a fixed
+        random subset), as in training without dropout; None when empty."""
+        if len(nodes) == 0:
+            return None
+        if self.cfg.eval_max is not None and len(nodes) > self.cfg.eval_max:
+            nodes = np.sort(np.random.default_rng(self.cfg.seed).choice(
+                nodes, self.cfg.eval_max, replace=False))
+        rows = self.sampler.epoch_seeds(self.sampler.arrays, jnp.asarray(nodes, jnp.int32), 0,
+                                        shuffle=False)
+        state = self.state if state is None else state
+        right = sum(int(self._correct(state, seeds, jnp.int32(i))) for i, seeds in enumerate(rows))
+        return right / len(nodes)
+
+    def full_accuracy(self, state: Any) -> dict[str, float | None]:
+        """{"val", "test"}: accuracy of R-GraphSAGE over every node of the
+        split with full neighbourhoods (`full_logits`, layer-wise)."""
+        model, _ = nnx.merge(self.graphdef, state)
+        predicted = full_logits(model, self.graph).argmax(-1)
+        return {split: float(np.mean(predicted[ids] == self.graph.labels[ids])) if len(ids)
+                else None for split, ids in (("val", self.graph.val), ("test", self.graph.test))}
+
+    def _checkpoints(self) -> Checkpoints | None:
+        cfg = self.cfg
+        if not cfg.checkpoint_dir:
+            return None
+        settings = resume_settings({**as_dict(cfg), "sampler": "device", "devices": 1})
+        settings.update(scale=cfg.scale, typed=True)  # the homogeneous keys, and the preset's size
+        return Checkpoints(cfg.checkpoint_dir, settings, read_only=cfg.checkpoint_read_only)
+
+    def fit(self, log: Callable[[str], None] = print,
+            on_epoch: Callable[[list[dict]], None] | None = None) -> dict[str, Any]:
+        """Trains `self.epochs` epochs (resuming from cfg.checkpoint_dir when
+        it holds a run of the same settings), validating sampled after each;
+        returns `reporting.fit_result` for the model of the best validation
+        epoch: sampled test accuracy, and with cfg.full_eval (R-GraphSAGE)
+        the full-split ones."""
+        cfg = self.cfg
+        warn_if_short(self.epochs, self.batches_per_epoch)
+        over_link = jax.devices()[0].platform != "cpu"
+        ckpt = self._checkpoints()
+        best = dict(state=self.state, epoch=-1, score=-1.0)
+        try:
+            if ckpt is not None:
+                restored = ckpt.restore_latest(dict(state=self.state, best=self.state))
+                if restored is not None:
+                    saved, meta = restored
+                    self.state, self.history = saved["state"], list(meta["history"])
+                    best = dict(state=saved["best"], **best_of(self.history))
+                    self.checkpointed = meta["epoch"]
+                    log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
+            for epoch in range(len(self.history), self.epochs):
+                with self.timings.phase("train_s"):
+                    m = self.train_epoch(epoch)
+                validated = (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == self.epochs
+                with self.timings.phase("evaluate_s"):
+                    m["val_acc"] = self.accuracy(self.graph.val) if validated else None
+                if validated and (m["val_acc"] is None or m["val_acc"] >= best["score"]):
+                    best = dict(state=self.state, epoch=epoch, score=m["val_acc"] or 0.0)
+                self.history.append(m)
+                log(format_epoch(m, over_link=over_link) + type_traffic(m["types"], over_link))
+                if ckpt is not None and not cfg.checkpoint_read_only:
+                    ckpt.save(epoch, dict(state=self.state, best=best["state"]), self.history)
+                    self.checkpointed = epoch
+                if on_epoch is not None:
+                    on_epoch(self.history)
+                if stops_early(epoch, best["epoch"], cfg.patience):
+                    log(f"early stop after epoch {epoch}: no better validation accuracy in "
+                        f"{cfg.patience} epochs (the best: epoch {best['epoch']})")
+                    break
+        finally:
+            if ckpt is not None:
+                ckpt.close()
+        with self.timings.phase("evaluate_s"):
+            sampled = self.accuracy(self.graph.test, best["state"])
+            full = self.full_accuracy(best["state"]) if cfg.full_eval else {}
+        return fit_result(cfg, self.history, best["epoch"], sampled, full, epochs=self.epochs,
+                          devices=1, steps_per_call=1, sampled_eval=True, learned=False,
+                          has_val=len(self.graph.val) > 0, report=None)
+
+    def close(self) -> None:
+        self.inputs.close()
+        self.sampler.close()
+
+    def __enter__(self) -> "TypedRun":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def typed_runs(cfg: TrainConfig, baseline: bool, metrics: MetricsFile | None, timings: Timings,
+               say: Callable[[str], None], log: Callable[[str], None]
+               ) -> dict[str, dict[str, Any]]:
+    """`training.runs.train_and_evaluate`'s runs for a typed preset: the
+    graph, `cfg.model`, then with `baseline` the MLP, each a `TypedRun`;
+    {run: fit result}, the metrics file updated after every epoch."""
+    check_typed(cfg)
+    with timings.phase("load_s"):
+        graph = load_typed(cfg)
+    say(f"{graph}  [{timings.seconds['load_s']:.1f}s]")
+    say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), features: "
+        f"{cfg.features} per type, sampler: device (per relation), {cfg.batch_size} seeds a step")
+    runs = {cfg.model: cfg}
+    if baseline:
+        runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
+    results: dict[str, dict[str, Any]] = {}
+    for name, run_cfg in runs.items():
+        # Layer-wise evaluation is R-GraphSAGE's (full_logits); others evaluate sampled.
+        run_cfg = run_cfg if run_cfg.model == "sage" else run_cfg.replace(full_eval=False)
+        say(f"--- {name} ---")
+        with timings.phase("place_s"):
+            run = TypedRun(graph, run_cfg, timings)
+        with run:
+            hook = None if metrics is None else functools.partial(
+                lambda n, h: metrics.update(**{n: dict(history=h)}), name)
+            out = results[name] = run.fit(log=log, on_epoch=hook)
+        if metrics is not None:
+            metrics.update(**{name: out}, timings=timings.as_dict())
+        say(f"{name}: {accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
+            f"{out['protocol']['best_epoch']})")
+    if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
+        gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
+        say(f"{cfg.model} - {BASELINE}: {gain:+.1f} test accuracy points")
+    return results
