@@ -65,10 +65,11 @@ DERIVED = {
 
 
 def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
-                 feature_dtype: str | None = None) -> HeteroGraph:
+                 feature_dtype: str | None = None, derived: bool = True) -> HeteroGraph:
     """The preset `name` (a key of TYPED_PRESETS) with every type's node
     count times `scale` (at least the class count for papers, 1 for the
-    others), its featureless types' rows derived (module doc).
+    others), its featureless types' rows derived (module doc), or left
+    featureless without `derived` (for learned rows, learned.py).
     `feature_dtype` replaces the preset's paper table dtype.
 
     Raises:
@@ -86,4 +87,6 @@ def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
     if feature_dtype is not None:
         args["feature_dtype"] = feature_dtype
     graph = typed_synthetic(**args, seed=seed, name=name)
+    if not derived:
+        return graph
     return with_derived(graph, {t: r for t, r in DERIVED.items() if t in graph.num_nodes})

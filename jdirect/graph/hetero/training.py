@@ -15,14 +15,19 @@ read once an epoch. The epoch line is the homogeneous trainer's
 by path (cached on the device, or over PCIe; `type_traffic`), which the
 metrics file keeps under "types".
 
-What is the homogeneous trainer's alone: several devices, the CPU
-sampler, steps per call, overlapped reads and learned embeddings (a typed
-preset's featureless types take derived rows, presets.py); a setting that
-asks for one is refused in one line (`check_typed`).
+Featureless types take derived rows (presets.py), or with
+`cfg.embedding_dim` learned rows in host memory, trained by
+`cfg.embedding_optimizer` row by row in the same step (`TypedLearned`);
+those change in place, so such a run evaluates its last epoch, as the
+homogeneous trainer's learned embedding does. What is the homogeneous
+trainer's alone: several devices, the CPU sampler, steps per call,
+overlapped reads, learned rows in device memory; a setting that asks for
+one is refused in one line (`check_typed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -48,6 +53,7 @@ from ..training.timing import Timings
 from .data import HeteroGraph
 from .features import TypedInputs
 from .inference import full_logits
+from .learned import TypedLearned
 from .models import RGraphSAGE
 from .presets import TYPED_PRESETS, typed_preset
 from .sampling import HeteroSampler
@@ -67,8 +73,8 @@ def check_typed(cfg: TrainConfig) -> None:
         (cfg.task != "node", "task", "typed graphs classify nodes of the labelled type"),
         (cfg.sampler == "cpu", "sampler", "typed graphs sample on the device (any backend)"),
         (cfg.devices not in (None, 1), "devices", "typed graphs train on one device"),
-        (cfg.embedding_dim > 0, "embedding_dim",
-         "typed presets' featureless types take derived rows, not a learned embedding"),
+        (cfg.embedding_dim > 0 and cfg.embedding_memory == "device", "embedding_memory",
+         "typed graphs' learned rows live in host memory"),
         (cfg.batch == "full", "batch", "typed graphs train on sampled mini-batches"),
         (cfg.data_dir is not None, "data_dir", f"the {cfg.dataset} preset reads no files"),
     )
@@ -79,18 +85,22 @@ def check_typed(cfg: TrainConfig) -> None:
 
 
 def load_typed(cfg: TrainConfig) -> HeteroGraph:
-    """The typed preset `cfg.dataset` at `cfg.scale`, drawn from `cfg.seed`."""
+    """The typed preset `cfg.dataset` at `cfg.scale`, drawn from `cfg.seed`;
+    its featureless types' rows derived, or left to be learned with
+    `cfg.embedding_dim`."""
     return typed_preset(cfg.dataset, scale=cfg.scale, seed=cfg.seed,
-                        feature_dtype=cfg.feature_dtype)
+                        feature_dtype=cfg.feature_dtype, derived=not cfg.embedding_dim)
 
 
 def build(cfg: TrainConfig, graph: HeteroGraph) -> nnx.Module:
     """The model `cfg.model` for `graph`'s labelled type (module doc).
 
     Raises:
-      ValueError: a registry model that reads no neighbours other than the MLP.
+      ValueError: another registry model (`ToHetero`) on types of several widths.
     """
-    dims = {t: graph.feature_dim(t) for t in graph.types}
+    # A featureless type's input is its learned rows where it learns them.
+    dims = {t: graph.feature_dim(t) or (0 if t in graph.features else cfg.embedding_dim)
+            for t in graph.types}
     layers = num_layers(cfg)
     if cfg.model == "sage":
         return RGraphSAGE(dims, list(graph.relations), graph.target, cfg.hidden,
@@ -98,6 +108,10 @@ def build(cfg: TrainConfig, graph: HeteroGraph) -> nnx.Module:
     if cfg.model == BASELINE:
         return models.build(BASELINE, dims[graph.target], cfg.hidden, graph.num_classes, layers,
                             dropout=cfg.dropout, seed=cfg.seed)
+    if set(dims.values()) != {dims[graph.target]}:
+        raise ValueError(f"model {cfg.model!r} on a typed graph reads rows of one width for "
+                         f"every type; the widths are {dims} (--embedding-dim "
+                         f"{dims[graph.target]} or --model sage)")
     return ToHetero(cfg.model, dims[graph.target], list(graph.relations), graph.target,
                     cfg.hidden, graph.num_classes, layers, dropout=cfg.dropout, seed=cfg.seed)
 
@@ -142,6 +156,16 @@ class TypedRun:
         except BaseException:
             self.sampler.close()
             raise
+        self.learned = None
+        try:
+            if cfg.embedding_dim and self.neighbours:
+                self.learned = TypedLearned(graph, cfg.embedding_dim, cfg.embedding_optimizer,
+                                            cfg.embedding_lr, seed=cfg.seed)
+        except BaseException:
+            self.inputs.close()
+            self.sampler.close()
+            raise
+        self.tables = {} if self.learned is None else self.learned.tables
         self.graphdef, self.state = nnx.split(
             (model, nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)))
         self.train_ids = jnp.asarray(graph.train, jnp.int32)
@@ -153,39 +177,54 @@ class TypedRun:
         self._correct = jax.jit(self._count_correct)
 
     # -- traced ------------------------------------------------------------
-    def _forward(self, model: nnx.Module, seeds: jax.Array, key: jax.Array, train: bool):
-        """(logits, batch, the ids read per type) of one batch of `seeds`."""
+    def _read(self, tables: Any, seeds: jax.Array, key: jax.Array):
+        """(batch, the ids read per type, the sources' rows, the learned
+        rows) of one batch of `seeds`: one read a type."""
         batch = self.sampler.sample(self.sampler.arrays, seeds, key)
         ids = batch.input_nodes if self.neighbours else batch.nodes[0]
-        rows = self.inputs.read(self.inputs.tables, ids)  # one read a type
-        x = rows if self.neighbours else rows[self.graph.target]
-        keep = dropout_masks(model, batch, jax.random.fold_in(key, 1)) if train else None
-        return model(x, batch, keep), batch, ids
+        rows = self.inputs.read(self.inputs.tables, ids)
+        learned = {} if self.learned is None else self.learned.rows(tables, ids)
+        return batch, ids, rows, learned
 
-    def _train_step(self, state: Any, sums: dict[str, jax.Array], seeds: jax.Array,
+    def _logits(self, model: nnx.Module, batch: Any, rows: dict[str, jax.Array],
+                learned: dict[str, jax.Array], key: jax.Array | None) -> jax.Array:
+        """The model's logits of the batch's seeds; dropout drawn from `key` (None: off)."""
+        x = {**rows, **learned} if self.neighbours else rows[self.graph.target]
+        keep = None if key is None else dropout_masks(model, batch, jax.random.fold_in(key, 1))
+        return model(x, batch, keep)
+
+    def _train_step(self, state: Any, tables: Any, sums: dict[str, Any], seeds: jax.Array,
                     epoch: jax.Array, step: jax.Array):
         model, optimizer = nnx.merge(self.graphdef, state)
         key = self.sampler.key(epoch, step)
+        batch, ids, rows, learned = self._read(tables, seeds, key)
 
-        def loss_fn(model):
-            logits, batch, ids = self._forward(model, seeds, key, True)
+        def loss_fn(model, learned):
+            logits = self._logits(model, batch, rows, learned, key)
             ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.labels)
             loss_sum = (ce * batch.seed_mask).sum()
             seen = batch.seed_mask.sum().astype(jnp.float32)
             right = ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
-            return loss_sum / jnp.maximum(seen, 1.0), (
-                jnp.stack([loss_sum, right.astype(jnp.float32), seen]),
-                self.inputs.count(self.inputs.tables, ids))
+            totals = jnp.stack([loss_sum, right.astype(jnp.float32), seen])
+            return loss_sum / jnp.maximum(seen, 1.0), totals
 
-        (_, (totals, counts)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+        (_, totals), (grads, row_grads) = nnx.value_and_grad(
+            loss_fn, argnums=(0, 1), has_aux=True)(model, learned)
         optimizer.update(model, grads)
+        counts = dict(sources=self.inputs.count(self.inputs.tables, ids), learned={})
+        if self.learned is not None:
+            tables = self.learned.apply(tables, ids, learned, row_grads)
+            counts["learned"] = self.learned.count(ids)
         sums = dict(totals=sums["totals"] + totals,
-                    counts={t: sums["counts"][t] + c for t, c in counts.items()})
-        return nnx.state((model, optimizer)), sums
+                    counts=jax.tree.map(jnp.add, sums["counts"], counts))
+        return nnx.state((model, optimizer)), tables, sums
 
-    def _count_correct(self, state: Any, seeds: jax.Array, step: jax.Array) -> jax.Array:
+    def _count_correct(self, state: Any, tables: Any, seeds: jax.Array,
+                       step: jax.Array) -> jax.Array:
         model, _ = nnx.merge(self.graphdef, state)
-        logits, batch, _ = self._forward(model, seeds, self.sampler.key(jnp.int32(-1), step), False)
+        batch, _, rows, learned = self._read(tables, seeds,
+                                             self.sampler.key(jnp.int32(-1), step))
+        logits = self._logits(model, batch, rows, learned, None)
         return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
 
     # -- host side ---------------------------------------------------------
@@ -196,19 +235,23 @@ class TypedRun:
         Raises:
           TrainingDiverged: the loss became NaN or infinite.
         """
-        sizes = {t: len(s.COUNTERS) for t, s in self.inputs.sources.items()}
-        sums = dict(totals=jnp.zeros(3), counts={t: jnp.zeros(n) for t, n in sizes.items()})
+        sums = dict(totals=jnp.zeros(3), counts=dict(
+            sources={t: jnp.zeros(len(s.COUNTERS)) for t, s in self.inputs.sources.items()},
+            learned={t: jnp.zeros(1) for t in self.tables}))  # a learned type's rows read
         start = time.perf_counter()
         rows = self.sampler.epoch_seeds(self.sampler.arrays, self.train_ids, epoch)
         for i, seeds in enumerate(rows):
-            self.state, sums = self._step(self.state, sums, seeds, jnp.int32(epoch),
-                                          jnp.int32(i))
+            self.state, self.tables, sums = self._step(self.state, self.tables, sums, seeds,
+                                                       jnp.int32(epoch), jnp.int32(i))
         loss_sum, right, seen = (float(v) for v in jax.device_get(sums["totals"]))
         if not math.isfinite(loss_sum):
             raise TrainingDiverged(f"training diverged: the loss became {loss_sum} in epoch "
                                    f"{epoch}; lower the learning rate. Nothing of this epoch "
                                    "was saved")
-        types = self.inputs.traffic(jax.device_get(sums["counts"]))
+        counts = jax.device_get(sums["counts"])
+        types = self.inputs.traffic(counts["sources"])
+        if self.learned is not None:  # their sources read rows of width 0
+            types.update(self.learned.traffic(counts["learned"]))
         totals = {k: sum(m.get(k, 0) for m in types.values())
                   for k in ("cache_hits", "pcie_rows", "pcie_gb")}
         return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=right / max(seen, 1),
@@ -226,14 +269,17 @@ class TypedRun:
         rows = self.sampler.epoch_seeds(self.sampler.arrays, jnp.asarray(nodes, jnp.int32), 0,
                                         shuffle=False)
         state = self.state if state is None else state
-        right = sum(int(self._correct(state, seeds, jnp.int32(i))) for i, seeds in enumerate(rows))
+        right = sum(int(self._correct(state, self.tables, seeds, jnp.int32(i)))
+                    for i, seeds in enumerate(rows))
         return right / len(nodes)
 
     def full_accuracy(self, state: Any) -> dict[str, float | None]:
         """{"val", "test"}: accuracy of R-GraphSAGE over every node of the
         split with full neighbourhoods (`full_logits`, layer-wise)."""
         model, _ = nnx.merge(self.graphdef, state)
-        predicted = full_logits(model, self.graph).argmax(-1)
+        graph = self.graph if self.learned is None else dataclasses.replace(
+            self.graph, features={**self.graph.features, **self.learned.features(self.tables)})
+        predicted = full_logits(model, graph).argmax(-1)
         return {split: float(np.mean(predicted[ids] == self.graph.labels[ids])) if len(ids)
                 else None for split, ids in (("val", self.graph.val), ("test", self.graph.test))}
 
@@ -250,8 +296,9 @@ class TypedRun:
         """Trains `self.epochs` epochs (resuming from cfg.checkpoint_dir when
         it holds a run of the same settings), validating sampled after each;
         returns `reporting.fit_result` for the model of the best validation
-        epoch: sampled test accuracy, and with cfg.full_eval (R-GraphSAGE)
-        the full-split ones."""
+        epoch (the last with learned rows, which change in place): sampled
+        test accuracy, and with cfg.full_eval (R-GraphSAGE) the full-split
+        ones."""
         cfg = self.cfg
         warn_if_short(self.epochs, self.batches_per_epoch)
         over_link = jax.devices()[0].platform != "cpu"
@@ -259,10 +306,12 @@ class TypedRun:
         best = dict(state=self.state, epoch=-1, score=-1.0)
         try:
             if ckpt is not None:
-                restored = ckpt.restore_latest(dict(state=self.state, best=self.state))
+                restored = ckpt.restore_latest(dict(state=self.state, best=self.state,
+                                                    tables=self.tables))
                 if restored is not None:
                     saved, meta = restored
                     self.state, self.history = saved["state"], list(meta["history"])
+                    self.tables = saved["tables"]
                     best = dict(state=saved["best"], **best_of(self.history))
                     self.checkpointed = meta["epoch"]
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
@@ -272,12 +321,14 @@ class TypedRun:
                 validated = (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == self.epochs
                 with self.timings.phase("evaluate_s"):
                     m["val_acc"] = self.accuracy(self.graph.val) if validated else None
-                if validated and (m["val_acc"] is None or m["val_acc"] >= best["score"]):
+                if validated and (m["val_acc"] is None or m["val_acc"] >= best["score"]) \
+                        or self.learned is not None:
                     best = dict(state=self.state, epoch=epoch, score=m["val_acc"] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m, over_link=over_link) + type_traffic(m["types"], over_link))
                 if ckpt is not None and not cfg.checkpoint_read_only:
-                    ckpt.save(epoch, dict(state=self.state, best=best["state"]), self.history)
+                    ckpt.save(epoch, dict(state=self.state, best=best["state"],
+                                          tables=self.tables), self.history)
                     self.checkpointed = epoch
                 if on_epoch is not None:
                     on_epoch(self.history)
@@ -292,10 +343,15 @@ class TypedRun:
             sampled = self.accuracy(self.graph.test, best["state"])
             full = self.full_accuracy(best["state"]) if cfg.full_eval else {}
         return fit_result(cfg, self.history, best["epoch"], sampled, full, epochs=self.epochs,
-                          devices=1, steps_per_call=1, sampled_eval=True, learned=False,
+                          devices=1, steps_per_call=1, sampled_eval=True,
+                          learned=self.learned is not None,
                           has_val=len(self.graph.val) > 0, report=None)
 
     def close(self) -> None:
+        """Closes the sources, the sampler's tables and the learned rows."""
+        if self.learned is not None:
+            jax.block_until_ready(self.tables)  # the last step's writes, before the tables close
+            self.learned.close()
         self.inputs.close()
         self.sampler.close()
 

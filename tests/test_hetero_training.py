@@ -1,0 +1,92 @@
+"""Typed graphs from the command: the mag presets' shapes, `jdirect-train
+--config mag` (epoch line by type, metrics file, checkpoint and resume),
+its refusals, and which relations a typed layer takes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from jdirect.graph import train
+from jdirect.graph.hetero import typed_synthetic
+from jdirect.graph.hetero.models import RelationalSAGEConv
+from jdirect.graph.hetero.presets import TYPED_PRESETS, typed_preset
+
+pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
+
+WRITES, CITES = ("author", "writes", "paper"), ("paper", "cites", "paper")
+
+
+def test_a_layer_takes_its_relations_skips_featureless_sources_and_refuses_others():
+    conv = RelationalSAGEConv({"paper": 3, "author": 0}, 4, [WRITES, CITES], aggr="sum",
+                              rngs=nnx.Rngs(0))
+    assert conv.takes(CITES) and not conv.takes(WRITES)
+    for unknown in [("paper", "likes", "paper"), ("venue", "hosts", "paper")]:
+        with pytest.raises(ValueError, match="not one of the model's relations"):
+            conv.takes(unknown)
+
+
+@pytest.mark.parametrize("name, scale", [("mag", 0.002), ("mag240m", 0.00003)])
+def test_presets_have_their_datasets_shape_at_any_scale(name, scale):
+    spec = TYPED_PRESETS[name]
+    g = typed_preset(name, scale=scale, seed=1)
+    assert g.target == "paper" and g.num_classes == spec["num_classes"]
+    assert g.num_nodes["paper"] == max(spec["num_classes"], round(spec["papers"] * scale))
+    assert all(g.feature_dim(t) == spec["feature_dim"] for t in g.types)  # derived rows too
+    assert g.features["paper"].dtype.name == spec["feature_dtype"]
+    names = {r[1] for r in g.relations}
+    assert {"writes", "rev_writes", "cites", "affiliated_with"} <= names
+    assert ("has_topic" in names) == (name == "mag")
+    labelled = len(g.train) + len(g.val) + len(g.test)
+    # mag: every paper in a split; mag240m: ~1 % of them, as MAG240M.
+    assert (labelled == g.num_nodes["paper"]) == (name == "mag")
+    assert abs(len(g.train) / g.num_nodes["paper"] - spec["split"][0]) < 0.01
+    with pytest.raises(ValueError, match="scale"):
+        typed_preset(name, scale=0)
+
+
+def test_label_noise_redraws_that_share_of_labels():
+    clean = typed_synthetic(papers=4000, num_classes=4, seed=3)
+    noisy = typed_synthetic(papers=4000, num_classes=4, label_noise=0.4, seed=3)
+    changed = np.mean(clean.labels != noisy.labels)
+    assert abs(changed - 0.4 * 3 / 4) < 0.03  # a redraw keeps its class 1/4 of the time
+    np.testing.assert_array_equal(clean.features["paper"], noisy.features["paper"])
+
+
+def _run(tmp_path, capsys, epochs: int) -> tuple[dict, str]:
+    metrics = tmp_path / "m.json"
+    train.main(["--config", "mag", "--scale", "0.002", "--fanouts", "3", "--batch-size",
+                "256", "--hidden", "8", "--epochs", str(epochs), "--no-baseline", "--quiet",
+                "--metrics", str(metrics), "--checkpoint-dir", str(tmp_path / "ckpt"),
+                "--compilation-cache", str(tmp_path / "cache")])
+    return json.loads(metrics.read_text()), capsys.readouterr().out
+
+
+def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(tmp_path, capsys):
+    m, out = _run(tmp_path, capsys, 1)
+    line = next(s for s in out.splitlines() if s.startswith("epoch 0:"))
+    assert "| by type: paper " in line and "author " in line
+    types = m["sage"]["history"][0]["types"]
+    assert set(types) == {"paper", "author", "institution", "field_of_study"}
+    assert m["sage"]["history"][0]["pcie_rows"] == sum(t["pcie_rows"] for t in types.values())
+    assert m["sage"]["test_acc"] is not None and m["config"]["scale"] == 0.002
+    m, out = _run(tmp_path, capsys, 2)
+    assert "after epoch 0" in out and "epoch 0:" not in out and "epoch 1:" in out
+    assert [e["epoch"] for e in m["sage"]["history"]] == [0, 1]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--config", "tiny", "--scale", "0.5"], "scale"),
+    (["--config", "mag", "--devices", "2"], "devices"),
+    (["--config", "mag", "--task", "link"], "task"),
+    (["--config", "mag", "--embedding-dim", "8"], "embedding_dim"),
+])
+def test_what_a_typed_run_cannot_do_is_refused_in_one_line(flags, words, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(flags + ["--metrics", str(tmp_path / "m.json"), "--quiet"])
+    assert e.value.code in (1, 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
