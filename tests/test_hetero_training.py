@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from jdirect.graph import train
 from jdirect.graph.hetero import typed_synthetic
+from jdirect.graph.hetero.learned import TypedLearned
 from jdirect.graph.hetero.models import RelationalSAGEConv
 from jdirect.graph.hetero.presets import TYPED_PRESETS, typed_preset
 
@@ -56,24 +59,63 @@ def test_label_noise_redraws_that_share_of_labels():
     np.testing.assert_array_equal(clean.features["paper"], noisy.features["paper"])
 
 
-def _run(tmp_path, capsys, epochs: int) -> tuple[dict, str]:
+def test_learned_rows_read_and_update_as_a_dense_sgd_step():
+    g = typed_synthetic(papers=30, authors=12, institutions=3, seed=4)
+    learned = TypedLearned(g, 4, "sgd", 0.5, seed=2)
+    try:
+        assert learned.types == ("author", "institution")
+        before = {t: learned.tables[t][0].numpy().copy() for t in learned.types}
+        ids = {"author": jnp.array([3, 3, 7, 12], jnp.int32),  # 12: padding
+               "institution": jnp.array([1, 3], jnp.int32)}
+        grads = {t: jnp.ones((len(v), 4)) * (1 + jnp.arange(len(v)))[:, None]
+                 for t, v in ids.items()}
+
+        @jax.jit
+        def step(tables):
+            rows = learned.rows(tables, ids)
+            return rows, learned.apply(tables, ids, rows, grads), learned.count(ids)
+
+        rows, tables, counts = step(learned.tables)
+        np.testing.assert_array_equal(rows["author"][:3], before["author"][[3, 3, 7]])
+        np.testing.assert_array_equal(rows["author"][3], 0)
+        after = learned.features(tables)
+        want = before["author"].copy()
+        want[3] -= 0.5 * (1 + 2)  # repeated ids add their gradients
+        want[7] -= 0.5 * 3
+        np.testing.assert_allclose(after["author"], want, rtol=1e-6)
+        want = before["institution"].copy()
+        want[1] -= 0.5
+        np.testing.assert_allclose(after["institution"], want, rtol=1e-6)
+        assert float(counts["author"][0]) == 3 and float(counts["institution"][0]) == 1
+    finally:
+        learned.close()
+    with pytest.raises(ValueError, match="no rows to learn"):
+        TypedLearned(g.__class__(**{**g.__dict__, "features": {
+            t: np.zeros((n, 2), np.float32) for t, n in g.num_nodes.items()}}), 4, "sgd", 0.1,
+            seed=0)
+
+
+def _run(tmp_path, capsys, epochs: int, flags: list[str]) -> tuple[dict, str]:
     metrics = tmp_path / "m.json"
     train.main(["--config", "mag", "--scale", "0.002", "--fanouts", "3", "--batch-size",
                 "256", "--hidden", "8", "--epochs", str(epochs), "--no-baseline", "--quiet",
                 "--metrics", str(metrics), "--checkpoint-dir", str(tmp_path / "ckpt"),
-                "--compilation-cache", str(tmp_path / "cache")])
+                "--compilation-cache", str(tmp_path / "cache")] + flags)
     return json.loads(metrics.read_text()), capsys.readouterr().out
 
 
-def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(tmp_path, capsys):
-    m, out = _run(tmp_path, capsys, 1)
+@pytest.mark.parametrize("flags", [
+    [], pytest.param(["--embedding-dim", "8"], marks=pytest.mark.newest_only)])
+def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(flags, tmp_path, capsys):
+    m, out = _run(tmp_path, capsys, 1, flags)
     line = next(s for s in out.splitlines() if s.startswith("epoch 0:"))
     assert "| by type: paper " in line and "author " in line
     types = m["sage"]["history"][0]["types"]
     assert set(types) == {"paper", "author", "institution", "field_of_study"}
+    assert types["author"]["pcie_rows"] > 0
     assert m["sage"]["history"][0]["pcie_rows"] == sum(t["pcie_rows"] for t in types.values())
     assert m["sage"]["test_acc"] is not None and m["config"]["scale"] == 0.002
-    m, out = _run(tmp_path, capsys, 2)
+    m, out = _run(tmp_path, capsys, 2, flags)
     assert "after epoch 0" in out and "epoch 0:" not in out and "epoch 1:" in out
     assert [e["epoch"] for e in m["sage"]["history"]] == [0, 1]
 
@@ -82,7 +124,10 @@ def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(tmp_path,
     (["--config", "tiny", "--scale", "0.5"], "scale"),
     (["--config", "mag", "--devices", "2"], "devices"),
     (["--config", "mag", "--task", "link"], "task"),
-    (["--config", "mag", "--embedding-dim", "8"], "embedding_dim"),
+    (["--config", "mag", "--embedding-dim", "8", "--embedding-memory", "device"],
+     "embedding_memory"),
+    (["--config", "mag", "--model", "gcn", "--embedding-dim", "8"], "one width"),
+    (["--config", "mag", "--scale", "1.5"], "scale"),
 ])
 def test_what_a_typed_run_cannot_do_is_refused_in_one_line(flags, words, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:

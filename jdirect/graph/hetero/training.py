@@ -77,6 +77,12 @@ def check_typed(cfg: TrainConfig) -> None:
          "typed graphs' learned rows live in host memory"),
         (cfg.batch == "full", "batch", "typed graphs train on sampled mini-batches"),
         (cfg.data_dir is not None, "data_dir", f"the {cfg.dataset} preset reads no files"),
+        # Checked before the graph is made (build checks any graph's widths).
+        (cfg.model not in ("sage", BASELINE) and cfg.embedding_dim not in (
+            0, TYPED_PRESETS[cfg.dataset]["feature_dim"]), "embedding_dim",
+         f"model {cfg.model!r} reads rows of one width for every type: learned rows must be "
+         f"as wide as the papers' ({TYPED_PRESETS[cfg.dataset]['feature_dim']}), or use "
+         "--model sage"),
     )
     for bad, name, why in refusals:
         if bad:
