@@ -27,8 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import embeddings
-from ..training.learned import OPTIMIZERS
 from .data import HeteroGraph
+
+# TrainConfig.embedding_optimizer's names, over the public sparse optimizers
+# (the homogeneous trainer's learned source has its own table of them).
+OPTIMIZERS = {"sgd": embeddings.sparse_sgd, "adagrad": embeddings.sparse_adagrad,
+              "adam": embeddings.sparse_adam}
 
 Tables = dict[str, tuple[Any, embeddings.SparseState]]  # type -> (table, optimizer state)
 

@@ -62,11 +62,6 @@ from .to_hetero import ToHetero
 BASELINE = "mlp"  # the features-only model a run compares against, as the homogeneous runs
 
 
-def is_typed(dataset: str) -> bool:
-    """Whether `dataset` names a typed preset (a run of this module)."""
-    return dataset in TYPED_PRESETS
-
-
 def check_typed(cfg: TrainConfig) -> None:
     """ValueError naming the first setting a typed run cannot honour."""
     refusals = (

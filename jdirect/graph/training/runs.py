@@ -14,7 +14,7 @@ import jax
 from jax.sharding import Mesh
 
 from ..data import Graph, load_graph
-from ..hetero.training import is_typed, typed_runs
+from ..hetero.presets import TYPED_PRESETS
 from ..io import MetricsFile
 from . import parallel
 from .config import TrainConfig, as_dict
@@ -92,7 +92,8 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
                 metrics: MetricsFile | None, timings: Timings, say: Callable[[str], None],
                 log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     """train_and_evaluate's runs, with `timings` recording."""
-    if is_typed(cfg.dataset) and graph is None:
+    if cfg.dataset in TYPED_PRESETS and graph is None:
+        from ..hetero.training import typed_runs  # it stands on this package's modules
         return typed_runs(cfg, baseline, metrics, timings, say, log)
     if graph is None:
         with timings.phase("load_s"):
