@@ -14,8 +14,9 @@ relation-wise sampling on the device, typed reads and R-GraphSAGE
   inference.py    `full_logits`: layer-wise full-graph inference of the target type
   homogeneous.py  `to_homogeneous`: one `Graph` of every type, for homogeneous baselines
   learned.py      `TypedLearned`: host-resident learned rows of featureless types
-  training.py     `TypedRun`, `typed_runs`: the presets' runs from `jdirect-train`
-                  (imported by the trainer, not here: it stands on `training`)
+  training.py     `TypedRun`: one run of a typed model, as the command trains it
+  runs.py         `typed_runs`: the presets' runs from `jdirect-train` (these two are
+                  imported by the trainer, not here: they stand on `training`)
 """
 
 from .data import HeteroGraph, Relation, RelationCsr, hetero_graph

@@ -1,34 +1,30 @@
-"""Typed graphs through the command (`jdirect-train --config mag`): the
-typed presets' runs, with the homogeneous runs' epoch line, metrics file,
-checkpoints and evaluation of the labelled type.
+"""`TypedRun`: one run of a typed graph's model, as the command trains it
+(runs.py: the presets' whole runs).
 
-A run is `TypedRun`: the preset's `HeteroGraph` (`load_typed`), a
-`HeteroSampler` on the device, one feature source a type (`TypedInputs`,
-`cfg.features` for every type with rows), the model (`build`: "sage" is
-R-GraphSAGE, summing relations as R-GCN does; "mlp" the papers' own
-features; another registry model with neighbours wrapped per relation by
-`ToHetero`) and AdamW (`training.optimizer`). One jitted step samples a
-batch, reads each type's rows with one read a type, updates the model and
-adds the loss and each type's read counts to running sums on the device,
-read once an epoch. The epoch line is the homogeneous trainer's
-(`reporting.format_epoch`), followed by the rows and bytes each type read
-by path (cached on the device, or over PCIe; `type_traffic`), which the
-metrics file keeps under "types".
+A run holds a `HeteroSampler` on the device, one feature source a type
+(`TypedInputs`, `cfg.features` for every type with rows), the model
+(`build`: "sage" is R-GraphSAGE, summing relations as R-GCN does; "mlp"
+the papers' own features; another registry model with neighbours wrapped
+per relation by `ToHetero`) and AdamW (`training.optimizer`). With
+`jdirect-cache` and `cache_fraction` "auto" on a GPU, one cache budget
+serves every type (`split_cache`: the hottest rows by degree across all
+relations). One jitted step samples a batch, reads each type's rows with
+one read a type, updates the model and adds the loss and each type's read
+counts to running sums on the device, read once an epoch. The epoch line
+is the homogeneous trainer's (`reporting.format_epoch`), followed by the
+rows and bytes each type read by path (cached on the device, or over
+PCIe; `type_traffic`), which the metrics file keeps under "types".
 
 Featureless types take derived rows (presets.py), or with
 `cfg.embedding_dim` learned rows in host memory, trained by
 `cfg.embedding_optimizer` row by row in the same step (`TypedLearned`);
 those change in place, so such a run evaluates its last epoch, as the
-homogeneous trainer's learned embedding does. What is the homogeneous
-trainer's alone: several devices, the CPU sampler, steps per call,
-overlapped reads, learned rows in device memory; a setting that asks for
-one is refused in one line (`check_typed`).
+homogeneous trainer's learned embedding does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from typing import Any, Callable
@@ -39,58 +35,27 @@ import numpy as np
 import optax
 from flax import nnx
 
+from ...cached_table import cache_budget
 from ...checkpoint import Checkpoints
+from ...placement import device_free_bytes
 from .. import models
 from ..features import SourceOptions
-from ..io import MetricsFile
 from ..io.checkpoint import resume_settings
 from ..models import dropout_masks
 from ..training.config import TrainConfig, as_dict, num_layers
 from ..training.epochs import TrainingDiverged, stops_early, warn_if_short
 from ..training.optimizer import optimizer as make_optimizer
-from ..training.reporting import accuracy_line, best_of, fit_result, format_epoch
+from ..training.reporting import best_of, fit_result, format_epoch
 from ..training.timing import Timings
 from .data import HeteroGraph
 from .features import TypedInputs
 from .inference import full_logits
 from .learned import TypedLearned
 from .models import RGraphSAGE
-from .presets import TYPED_PRESETS, typed_preset
 from .sampling import HeteroSampler
 from .to_hetero import ToHetero
 
 BASELINE = "mlp"  # the features-only model a run compares against, as the homogeneous runs
-
-
-def check_typed(cfg: TrainConfig) -> None:
-    """ValueError naming the first setting a typed run cannot honour."""
-    refusals = (
-        (cfg.task != "node", "task", "typed graphs classify nodes of the labelled type"),
-        (cfg.sampler == "cpu", "sampler", "typed graphs sample on the device (any backend)"),
-        (cfg.devices not in (None, 1), "devices", "typed graphs train on one device"),
-        (cfg.embedding_dim > 0 and cfg.embedding_memory == "device", "embedding_memory",
-         "typed graphs' learned rows live in host memory"),
-        (cfg.batch == "full", "batch", "typed graphs train on sampled mini-batches"),
-        (cfg.data_dir is not None, "data_dir", f"the {cfg.dataset} preset reads no files"),
-        # Checked before the graph is made (build checks any graph's widths).
-        (cfg.model not in ("sage", BASELINE) and cfg.embedding_dim not in (
-            0, TYPED_PRESETS[cfg.dataset]["feature_dim"]), "embedding_dim",
-         f"model {cfg.model!r} reads rows of one width for every type: learned rows must be "
-         f"as wide as the papers' ({TYPED_PRESETS[cfg.dataset]['feature_dim']}), or use "
-         "--model sage"),
-    )
-    for bad, name, why in refusals:
-        if bad:
-            raise ValueError(f"{name} {getattr(cfg, name)!r} does not apply to --dataset "
-                             f"{cfg.dataset}: {why}")
-
-
-def load_typed(cfg: TrainConfig) -> HeteroGraph:
-    """The typed preset `cfg.dataset` at `cfg.scale`, drawn from `cfg.seed`;
-    its featureless types' rows derived, or left to be learned with
-    `cfg.embedding_dim`."""
-    return typed_preset(cfg.dataset, scale=cfg.scale, seed=cfg.seed,
-                        feature_dtype=cfg.feature_dtype, derived=not cfg.embedding_dim)
 
 
 def build(cfg: TrainConfig, graph: HeteroGraph) -> nnx.Module:
@@ -151,9 +116,15 @@ class TypedRun:
         self.sampler = HeteroSampler(graph, fanouts, cfg.batch_size, seed=cfg.seed)
         try:
             rows = max(c for level in self.sampler.caps for c in level.values())
+            # "auto": one budget of the free device memory (the CSRs placed
+            # already) for every type's cache, given to the hottest rows of
+            # all types (split_cache), not to whichever type opens first.
+            free = device_free_bytes()
+            shared = cfg.features == "jdirect-cache" and cfg.cache_fraction == "auto" \
+                and free is not None
             self.inputs = TypedInputs(graph, cfg.features, SourceOptions(
                 rows_per_batch=rows, cache_fraction=cfg.cache_fraction,
-                row_encoding=cfg.row_encoding))
+                row_encoding=cfg.row_encoding), cache_bytes=cache_budget(free) if shared else None)
         except BaseException:
             self.sampler.close()
             raise
@@ -363,37 +334,3 @@ class TypedRun:
         self.close()
 
 
-def typed_runs(cfg: TrainConfig, baseline: bool, metrics: MetricsFile | None, timings: Timings,
-               say: Callable[[str], None], log: Callable[[str], None]
-               ) -> dict[str, dict[str, Any]]:
-    """`training.runs.train_and_evaluate`'s runs for a typed preset: the
-    graph, `cfg.model`, then with `baseline` the MLP, each a `TypedRun`;
-    {run: fit result}, the metrics file updated after every epoch."""
-    check_typed(cfg)
-    with timings.phase("load_s"):
-        graph = load_typed(cfg)
-    say(f"{graph}  [{timings.seconds['load_s']:.1f}s]")
-    say(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), features: "
-        f"{cfg.features} per type, sampler: device (per relation), {cfg.batch_size} seeds a step")
-    runs = {cfg.model: cfg}
-    if baseline:
-        runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
-    results: dict[str, dict[str, Any]] = {}
-    for name, run_cfg in runs.items():
-        # Layer-wise evaluation is R-GraphSAGE's (full_logits); others evaluate sampled.
-        run_cfg = run_cfg if run_cfg.model == "sage" else run_cfg.replace(full_eval=False)
-        say(f"--- {name} ---")
-        with timings.phase("place_s"):
-            run = TypedRun(graph, run_cfg, timings)
-        with run:
-            hook = None if metrics is None else functools.partial(
-                lambda n, h: metrics.update(**{n: dict(history=h)}), name)
-            out = results[name] = run.fit(log=log, on_epoch=hook)
-        if metrics is not None:
-            metrics.update(**{name: out}, timings=timings.as_dict())
-        say(f"{name}: {accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
-            f"{out['protocol']['best_epoch']})")
-    if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
-        gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])
-        say(f"{cfg.model} - {BASELINE}: {gain:+.1f} test accuracy points")
-    return results

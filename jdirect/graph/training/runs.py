@@ -93,7 +93,7 @@ def _train_runs(cfg: TrainConfig, graph: Graph | None, baseline: bool, mesh: Mes
                 log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     """train_and_evaluate's runs, with `timings` recording."""
     if cfg.dataset in TYPED_PRESETS and graph is None:
-        from ..hetero.training import typed_runs  # it stands on this package's modules
+        from ..hetero.runs import typed_runs  # it stands on this package's modules
         return typed_runs(cfg, baseline, metrics, timings, say, log)
     if graph is None:
         with timings.phase("load_s"):
