@@ -14,7 +14,7 @@
 #                suite, PYTEST_ARGS "-n 6 -rfE": six workers share the GPU; or
 #                a group below, in one process), under TESTS_TIMEOUT (480 s).
 #                Groups: tables, pipeline, writes, embeddings, fusedopt, graph,
-#                partition, inference, models, defaults, encodings, learned,
+#                partition, inference, models, defaults, encodings, learned, hetero,
 #                multi (the several-device tests: on 2 GPUs,
 #                CUDA_VISIBLE_DEVICES=0,1 TESTS=multi).
 #                Env is passed through: JAX_ENABLE_X64=1 TESTS=tables, or
@@ -46,6 +46,11 @@
 #                logits, hidden 256; JAX's platform allocator, as RESULTS.md's rows)
 #   papers       the papers100m CLI as a user runs it, twice (compilation
 #                cache cold, then warm), under /usr/bin/time (peak RSS)
+#   mag          the typed mag preset (issue 55): R-GraphSAGE with every
+#                table in host memory (jdirect-cache auto: one budget for
+#                all types; then jdirect, no cache) and in device memory
+#                (device), MAG_EPOCHS (3) each, no baseline; the epoch
+#                ratio is the issue's 1.15x target (mag_*.json epoch_s)
 #   embeddings   benchmarks/embeddings.py (50M x 128 float32 + Adam's moments,
 #                77 GB of managed host memory: an H200), EMBED_ARGS (e.g.
 #                "--batches 1048576", or "--rows 20000000" on an H100)
@@ -113,6 +118,7 @@ test_files() {
   defaults) echo tests/test_models.py tests/test_defaults.py ;;
   encodings) echo tests/test_row_encoding.py ;;
   learned) echo tests/test_learned_features.py ;;
+  hetero) echo tests/test_hetero_*.py ;;
   multi) echo tests/test_partitioned_cache.py tests/test_partition_source.py \
     tests/test_data_parallel.py tests/test_replicated.py tests/test_distributed.py ;;
   *) echo "$1" ;;
@@ -349,6 +355,14 @@ for stage in "$@"; do
       /usr/bin/time -f "wall %e s, peak RSS %M KB" timeout 200 python3 examples/train_graphsage.py \
         --config papers100m --quiet --no-baseline --compilation-cache "$PWD/.jax-cache" \
         --metrics "$OUT/papers100m_$run.json" 2>&1 | tee "$OUT/papers100m_$run.log" | tail -6
+    done
+    ;;
+  mag)
+    for features in jdirect-cache jdirect device; do
+      timeout 180 python3 examples/train_graphsage.py --config mag --features "$features" \
+        --epochs "${MAG_EPOCHS:-3}" --no-baseline --no-full-eval --quiet \
+        --compilation-cache "$PWD/.jax-cache" --metrics "$OUT/mag_$features.json" 2>&1 \
+        | tee "$OUT/mag_$features.log" | tail -5
     done
     ;;
   embeddings)
