@@ -17,6 +17,7 @@ from jdirect.graph.hetero import typed_synthetic
 from jdirect.graph.hetero.learned import TypedLearned
 from jdirect.graph.hetero.models import RelationalSAGEConv
 from jdirect.graph.hetero.presets import TYPED_PRESETS, typed_preset
+from jdirect.graph.hetero.training import TypedRun, type_traffic
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -106,18 +107,33 @@ def _run(tmp_path, capsys, epochs: int, flags: list[str]) -> tuple[dict, str]:
 
 @pytest.mark.parametrize("flags", [
     [], pytest.param(["--embedding-dim", "8"], marks=pytest.mark.newest_only)])
-def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(flags, tmp_path, capsys):
-    m, out = _run(tmp_path, capsys, 1, flags)
+def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(flags, tmp_path, capsys,
+                                                                       monkeypatch):
+    def interrupted(self, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return train_epoch(self, epoch)
+
+    train_epoch = TypedRun.train_epoch
+    with monkeypatch.context() as patch:
+        patch.setattr(TypedRun, "train_epoch", interrupted)
+        with pytest.raises(SystemExit) as e:
+            _run(tmp_path, capsys, 2, flags)
+    assert e.value.code == 130
+    out, err = capsys.readouterr()
+    err = err.strip().splitlines()  # one line: where the run stopped, what it kept
+    assert len(err) == 1 and "interrupted in sage" in err[0] and "checkpoint of epoch 0" in err[0]
     line = next(s for s in out.splitlines() if s.startswith("epoch 0:"))
     assert "| by type: paper " in line and "author " in line
+    m = json.loads((tmp_path / "m.json").read_text())
     types = m["sage"]["history"][0]["types"]
     assert set(types) == {"paper", "author", "institution", "field_of_study"}
     assert types["author"]["pcie_rows"] > 0
     assert m["sage"]["history"][0]["pcie_rows"] == sum(t["pcie_rows"] for t in types.values())
-    assert m["sage"]["test_acc"] is not None and m["config"]["scale"] == 0.002
     m, out = _run(tmp_path, capsys, 2, flags)
     assert "after epoch 0" in out and "epoch 0:" not in out and "epoch 1:" in out
     assert [e["epoch"] for e in m["sage"]["history"]] == [0, 1]
+    assert m["sage"]["test_acc"] is not None and m["config"]["scale"] == 0.002
 
 
 @pytest.mark.parametrize("flags, words", [
@@ -135,3 +151,14 @@ def test_what_a_typed_run_cannot_do_is_refused_in_one_line(flags, words, tmp_pat
     assert e.value.code in (1, 2)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
+
+
+def test_the_epoch_line_gives_each_types_rows_by_path():
+    types = {"paper": dict(cache_hits=1204, pcie_rows=3310, pcie_gb=0.0017),
+             "author": dict(cache_hits=0, pcie_rows=12, pcie_gb=1e-5),
+             "institution": dict(cache_hits=0, pcie_rows=0, pcie_gb=0.0)}
+    assert type_traffic(types, True) == (" | by type: paper 1,204 cached, 3,310 over PCIe "
+                                         "(0.0017 GB); author 12 over PCIe (1e-05 GB)")
+    assert type_traffic(types, False).startswith(" | by type: paper 3,310 read (0.0017 GB)")
+    assert type_traffic({"paper": types["institution"]}, True) == ""
+

@@ -18,8 +18,10 @@ import jax
 
 from ..io import MetricsFile
 from ..training.config import TrainConfig
-from ..training.reporting import accuracy_line
+from ..training.epochs import TrainingDiverged
+from ..training.reporting import accuracy_line, kept
 from ..training.timing import Timings
+from ..training.trainer import EvaluationFailed
 from .data import HeteroGraph
 from .presets import TYPED_PRESETS, typed_preset
 from .training import BASELINE, TypedRun
@@ -61,7 +63,13 @@ def typed_runs(cfg: TrainConfig, baseline: bool, metrics: MetricsFile | None, ti
                ) -> dict[str, dict[str, Any]]:
     """`training.runs.train_and_evaluate`'s runs for a typed preset: the
     graph, `cfg.model`, then with `baseline` the MLP, each a `TypedRun`;
-    {run: fit result}, the metrics file updated after every epoch."""
+    {run: fit result}, the metrics file updated after every epoch.
+
+    Raises:
+      ValueError: a setting a typed run cannot honour (`check_typed`).
+      TrainingDiverged, EvaluationFailed, KeyboardInterrupt: as `TypedRun.fit`,
+        the message one line ending in what is kept (`reporting.kept`).
+    """
     check_typed(cfg)
     with timings.phase("load_s"):
         graph = load_typed(cfg)
@@ -81,7 +89,17 @@ def typed_runs(cfg: TrainConfig, baseline: bool, metrics: MetricsFile | None, ti
         with run:
             hook = None if metrics is None else functools.partial(
                 lambda n, h: metrics.update(**{n: dict(history=h)}), name)
-            out = results[name] = run.fit(log=log, on_epoch=hook)
+            try:
+                out = results[name] = run.fit(log=log, on_epoch=hook)
+            except (EvaluationFailed, KeyboardInterrupt, TrainingDiverged) as e:
+                # As the homogeneous runs: one line saying what is kept.
+                stopped = f"interrupted in {name}" if isinstance(e, KeyboardInterrupt) \
+                    else f"{name}: {e}"
+                if metrics is not None:
+                    metrics.update(error=stopped)
+                left = kept(name, run.checkpointed, run_cfg.checkpoint_dir, run.history,
+                            results, metrics)
+                raise type(e)(f"{stopped}; {left}") from None
         if metrics is not None:
             metrics.update(**{name: out}, timings=timings.as_dict())
         say(f"{name}: {accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "

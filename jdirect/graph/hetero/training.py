@@ -42,11 +42,12 @@ from .. import models
 from ..features import SourceOptions
 from ..io.checkpoint import resume_settings
 from ..models import dropout_masks
-from ..training.config import TrainConfig, as_dict, num_layers
+from ..training.config import TrainConfig, as_dict, first_line, num_layers
 from ..training.epochs import TrainingDiverged, stops_early, warn_if_short
 from ..training.optimizer import optimizer as make_optimizer
 from ..training.reporting import best_of, fit_result, format_epoch
 from ..training.timing import Timings
+from ..training.trainer import EvaluationFailed
 from .data import HeteroGraph
 from .features import TypedInputs
 from .inference import full_logits
@@ -270,7 +271,14 @@ class TypedRun:
         returns `reporting.fit_result` for the model of the best validation
         epoch (the last with learned rows, which change in place): sampled
         test accuracy, and with cfg.full_eval (R-GraphSAGE) the full-split
-        ones."""
+        ones. Each epoch's metrics (`on_epoch`) and checkpoint are written
+        before the next begins.
+
+        Raises:
+          TrainingDiverged: the loss became NaN or infinite.
+          EvaluationFailed: the evaluation after training failed (one
+            line; the trained epochs are kept).
+        """
         cfg = self.cfg
         warn_if_short(self.epochs, self.batches_per_epoch)
         over_link = jax.devices()[0].platform != "cpu"
@@ -311,9 +319,13 @@ class TypedRun:
         finally:
             if ckpt is not None:
                 ckpt.close()
-        with self.timings.phase("evaluate_s"):
-            sampled = self.accuracy(self.graph.test, best["state"])
-            full = self.full_accuracy(best["state"]) if cfg.full_eval else {}
+        try:
+            with self.timings.phase("evaluate_s"):
+                sampled = self.accuracy(self.graph.test, best["state"])
+                full = self.full_accuracy(best["state"]) if cfg.full_eval else {}
+        except Exception as e:  # whatever it was, the training is done and kept
+            raise EvaluationFailed(f"the evaluation after training failed "
+                                   f"({first_line(e)})") from e
         return fit_result(cfg, self.history, best["epoch"], sampled, full, epochs=self.epochs,
                           devices=1, steps_per_call=1, sampled_eval=True,
                           learned=self.learned is not None,
