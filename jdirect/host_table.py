@@ -50,7 +50,10 @@ def _owns_its_pages(array: np.ndarray) -> bool:
         root = root.base
     if isinstance(root, mmap.mmap):
         return True
-    size = root.nbytes if isinstance(root, np.ndarray) else array.nbytes
+    try:  # the allocation the array lies in, where its owner says
+        size = memoryview(root).nbytes
+    except TypeError:
+        size = array.nbytes
     return size >= _OWN_PAGES_BYTES
 
 
