@@ -106,7 +106,7 @@ class TrainConfig:
         graph's features (the learned embedding is the input alone).
       embedding_dim: > 0: each node's input also holds its row of a learned
         (num_nodes, embedding_dim) float32 table, after the given features
-        (features/learned.py: a source over the given one); needed by a
+        (training/learned.py: model state beside the model's); needed by a
         graph without features. 0: off.
         One device only (`devices` None means 1).
       embedding_optimizer: the embedding rows' sparse optimizer, "sgd",

@@ -139,16 +139,20 @@ class DeviceFeed:
       steps_per_call: steps per dispatch (validated by `TrainConfig`).
       gemm_search: `TrainConfig.gemm_search`.
       task: the loss the steps train (`jdirect.graph.tasks`).
+      learned: the step state carries a learned table (`learned.py`), whose
+        optimizer would count steps of no seeds: no pass is padded with them.
     """
 
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
-                 steps_per_call: int = 1, gemm_search: bool = True, task: Task = NODE):
+                 steps_per_call: int = 1, gemm_search: bool = True, task: Task = NODE,
+                 learned: bool = False):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.overlaps
+        self._pads = not learned
         self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
                                gemm_search, task)
         self.arrays = replicated(sampler.arrays, self.mesh)
@@ -179,9 +183,7 @@ class DeviceFeed:
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[StepRange, int]]:
         count, n = self.num_batches(len(nodes)), self.steps_per_call
-        # A source with trainable rows is left out: its optimizer would count
-        # the steps of no seeds.
-        if n > 1 and -count % n <= PAD_SHARE * count and not self.ctx.source.trainable:
+        if n > 1 and -count % n <= PAD_SHARE * count and self._pads:
             # Whole calls, the last filled with steps of no seeds, and a row
             # more for the pipeline to read ahead in it: one training program,
             # not three (papers100m, H100, 1,179 steps: the one-step tail's
