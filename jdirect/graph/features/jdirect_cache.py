@@ -22,9 +22,8 @@ class CachedSource(FeatureSource):
     unless the cache took every row: then a step reads the device copy
     inline, through XLA's gather, which XLA fuses into the layer that uses
     the rows (pipelined, the rows would be written out and carried to the
-    next step instead: products on an H200, 2026-11-26, every row cached,
-    0.264 s an epoch pipelined and 0.192 s inline, against 0.182 s with
-    the table on the device).
+    next step instead, and the epoch was slower: the journal,
+    benchmarks/results/journal/LOG.md, 2026-11-26).
 
     Attributes:
       rows: the `jdirect` source it wraps; host, plan: its host table and

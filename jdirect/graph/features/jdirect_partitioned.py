@@ -34,12 +34,10 @@ class PartitionedSource(FeatureSource):
     a collective, and `jdirect.gather_start` on a PartitionedCache reads at
     the start; pipelined, the rows would only be carried to the next step.
     Exchanging at the start and reading the misses on the side stream
-    during the update was tried and was no faster (products, a tenth of
-    the rows a GPU, against the replicated `jdirect-cache` of the same
-    run: 0.92x its epoch on 4 H100s and 1.12x on 2, in line and started
-    alike; benchmarks/results/journal/LOG.md, 2026-11-27, fourth session): the
-    exchange, whose fixed buckets carry ~1.1 batches of rows a step
-    whatever the hits, bounds the step, not the host read.
+    during the update was tried and was no faster (benchmarks/RESULTS.md,
+    "Several GPUs", the `jdirect-partitioned` rows): the exchange, whose
+    fixed buckets carry ~1.1 batches of rows a step whatever the hits,
+    bounds the step, not the host read.
 
     `count` is float32[3], `COUNTERS`: rows served by the reading device's
     own slice (cache_hits), by a peer (peer_rows) and over PCIe

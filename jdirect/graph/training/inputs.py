@@ -120,9 +120,7 @@ def open_source(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str,
     caps = _batch(graph, cfg, mesh, task)[2]
     # A cache sized by the free memory leaves the device sampler's CSR room
     # on the device: sampling from host memory cost more than the extra
-    # cache saved (papers100m, H100, 2026-11-27: 3.12 s an epoch with 74 %
-    # of the rows cached and the CSR in host memory, 2.70 s with 20 %
-    # cached and the CSR on the device).
+    # cache saved (`encoding.plan_rows`).
     reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
     return SOURCES[features](graph, SourceOptions(
         rows_per_batch=caps[-1], staging_buffers=cfg.workers,
