@@ -79,7 +79,7 @@ class FeatureSource(abc.ABC):
       exact_rows: `table`'s rows are the graph's features as they are (not
         a narrower encoding of them), so full-split evaluation may read them.
 
-    Args (of every source):
+    Args (of `open`, and of every source's constructor but a composed one's):
       graph: the graph whose `features` (float[num_nodes, dim]) to place.
       options: `SourceOptions`.
     """
@@ -96,6 +96,13 @@ class FeatureSource(abc.ABC):
     @abc.abstractmethod
     def __init__(self, graph: Graph, options: SourceOptions):
         ...
+
+    @classmethod
+    def open(cls, graph: Graph, options: SourceOptions) -> "FeatureSource":
+        """The source of `graph`'s features with `options`: how the registry
+        (`SOURCES`) opens every source; `cls(graph, options)` unless a
+        source composes others (a cache over a host source: jdirect_cache.py)."""
+        return cls(graph, options)
 
     @staticmethod
     @abc.abstractmethod

@@ -164,16 +164,21 @@ def open_rows(features: np.ndarray, encoding: str) -> HostTable | Int8Table:
     return table
 
 
-def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype, devices: int = 1) -> str:
-    """One line for the log: the encoding, its row bytes and the cache
-    (split over `devices`, as `plan_rows`'s)."""
-    rows, dim = shape
-    name = np.dtype(dtype).name if plan.encoding == STORED else plan.encoding
-    per_row = row_bytes(plan.encoding, dim, dtype)
-    if plan.cache_bytes == 0:  # no cache (or none possible: the CPU backend)
-        return f"{name} rows ({per_row} B)"
-    cached = min(rows, devices * rows_within(plan.cache_bytes, rows, per_row))
+def describe_rows(encoding: str, dtype: np.dtype, dim: int) -> str:
+    """How rows of `dim` values of a table of `dtype` are stored in a plan's
+    `encoding`, for the log: "bfloat16 rows (200 B)"."""
+    name = np.dtype(dtype).name if encoding == STORED else encoding
+    return f"{name} rows ({row_bytes(encoding, dim, dtype)} B)"
+
+
+def describe_cache(cache_bytes: int, rows: int, per_row: int, devices: int = 1) -> str:
+    """How many of `rows` rows of `per_row` stored bytes a cache of
+    `cache_bytes` a device over `devices` devices holds (as `plan_rows`
+    sizes it), for the log: "200 of 2,000 cached (1.36e-05 GB)"; "" for
+    no cache (none possible on the CPU backend)."""
+    if cache_bytes == 0:
+        return ""
+    cached = min(rows, devices * rows_within(cache_bytes, rows, per_row))
     where = f", split over {devices} devices" if devices > 1 else ""
     each = " each" if devices > 1 else ""
-    return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached{where} "
-            f"({plan.cache_bytes / 1e9:.3g} GB{each})")
+    return f"{cached:,} of {rows:,} cached{where} ({cache_bytes / 1e9:.3g} GB{each})"

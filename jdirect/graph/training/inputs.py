@@ -122,7 +122,7 @@ def open_source(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str,
     # on the device: sampling from host memory cost more than the extra
     # cache saved (`encoding.plan_rows`).
     reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
-    return SOURCES[features](graph, SourceOptions(
+    return SOURCES[features].open(graph, SourceOptions(
         rows_per_batch=caps[-1], staging_buffers=cfg.workers,
         cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding,
         device_reserve=reserve, mesh=mesh))
