@@ -78,3 +78,26 @@ def test_the_trainer_and_inference_cache_as_many_rows_for_one_budget(graph, monk
         np.testing.assert_array_equal(np.flatnonzero(hot), trained)
         assert trained.size == rows_within(budget, rows, 2 * dim) == rows // 3
         table.close()
+
+
+def test_a_cache_wraps_a_host_source_that_knows_nothing_of_it(graph):
+    """`CachedSource(inner, budget, hotness)`, as GraphBolt's
+    `GPUCachedFeature(fallback, size)`: a budget in front of a plain
+    `jdirect` source caches the hottest rows, reads every row as `jnp.take`
+    does, counts hits and misses, and closes the source it wraps."""
+    from jdirect.cached_table import cached_row_bytes
+    from jdirect.graph.features.jdirect import HostTableSource
+    from jdirect.graph.features.jdirect_cache import CachedSource
+
+    rows = graph.num_nodes
+    inner = HostTableSource(graph, SourceOptions())
+    hotness = np.arange(rows, dtype=np.float32)  # the last ids hottest
+    with CachedSource(inner, 10 * cached_row_bytes(inner.link_row_bytes), hotness) as source:
+        np.testing.assert_array_equal(source.table.cached_rows, np.arange(rows - 10, rows))
+        ids = np.array([0, rows - 1, rows, 5, rows - 2], np.int32)
+        got = jax.jit(CachedSource.read)(source.table, jnp.asarray(ids), None)
+        np.testing.assert_array_equal(np.asarray(got), expected_rows(graph, ids))
+        hits, misses = jax.jit(CachedSource.count)(source.table, jnp.asarray(ids)).tolist()
+        assert (hits, misses) == (2, 2)  # the padding id counts nowhere
+        assert source.describe().startswith(inner.describe() + f", 10 of {rows:,} cached (")
+    assert inner.host.closed

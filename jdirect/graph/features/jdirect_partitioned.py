@@ -20,13 +20,13 @@ from .jdirect_cache import CachedSource
 
 class PartitionedSource(FeatureSource):
     """`partitioned(encoded(host(x)))`: a `PartitionedCache` over the steps'
-    mesh in front of a `jdirect` source's host table. Each device holds
-    `plan.cache_bytes` of rows (encoding.py, `cache_fraction` per device,
-    with `devices` in the plan: the rows are stored as they are when the
-    devices' caches together take every one), dealt from the highest-degree
-    nodes down, so D devices cache D times the rows of `jdirect-cache`. A
-    step serves a row from its own device's slice, from the device that
-    holds it (an `all_to_all` exchange: NVLink between GPUs), or over PCIe.
+    mesh in front of a host source that knows nothing of it. Each device
+    holds `budget` bytes of rows (`open`: `cache_fraction` per device, the
+    devices' caches counted together by `encoding.plan_rows`), dealt from
+    the hottest (highest-degree) nodes down, so D devices cache D times the
+    rows of `jdirect-cache`. A step serves a row from its own device's
+    slice, from the device that holds it (an `all_to_all` exchange: NVLink
+    between GPUs), or over PCIe.
 
     On a mesh of one device it IS `jdirect-cache`: `open` returns a
     `CachedSource`, so the same compiled steps run (a cache split over one

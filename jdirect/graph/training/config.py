@@ -120,14 +120,11 @@ class TrainConfig:
       cache_fraction: jdirect-cache, jdirect-partitioned: share of the
         (encoded) table's bytes on each device (jdirect-partitioned's
         devices cache different rows), a number in [0, 1], or "auto" (the
-        default, the CLI's `--cache-fraction auto`): what fits, by the rule
-        written down in `features.encoding` (checked by
-        `check_cache_fraction`).
+        default): what fits. The rule: `features.encoding`'s docstring;
+        the check: `check_cache_fraction`.
       row_encoding: the jdirect sources: how the host-resident rows are
         stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
-        scale) or "auto" (`features.encoding`: as stored when there is no
-        cache, on the CPU backend, or when the cache takes every row
-        (cache_fraction "auto" or 1, and they fit); else bfloat16).
+        scale) or "auto" (the rule: `features.encoding`'s docstring).
         `feature_dtype` converts the graph's table itself (every source,
         and evaluation); `row_encoding` is the source's copy of it.
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
