@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from .csr import Graph
+from . import recsys
 from .ogb import load_ogb_node
 from .reddit import load_reddit
 from .splits import resplit
@@ -140,8 +141,9 @@ DATASETS: dict[str, Opener] = {
     **{name: _preset(name) for name in PRESETS},
     "ogb": _files("ogb", load_ogb_node),
     "reddit": _files("reddit", load_reddit),
+    **{name: recsys.opener(name) for name in recsys.SIZES},  # user-item graphs (data/recsys.py)
 }
-LOADED = tuple(name for name in DATASETS if name not in PRESETS)  # datasets read from files
+LOADED = ("ogb", "reddit")  # the datasets read from files
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None, *, seed: int = 0,

@@ -28,13 +28,15 @@ from flax import nnx
 
 from .. import models
 from ..data.csr import Graph
-from ..data.edge_split import EdgeSplit, random_edge_split, read_edge_split
+from ..data.edge_split import (EdgeSplit, bipartite_edge_split, random_edge_split,
+                               read_edge_split)
 from ..models.decoders import LinkModel
 from ..sampling import EdgeSampler, LinkBatch
 from . import ranking
 
 LOSSES = ("bce", "bpr")
 RANDOM = "random"  # TrainConfig.edge_split's value for a seeded random split
+BIPARTITE = "bipartite"  # ... and for that of a user-item graph (items as negatives)
 # The graph autoencoder papers' split: 85 % of the edges train, 5 % validate, 10 % test.
 VAL_SHARE, TEST_SHARE = 0.05, 0.1
 
@@ -89,7 +91,7 @@ class LinkTask:
     def sampler(self, graph: Graph, fanouts: Sequence[int], batch_size: int,
                 seed: int) -> EdgeSampler:
         return EdgeSampler(graph, fanouts, batch_size, negatives=self.negatives, bias=self.bias,
-                           seed=seed)
+                           targets=self.split.targets, seed=seed)
 
     def seed_nodes(self, batch_size: int) -> int:
         """Most distinct endpoints a batch of `batch_size` edges holds."""
@@ -178,16 +180,19 @@ def open_link(graph: Graph, *, edge_split: str = RANDOM, negatives: int = 1,
               bias: str = "uniform", loss: str = "bce", decoder: str = "dot",
               eval_negatives: int = 1000, metric: str = "mrr", seed: int = 0) -> LinkTask:
     """The link task on `graph`'s edges: split at random (`edge_split`
-    "random": 85/5/10, seeded) or read from the directory `edge_split`
-    names (OGB's link layout, `data.edge_split`). Train on
-    `task.split.graph`; `metric` selects the best epoch.
+    "random": 85/5/10, seeded; "bipartite": the same for a user-item graph,
+    whose negatives are items, `data.edge_split.bipartite_edge_split`) or
+    read from the directory `edge_split` names (OGB's link layout,
+    `data.edge_split`). Train on `task.split.graph`; `metric` selects the
+    best epoch.
 
     Raises:
       ValueError, FileNotFoundError: as the split's reader.
     """
-    if edge_split == RANDOM:
-        split = random_edge_split(graph, val=VAL_SHARE, test=TEST_SHARE, seed=seed,
-                                  eval_negatives=eval_negatives)
+    if edge_split in (RANDOM, BIPARTITE):
+        draw = random_edge_split if edge_split == RANDOM else bipartite_edge_split
+        split = draw(graph, val=VAL_SHARE, test=TEST_SHARE, seed=seed,
+                     eval_negatives=eval_negatives)
     else:
         split = read_edge_split(graph, edge_split, seed=seed, eval_negatives=eval_negatives)
     return LinkTask(split, negatives, bias, loss, decoder, metric)

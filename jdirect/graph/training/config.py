@@ -95,7 +95,8 @@ class TrainConfig:
         pair scorer (`models.decoders.DECODERS`), negatives per positive
         in training, how they are drawn ("uniform" or "degree": deg^0.75)
         and the loss ("bce" or "bpr").
-      edge_split: the link task's edges: "random" (a seeded 85/5/10 split)
+      edge_split: the link task's edges: "random" (a seeded 85/5/10 split),
+        "bipartite" (the same of a user-item graph, its negatives items)
         or a directory in OGB's link layout (`data.edge_split`).
       eval_negatives: the link task's fixed negatives per held-out
         positive where the split gives none.
