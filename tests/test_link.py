@@ -320,3 +320,21 @@ def test_sampled_ranking_with_whole_neighbourhoods_equals_the_full_one():
     assert sampled.keys() == full.keys()
     for key in full:
         assert sampled[key] == pytest.approx(full[key], abs=1e-4), key
+
+
+@pytest.mark.filterwarnings("ignore:only .* optimizer steps")
+def test_early_stopping_names_the_tasks_metric(graph):
+    from jdirect.graph.training.config import TrainConfig
+    from jdirect.graph.training.trainer import Trainer
+
+    cfg = TrainConfig(dataset="tiny", task="link", model="sage", fanouts=(2,), batch_size=512,
+                      hidden=8, epochs=6, patience=1, eval_negatives=5, features="device",
+                      progress=False, full_eval=False)
+    with Trainer(graph, cfg) as t:
+        mrr = iter([0.5, 0.4, 0.9, 0.9])  # validation after epochs 0 and 1, then the result's
+        t.ranking = lambda state, split: dict(mrr=next(mrr) if split == "val" else 0.0)
+        lines = []
+        out = t.fit(log=lines.append)
+    assert len(out["history"]) == 2 and out["best_epoch"] == 0
+    assert any("early stop after epoch 1: no better val_mrr in 1 epochs" in line
+               for line in lines), lines
