@@ -338,3 +338,16 @@ def test_early_stopping_names_the_tasks_metric(graph):
     assert len(out["history"]) == 2 and out["best_epoch"] == 0
     assert any("early stop after epoch 1: no better val_mrr in 1 epochs" in line
                for line in lines), lines
+
+
+def test_edge_split_shares_are_read_or_refused_in_one_line():
+    from jdirect.graph.tasks.link import parse_edge_split
+    from jdirect.graph.training.config import TrainConfig
+
+    assert parse_edge_split("random") == ("random", 0.05, 0.1)
+    assert parse_edge_split("bipartite:0.01,0.02") == ("bipartite", 0.01, 0.02)
+    assert parse_edge_split("/data/ogbl-citation2/split/time") is None
+    for bad in ("random:0.5", "random:0.6,0.4", "bipartite:a,b"):
+        with pytest.raises(ValueError, match="edge_split must be") as err:
+            TrainConfig(task="link", edge_split=bad).validate()
+        assert "\n" not in str(err.value)

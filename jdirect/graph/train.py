@@ -155,10 +155,10 @@ def parser() -> argparse.ArgumentParser:
         help="link: negatives drawn uniformly or degree-biased (deg^0.75)")
     add("--link-loss", choices=LOSSES,
         help="link: binary cross-entropy (bce) or Bayesian personalised ranking (bpr)")
-    add("--edge-split", help="link: 'random' (a seeded 85/5/10 split of the edges), "
-                             "'bipartite' (the same of a user-item graph; negatives are items) "
-                             "or a directory in OGB's link layout ({train,valid,test}.npz or "
-                             ".csv.gz)")
+    add("--edge-split", help="link: 'random' (a seeded 85/5/10 split of the edges; "
+                             "random:VAL,TEST other shares held out), 'bipartite' (the same of "
+                             "a user-item graph; negatives are items) or a directory in OGB's "
+                             "link layout ({train,valid,test}.npz or .csv.gz)")
     add("--eval-negatives", type=_number(int, 1),
         help="link: fixed negatives per held-out edge where the split gives none")
     add("--link-metric", choices=FIGURES,

@@ -26,7 +26,7 @@ from .learned import MEMORY, OPTIMIZERS
 from ..models.decoders import DECODERS
 from ..sampling.edges import BIASES
 from ..tasks import TASKS
-from ..tasks.link import LOSSES
+from ..tasks.link import LOSSES, parse_edge_split
 from ..tasks.ranking import FIGURES
 
 SAMPLERS = ("auto", "device", "cpu")
@@ -95,8 +95,9 @@ class TrainConfig:
         pair scorer (`models.decoders.DECODERS`), negatives per positive
         in training, how they are drawn ("uniform" or "degree": deg^0.75)
         and the loss ("bce" or "bpr").
-      edge_split: the link task's edges: "random" (a seeded 85/5/10 split),
-        "bipartite" (the same of a user-item graph, its negatives items)
+      edge_split: the link task's edges: "random" (a seeded 85/5/10 split;
+        "random:VAL,TEST" holds out other shares), "bipartite" (the same
+        of a user-item graph, its negatives items; "bipartite:VAL,TEST")
         or a directory in OGB's link layout (`data.edge_split`).
       eval_negatives: the link task's fixed negatives per held-out
         positive where the split gives none.
@@ -382,6 +383,10 @@ def _check_task(cfg: TrainConfig) -> None:
            f"must be one of {FIGURES}, got {cfg.link_metric!r}")
     _check(cfg.edge_split.strip() != "", "edge_split",
            "must be 'random' or a directory of the split's files")
+    try:
+        parse_edge_split(cfg.edge_split)
+    except ValueError as e:
+        raise ValueError(f"edge_split {e}") from None
     _check(cfg.task == "node" or cfg.sampler != "cpu", "sampler",
            f"'cpu' samples node seeds only: the {cfg.task!r} task samples on the device (any "
            "backend); use --sampler device or auto")
