@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jdirect
-from conftest import ON_GPU, newest_only
+from conftest import ON_GPU, in_own_pages, newest_only
 from jdirect import _ffi, host_memory
 from test_gather import MODES, assert_same, indices, random_table
 
@@ -24,7 +24,7 @@ MEMORY = ("auto", "managed", "pinned")
 def make_table(kind: str, host: np.ndarray):
     """`host` as a table of `kind`; returns (table, the HostTable to close)."""
     if kind == "in_place":
-        t = jdirect.HostTable(host)
+        t = jdirect.HostTable(in_own_pages(host))
     elif kind.startswith("empty-"):
         t = jdirect.HostTable.empty(host.shape, host.dtype, memory=kind[6:])
         t.numpy()[...] = host
@@ -35,7 +35,7 @@ def make_table(kind: str, host: np.ndarray):
         block[2:-1] = host
         t = jdirect.HostTable(block[2:-1])
     elif kind == "cached":
-        t = jdirect.HostTable(host)
+        t = jdirect.HostTable(in_own_pages(host))
         return jdirect.CachedTable(t, np.arange(0, host.shape[0], 2)), t
     else:
         raise ValueError(kind)
