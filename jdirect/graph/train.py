@@ -215,7 +215,7 @@ def parser() -> argparse.ArgumentParser:
     add("--output-heads", type=_number(int, 1), help="GAT: heads of the output layer (averaged)")
     add("--gcn-norm", choices=NORMS,
         help="GCN: mean (D^-1(A+I), sampled or full) or symmetric (D^-1/2(A+I)D^-1/2, the "
-             "paper's; full batch only)")
+             "paper's; full batch only); LightGCN: the same without self-loops")
     add("--patience", type=_number(int, 0),
         help="stop after this many epochs without a better validation accuracy (0: off)")
     add("--eval-every", type=_number(int, 1), help="validate every this many epochs")

@@ -67,7 +67,8 @@ class TrainConfig:
         `hidden` is their total width) and of the output layer (averaged).
       gcn_norm: GCN: "mean" (D~^-1 A~, what a sampled block computes; the
         default, which the presets were measured with) or "symmetric"
-        (the paper's D~^-1/2 A~ D~^-1/2; full batch only).
+        (the paper's D~^-1/2 A~ D~^-1/2; full batch only); LightGCN the
+        same without self-loops.
       l2, l2_scope: the papers' L2 term: l2 * w added to the gradient of
         each weight matrix (not the biases) before Adam, as
         `optax.add_decayed_weights` (coupled: Adam then scales it, unlike
@@ -87,7 +88,8 @@ class TrainConfig:
         so that small graphs still get that many optimizer steps.
       seed: fixes the synthetic graph, the initial weights, every sample
         and every dropout mask.
-      model: "sage" or "mlp" (the seed's own features only).
+      model: a key of `models.MODELS`: "sage", "gcn", "gat", "lightgcn",
+        or "mlp" (the seed's own features only).
       task: what the run learns, a key of `tasks.TASKS`: "node"
         (classification of the split's nodes) or "link" (link
         prediction; the device sampler only, on any backend).
