@@ -112,3 +112,13 @@ def test_the_preset_learns_to_rank_items_above_its_rows_alone(graph):
     assert lightgcn["test_mrr"] > out["mlp"]["test_mrr"] + 0.05
     losses = [m["loss"] for m in lightgcn["history"]]
     assert losses[-1] < losses[0]
+
+
+def test_the_large_sizes_warn_where_jax_has_no_gpu(monkeypatch):
+    from jdirect.graph.data import datasets
+    from jdirect.graph.training import TrainConfig
+
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: None)
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    with pytest.warns(UserWarning, match=r"the recsys-large preset \(320,000,000 edges\)"):
+        datasets.load_graph(TrainConfig(dataset="recsys-large", progress=False))

@@ -184,7 +184,8 @@ def load_graph(cfg: GraphSettings) -> Graph:
 
     Raises as `load_dataset` does.
     """
-    edges = PRESETS.get(cfg.dataset, {}).get("num_edges", 0)
+    edges = PRESETS.get(cfg.dataset, {}).get("num_edges", 0) \
+        or recsys.SIZES.get(cfg.dataset, {}).get("interactions", 0)
     if edges > GPU_SIZED_EDGES and jax.default_backend() != "gpu":
         warnings.warn(f"the {cfg.dataset} preset ({edges:,} edges) is sized for a GPU and JAX "
                       "has none here: generating and training it on the CPU take minutes "
