@@ -89,7 +89,9 @@ def recsys_graph(num_users: int, num_items: int, interactions: int, *,
     keys = []
     for lo in range(0, interactions, _CHUNK):
         m = min(_CHUNK, interactions - lo)
-        users = np.minimum(np.searchsorted(user_cdf, rng.random(m) * user_cdf[-1]),
+        # Searches of sorted values walk the table in order (several times
+        # faster than random ones); the interactions' order does not matter.
+        users = np.minimum(np.searchsorted(user_cdf, np.sort(rng.random(m)) * user_cdf[-1]),
                            num_users - 1)
         # An item by popularity within [a, b): all items, or the user's taste's.
         own = rng.random(m) < affinity
@@ -98,7 +100,10 @@ def recsys_graph(num_users: int, num_items: int, interactions: int, *,
         own_empty = a == b  # a taste no item drew: any item
         a, b = np.where(own_empty, 0, a), np.where(own_empty, num_items, b)
         u = item_cdf[a] + rng.random(m) * (item_cdf[b] - item_cdf[a])
-        items = np.clip(np.searchsorted(item_cdf, u, side="right") - 1, a, b - 1)
+        order = np.argsort(u)
+        items = np.empty(m, np.int64)
+        items[order] = np.searchsorted(item_cdf, u[order], side="right") - 1
+        items = np.clip(items, a, b - 1)
         keys.append(users * n + num_users + items)
     keys = unique_sorted(np.concatenate(keys))
     src, dst = np.divmod(keys, n)
