@@ -50,7 +50,12 @@ def _owns_its_pages(array: np.ndarray) -> bool:
         root = root.base
     if isinstance(root, mmap.mmap):
         return True
-    size = root.nbytes if isinstance(root, np.ndarray) else array.nbytes
+    if isinstance(root, np.ndarray):
+        return root.nbytes >= _OWN_PAGES_BYTES
+    try:  # the allocation of another buffer owner (a bytearray, ...)
+        size = memoryview(root).nbytes
+    except (TypeError, ValueError):  # no buffer, or a format memoryview lacks
+        size = array.nbytes
     return size >= _OWN_PAGES_BYTES
 
 

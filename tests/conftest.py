@@ -81,7 +81,7 @@ def place(array: np.ndarray, placement: str):
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind="pinned_host")
         return jax.device_put(array, sharding)
     if placement == "host_table":
-        return jdirect.HostTable(np.ascontiguousarray(array))
+        return jdirect.HostTable(in_own_pages(np.ascontiguousarray(array)))
     raise ValueError(placement)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import jdirect
 from jdirect import _ffi
-from jdirect.host_table import _owns_its_pages
+from jdirect.host_table import _OWN_PAGES_BYTES, _owns_its_pages
 from conftest import ON_GPU, gpu_only, in_own_pages, place
 
 
@@ -42,14 +42,15 @@ def test_pins_in_place_only_arrays_that_own_their_pages(tmp_path):
     small = np.arange(30, dtype=np.float32).reshape(10, 3)
     big = in_own_pages(np.arange(300, dtype=np.float32).reshape(100, 3))
     np.save(tmp_path / "rows.npy", small)
-    mapped = np.load(tmp_path / "rows.npy", mmap_mode="r+")
+    mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
     assert not _owns_its_pages(small) and not _owns_its_pages(small[2:4])
     assert _owns_its_pages(big) and _owns_its_pages(big[5:9]) and _owns_its_pages(mapped)
-    with jdirect.HostTable(small) as t, jdirect.HostTable(big[5:9]) as v, \
-            jdirect.HostTable(mapped) as m:
+    assert _owns_its_pages(np.frombuffer(bytearray(_OWN_PAGES_BYTES), np.uint8)[3:9])
+    assert not _owns_its_pages(np.zeros(4, np.float16))  # a format memoryview has not
+    with jdirect.HostTable(small) as t, jdirect.HostTable(big[5:9]) as v:
         assert (t.numpy() is small) != ON_GPU
-        assert np.shares_memory(v.numpy(), big) and np.shares_memory(m.numpy(), mapped)
-        jdirect.write_rows(t, jnp.array([0]), jnp.full((1, 3), -1.0))
+        assert np.shares_memory(v.numpy(), big)
+        jdirect.write_rows(t, jnp.array([0]), jnp.full((1, 3), -1.0, jnp.float32))
         np.testing.assert_array_equal(jdirect.gather(t, jnp.array([0, 9])), [[-1] * 3, small[9]])
         # Only the table's memory is written: the array passed, where it was copied.
         assert small[0, 0] == (-1 if not ON_GPU else 0)

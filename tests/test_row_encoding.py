@@ -14,14 +14,13 @@ import pytest
 
 from jdirect import CachedTable, HostTable
 from jdirect.cached_table import AUTO_SHARE, SLOT_BYTES
-from jdirect.host_table import _owns_its_pages
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
 from jdirect.graph.features.encoding import STORED, RowPlan, plan_rows, row_bytes
 from jdirect.graph.training.trainer import Trainer
 from jdirect.quantized import decode_rows, quantize_rows
 from test_train import config, graph  # noqa: F401 (graph: a fixture)
-from conftest import ON_GPU, newest_only
+from conftest import newest_only
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 HOST_SOURCES = ("jdirect", "jdirect-cache")
@@ -79,9 +78,7 @@ def test_every_encoding_and_cache_reads_its_encoded_rows(graph, encoding, name, 
 def test_an_encoding_that_is_the_tables_dtype_opens_it_in_place(graph):
     with SOURCES["jdirect"](graph, SourceOptions(row_encoding="float32")) as source:
         assert source.plan.encoding == STORED
-        # (On a GPU, a small array is copied rather than pinned: HostTable.)
-        assert np.shares_memory(source.host.numpy(), graph.features) == (
-            not ON_GPU or _owns_its_pages(graph.features))
+        assert np.shares_memory(source.host.numpy(), graph.features)
         assert source.link_row_bytes == graph.features.shape[1] * 4
     with SOURCES["jdirect"](graph, SourceOptions(row_encoding="int8")) as source:
         assert source.link_row_bytes == graph.features.shape[1] + 4
