@@ -18,8 +18,8 @@ Prints a line a run; writes link-epoch.json under --out.
 GPU (H200):
   python benchmarks/link_epoch.py --config citation2 --out $OUT
   python benchmarks/link_epoch.py --config recsys --set dataset=recsys-medium \
-      embedding_optimizer=adagrad --runs embedding_memory=device embedding_memory=host \
-      --no-ranking --out $OUT
+      embedding_optimizer=adagrad edge_split=bipartite:0.001,0.001 \
+      --runs embedding_memory=device embedding_memory=host --no-ranking --out $OUT
 CPU check of the script itself:
   python benchmarks/link_epoch.py --config recsys --steps 3 --out /tmp/link
 """
@@ -34,6 +34,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import argparse  # noqa: E402
 import ast  # noqa: E402
+import re  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -45,11 +46,14 @@ from jdirect.graph.training.trainer import Trainer  # noqa: E402
 
 
 def settings(pairs: list[str]) -> dict:
-    """["features=device", "steps_per_call=4"] -> {"features": "device",
-    "steps_per_call": 4} (a Python literal, else the text)."""
+    """["features=device,steps_per_call=4", "edge_split=random:0.1,0.1"] ->
+    {"features": "device", "steps_per_call": 4, "edge_split":
+    "random:0.1,0.1"}: comma-separated KEY=VALUE items (a comma not
+    followed by KEY= belongs to the value), each value a Python literal,
+    else the text."""
     out = {}
     for pair in pairs:
-        for item in filter(None, pair.split(",")):
+        for item in re.split(r",(?=\w+=)", pair):
             key, _, text = item.partition("=")
             try:
                 out[key] = ast.literal_eval(text)
