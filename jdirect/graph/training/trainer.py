@@ -240,7 +240,7 @@ class Trainer:
                 if on_epoch is not None:
                     on_epoch(self.history)
                 if stops_early(epoch, best["epoch"], cfg.patience):
-                    log(f"early stop after epoch {epoch}: no better validation accuracy in "
+                    log(f"early stop after epoch {epoch}: no better {selects} in "
                         f"{cfg.patience} epochs (the best: epoch {best['epoch']})")
                     break
         finally:
