@@ -27,12 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import embeddings
+from ..training.learned import OPTIMIZERS, sparse_optimizer
 from .data import HeteroGraph
-
-# TrainConfig.embedding_optimizer's names, over the public sparse optimizers
-# (the homogeneous trainer's learned source has its own table of them).
-OPTIMIZERS = {"sgd": embeddings.sparse_sgd, "adagrad": embeddings.sparse_adagrad,
-              "adam": embeddings.sparse_adam}
 
 Tables = dict[str, tuple[Any, embeddings.SparseState]]  # type -> (table, optimizer state)
 
@@ -63,7 +59,7 @@ class TypedLearned:
         self.types = tuple(t for t in graph.types if t not in graph.features)
         if not self.types:
             raise ValueError(f"{graph.name}: every type has features; no rows to learn")
-        self.dim, self.optimizer = dim, OPTIMIZERS[optimizer](lr)
+        self.dim, self.optimizer = dim, sparse_optimizer(optimizer, lr)
         self.tables: Tables = {}
         try:
             for i, t in enumerate(self.types):
