@@ -4,6 +4,7 @@ traceback was."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -13,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from jdirect.graph import synthetic
+from jdirect.graph import cli_args, synthetic
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training import runs as runs_module
 from jdirect.graph.training.epochs import TrainingDiverged
@@ -88,6 +89,27 @@ def test_bad_numbers_are_one_line_errors(flags, name, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert name in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind, low, high, ends, text, expected", [
+    (int, 1, None, {}, "3", 3), (int, 1, None, {}, "0", "an integer >= 1, got '0'"),
+    (int, 1, None, {}, "2.5", "an integer >= 1, got '2.5'"),
+    (int, 0, 7, {}, "7", 7), (int, 0, 7, {}, "8", "an integer in [0, 7], got '8'"),
+    (float, 0, None, {"open_low": True}, "0", "a finite number > 0, got '0'"),
+    (float, 0, None, {"open_low": True}, "nan", "a finite number > 0, got 'nan'"),
+    (float, 0, None, {"open_low": True}, "inf", "a finite number > 0, got 'inf'"),
+    (float, 0, 1, {"open_high": True}, "0", 0.0),
+    (float, 0, 1, {"open_high": True}, "1", "a finite number in [0, 1), got '1'"),
+])
+def test_a_number_flag_takes_its_range_and_names_it_otherwise(kind, low, high, ends, text,
+                                                               expected):
+    """The argparse type the command and the examples share."""
+    parse = cli_args.number(kind, low, high, **ends)
+    if isinstance(expected, str):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape("expected " + expected)):
+            parse(text)
+    else:
+        assert parse(text) == expected and type(parse(text)) is kind
 
 
 @pytest.fixture(scope="module")
