@@ -157,6 +157,7 @@ def test_the_cli_reports_divergence_in_one_line_and_exits_1(tmp_path, capsys):
     assert "training diverged" in json.loads(metrics.read_text())["error"]  # strict JSON
 
 
+@newest_only  # the CLI's report; the oldest end trains through the CLI in test_cli.py
 def test_no_validation_nodes_says_so_instead_of_best_validation(tmp_path, capsys, monkeypatch):
     real = runs_module.load_graph
 
@@ -183,6 +184,7 @@ def test_a_preset_too_large_for_the_machine_is_one_line(tmp_path, capsys, monkey
     assert "needs 60.1 GB" in err and "Traceback" not in err
 
 
+@newest_only  # the CLI's report; the oldest end trains through the CLI in test_cli.py
 def test_the_cli_prints_where_the_time_goes_and_that_min_steps_raised_the_epochs(tmp_path,
                                                                               capsys):
     # One CLI run checks both (they were two tests of a run each).
