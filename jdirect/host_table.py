@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import warnings
 import weakref
 from typing import Any
@@ -31,6 +32,42 @@ def _check_array(array: Any) -> None:
             "HostTable.copy_of(a) (both copy it)"
         )
     _dtypes.check_table_dtype(array.dtype)
+
+
+# CUDA pins whole pages, and a copy by any library (XLA's transfers too)
+# whose host range is partly pinned fails with CUDA_ERROR_INVALID_VALUE: a
+# page that other objects share must never be pinned. An array owns its
+# pages when it maps a file or lies in an allocation of at least this many
+# bytes, which glibc's malloc maps on pages of their own (its largest
+# mmap threshold on 64-bit systems).
+_OWN_PAGES_BYTES = 32 << 20
+
+
+def _owns_its_pages(array: np.ndarray) -> bool:
+    """Whether every page `array` touches belongs to its own allocation."""
+    root = array
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    if isinstance(root, mmap.mmap):
+        return True
+    if isinstance(root, np.ndarray):
+        return root.nbytes >= _OWN_PAGES_BYTES
+    try:  # the allocation of another buffer owner (a bytearray, ...)
+        size = memoryview(root).nbytes
+    except (TypeError, ValueError):  # no buffer, or a format memoryview lacks
+        size = array.nbytes
+    return size >= _OWN_PAGES_BYTES
+
+
+def _in_own_pages(array: np.ndarray) -> np.ndarray:
+    """`array` itself where pinning it in place touches only its own pages;
+    else a copy in `host_empty` memory (as read-only as the array)."""
+    if _owns_its_pages(array):
+        return array
+    copy = host_memory.host_empty(array.shape, array.dtype)
+    np.copyto(copy, array)
+    copy.flags.writeable = array.flags.writeable
+    return copy
 
 
 def release(handle: int, pin: int, array: np.ndarray) -> None:
@@ -89,9 +126,13 @@ class HostTable(RegisteredTable, WritableTable):
     `HostTable(array)` wraps a C-contiguous NumPy array (an `np.memmap` too)
     of rank >= 1 whose rows run along axis 0, in place: nothing is copied
     and only `jdirect.write_rows` writes the array. On a GPU backend, memory from
-    `jdirect.host_empty` (or a view into it) is used as it is; any other
-    array is pinned in place (cudaHostRegister, mapped). On the CPU backend
-    the array is used as it is. `HostTable.empty` and `HostTable.copy_of`
+    `jdirect.host_empty` (or a view into it) is used as it is; an array
+    that owns its pages (a memory map of a file, or one in an allocation of
+    32 MiB or more) is pinned in place (cudaHostRegister, mapped); a smaller
+    one, whose first and last pages may hold other objects, is copied once
+    into `host_empty` memory, and `numpy()` is that copy: CUDA pins whole
+    pages, and would then fail other libraries' copies to and from those
+    objects. On the CPU backend the array is used as it is. `HostTable.empty` and `HostTable.copy_of`
     allocate the table in jdirect's memory, where random GPU reads are
     fastest (see `host_empty`).
 
@@ -146,6 +187,9 @@ class HostTable(RegisteredTable, WritableTable):
         _check_array(array)
         on_gpu = jax.default_backend() == "gpu"
         memory = host_memory.memory_of(array) if on_gpu else "host"
+        if memory is None:
+            array = _in_own_pages(array)
+            memory = host_memory.memory_of(array)
         pin = 0
         if memory is None:
             read_only = not array.flags.writeable
@@ -197,8 +241,9 @@ class HostTable(RegisteredTable, WritableTable):
         return cls(out)
 
     def numpy(self) -> np.ndarray:
-        """The table's memory as a NumPy array (the wrapped array itself, not
-        a copy); it stays valid after close(). Waits for the writes that
+        """The table's memory as a NumPy array (the wrapped array itself, or
+        on a GPU backend the copy made of a small one: see the class); it
+        stays valid after close(). Waits for the writes that
         made this version: those called outside jit, or, for a version a
         jitted call returned, that call's."""
         table = self if self._finalizer is not None else self._owner

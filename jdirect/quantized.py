@@ -150,7 +150,7 @@ class Int8Table(RegisteredTable):
     @classmethod
     def from_packed(cls, packed: np.ndarray) -> "Int8Table":
         """Wraps rows already packed by `quantize_rows` (uint8 [n, d + 4]) in
-        place, without a copy.
+        place, as `HostTable(packed)` does (a small array is copied on a GPU).
 
         Raises:
           TypeError, ValueError: not a uint8 array of shape [n, d + 4], d >= 0.

@@ -81,8 +81,18 @@ def place(array: np.ndarray, placement: str):
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind="pinned_host")
         return jax.device_put(array, sharding)
     if placement == "host_table":
-        return jdirect.HostTable(np.ascontiguousarray(array))
+        return jdirect.HostTable(in_own_pages(np.ascontiguousarray(array)))
     raise ValueError(placement)
+
+
+def in_own_pages(array: np.ndarray) -> np.ndarray:
+    """A copy of `array` in an allocation of its own pages (32 MiB or more,
+    mostly untouched), which a HostTable on a GPU pins in place."""
+    from jdirect.host_table import _OWN_PAGES_BYTES
+    block = np.empty(max(_OWN_PAGES_BYTES, array.nbytes), np.uint8)
+    view = block[:array.nbytes].view(array.dtype).reshape(array.shape)
+    view[...] = array
+    return view
 
 
 def child_env(*paths: str | Path, **extra: str) -> dict[str, str]:

@@ -17,11 +17,12 @@ import pytest
 
 import jdirect
 from jdirect import _ffi
-from conftest import ON_GPU, gpu_only, place
+from jdirect.host_table import _OWN_PAGES_BYTES, _owns_its_pages
+from conftest import ON_GPU, gpu_only, in_own_pages, place
 
 
 def test_wraps_in_place_without_changing_the_array():
-    a = np.arange(30, dtype=np.float32).reshape(10, 3)
+    a = in_own_pages(np.arange(30, dtype=np.float32).reshape(10, 3))
     before = a.copy()
     with jdirect.HostTable(a) as t:
         assert t.numpy() is a
@@ -30,6 +31,30 @@ def test_wraps_in_place_without_changing_the_array():
     assert t.closed
     np.testing.assert_array_equal(a, before)
     assert a.flags.writeable
+
+
+def test_pins_in_place_only_arrays_that_own_their_pages(tmp_path):
+    """CUDA pins whole pages and fails any copy whose host range is partly
+    pinned: XLA's transfers of arrays that shared a page with a small
+    table failed (CUDA_ERROR_INVALID_VALUE, H200). So a GPU table copies
+    an array whose pages other objects may hold, and pins in place a map
+    of a file or an array in a large allocation (a view of one too)."""
+    small = np.arange(30, dtype=np.float32).reshape(10, 3)
+    big = in_own_pages(np.arange(300, dtype=np.float32).reshape(100, 3))
+    np.save(tmp_path / "rows.npy", small)
+    mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
+    assert not _owns_its_pages(small) and not _owns_its_pages(small[2:4])
+    assert _owns_its_pages(big) and _owns_its_pages(big[5:9]) and _owns_its_pages(mapped)
+    assert _owns_its_pages(np.frombuffer(bytearray(_OWN_PAGES_BYTES), np.uint8)[3:9])
+    assert not _owns_its_pages(np.zeros(4, np.float16))  # a format memoryview has not
+    with jdirect.HostTable(small) as t, jdirect.HostTable(big[5:9]) as v:
+        assert (t.numpy() is small) != ON_GPU
+        assert np.shares_memory(v.numpy(), big)
+        jdirect.write_rows(t, jnp.array([0]), jnp.full((1, 3), -1.0, jnp.float32))
+        np.testing.assert_array_equal(jdirect.gather(t, jnp.array([0, 9])), [[-1] * 3, small[9]])
+        # Only the table's memory is written: the array passed, where it was copied.
+        assert small[0, 0] == (-1 if not ON_GPU else 0)
+        np.testing.assert_array_equal(jdirect.gather(v, jnp.array([3])), big[8:9])
 
 
 def test_keeps_its_array_alive():
@@ -272,7 +297,7 @@ def test_gpu_wrapping_jdirect_memory_does_not_pin_it_again():
     with jdirect.HostTable(block[8:16]) as t:
         assert t.memory == "pinned"
         np.testing.assert_array_equal(jdirect.gather(t, jnp.array([7])), [[1, 1, 1, 1]])
-    with jdirect.HostTable(np.ones((4, 4), np.float32)) as t:  # ordinary memory: pinned in place
+    with jdirect.HostTable(in_own_pages(np.ones((4, 4), np.float32))) as t:  # pinned in place
         assert t.memory == "pinned"
 
 

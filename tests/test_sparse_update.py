@@ -20,6 +20,7 @@ from conftest import gpu_only, newest_only
 
 import jdirect
 from jdirect import embeddings
+from jdirect.host_table import _OWN_PAGES_BYTES
 
 OPTIMIZERS = {
     "sgd": lambda: embeddings.sparse_sgd(0.3),
@@ -191,7 +192,9 @@ def test_refuses_a_table_over_unaligned_memory(dtype):
     # HostTable wraps any C-contiguous array (gathers and writes then move
     # bytes); the fused rules move whole elements, which faults on a GPU.
     itemsize = np.dtype(dtype).itemsize
-    raw = np.frombuffer(bytearray(10 * 4 * itemsize + 1), np.uint8)[1:]
+    # In an allocation that owns its pages, so that a GPU's table is this
+    # memory, not an aligned copy (HostTable).
+    raw = np.frombuffer(bytearray(_OWN_PAGES_BYTES + 1), np.uint8)[1:1 + 10 * 4 * itemsize]
     values = raw.view(dtype).reshape(10, 4)
     values[...] = 1
     assert values.ctypes.data % itemsize

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jdirect
-from conftest import ON_GPU, newest_only
+from conftest import ON_GPU, in_own_pages, newest_only
 from jdirect import _ffi, host_memory
 from test_gather import MODES, assert_same, indices, random_table
 
@@ -24,7 +24,7 @@ MEMORY = ("auto", "managed", "pinned")
 def make_table(kind: str, host: np.ndarray):
     """`host` as a table of `kind`; returns (table, the HostTable to close)."""
     if kind == "in_place":
-        t = jdirect.HostTable(host)
+        t = jdirect.HostTable(in_own_pages(host))
     elif kind.startswith("empty-"):
         t = jdirect.HostTable.empty(host.shape, host.dtype, memory=kind[6:])
         t.numpy()[...] = host
@@ -35,7 +35,7 @@ def make_table(kind: str, host: np.ndarray):
         block[2:-1] = host
         t = jdirect.HostTable(block[2:-1])
     elif kind == "cached":
-        t = jdirect.HostTable(host)
+        t = jdirect.HostTable(in_own_pages(host))
         return jdirect.CachedTable(t, np.arange(0, host.shape[0], 2)), t
     else:
         raise ValueError(kind)
@@ -103,7 +103,7 @@ def test_a_new_kind_needs_no_change_to_gather():
 def test_cache_is_a_snapshot():
     """Rows written in the host table after caching are seen only where
     they are not cached (a test that passes only if the cache is read)."""
-    host = np.zeros((10, 2), np.float32)
+    host = in_own_pages(np.zeros((10, 2), np.float32))  # wrapped in place on a GPU too
     with jdirect.HostTable(host) as t:
         cached = jdirect.CachedTable(t, [2, 5])
         host[:] = 7.0
@@ -285,7 +285,7 @@ def test_cached_int8_table_matches_jnp_take_of_the_decoded_table():
 def test_cache_of_an_int8_table_is_read():
     """Rewriting packed rows after caching changes only uncached rows (so
     the cached ones really come from the cache, in packed form)."""
-    packed = jdirect.quantize_rows(np.ones((6, 3), np.float32))
+    packed = in_own_pages(jdirect.quantize_rows(np.ones((6, 3), np.float32)))
     with jdirect.Int8Table.from_packed(packed) as table:
         cached = jdirect.CachedTable(table, [1, 4])
         packed[:] = jdirect.quantize_rows(np.full((6, 3), 2.0, np.float32))

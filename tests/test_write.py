@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jdirect
-from conftest import ON_GPU, gpu_only, newest_only
+from conftest import ON_GPU, gpu_only, in_own_pages, newest_only
 
 DTYPES = [np.float32, ml_dtypes.bfloat16, np.float16, np.int32, np.int8, np.uint8,
           np.complex64]
@@ -27,7 +27,7 @@ KINDS = ("managed", "pinned", "numpy") if ON_GPU else ("numpy",)
 
 def make_table(array: np.ndarray, kind: str) -> jdirect.HostTable:
     if kind == "numpy":
-        return jdirect.HostTable(np.ascontiguousarray(array).copy())
+        return jdirect.HostTable(in_own_pages(np.ascontiguousarray(array)))
     return jdirect.HostTable.copy_of(array, memory=kind)
 
 
