@@ -62,7 +62,8 @@
 #                >= 128 GB of RAM (nvidia-h100-x4). More than one call:
 #                `bigtable-train`, then `bigtable-resume` on the warm machine.
 #                ARGS adds CLI flags (a CPU smoke run: KILL_AFTER=0
-#                ARGS="--dataset tiny --embedding-dim 8 --epochs 3").
+#                ARGS="--dataset tiny --embedding-dim 8 --epochs 3");
+#                BIGTABLE_CONFIG another configuration (e.g. recsys).
 #   multi        two processes, one GPU each, train products from the CLI
 #                (nvidia-h200-x2; the machine's NCCL settings are inherited)
 #   scaling      benchmarks/scaling.py, 1 vs 2 GPUs (PROCESSES=2: also as two
@@ -169,8 +170,8 @@ papers_inference() {
 }
 
 bigtable_cmd() {
-  echo "python3 examples/train_graphsage.py --config papers100m_learned --no-baseline \
---checkpoint-dir ${CKPT:-/tmp/jdirect-bigtable} ${ARGS:-}"
+  echo "python3 examples/train_graphsage.py --config ${BIGTABLE_CONFIG:-papers100m_learned} \
+--no-baseline --checkpoint-dir ${CKPT:-/tmp/jdirect-bigtable} ${ARGS:-}"
 }
 bigtable_show() {
   grep -E "learned input|epoch [0-9]+:|resumed|accuracy|error|Error|Maximum resident|Elapsed" "$1"
@@ -392,7 +393,7 @@ for stage in "$@"; do
     run=$!
     # The metrics file records an epoch only after its checkpoint is complete.
     until python3 -c "import json, sys; m = json.load(open('$OUT/bigtable-1.json'))
-sys.exit(not m.get('sage', {}).get('history'))" 2> /dev/null; do
+sys.exit(not any(v.get('history') for v in m.values() if isinstance(v, dict)))" 2> /dev/null; do
       kill -0 "$run" 2> /dev/null || break
       sleep 2
     done

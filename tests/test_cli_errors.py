@@ -253,11 +253,9 @@ def test_cpu_runs_say_read_not_over_pcie_and_show_no_cache_figures():
     cpu = format_epoch(m, over_link=False)
     assert "rows: 4,000 read (0.000512 GB)" in cpu and "PCIe" not in cpu and "cached" not in cpu
     assert "4,000 over PCIe" in format_epoch(m)  # a GPU reads across the link
-    no_cache = encoding.RowPlan(encoding.STORED, 0)
-    assert encoding.describe(no_cache, (20_000, 32), np.float32) == "float32 rows (128 B)"
-    some = encoding.describe(encoding.RowPlan(encoding.STORED, 132 * 100), (20_000, 32),
-                             np.float32)
-    assert some == "float32 rows (128 B), 100 of 20,000 cached (1.32e-05 GB)"
+    assert encoding.describe_rows(encoding.STORED, np.float32, 32) == "float32 rows (128 B)"
+    assert encoding.describe_cache(0, 20_000, 128) == ""
+    assert encoding.describe_cache(132 * 100, 20_000, 128) == "100 of 20,000 cached (1.32e-05 GB)"
 
 
 def test_the_progress_bars_move_on_short_epochs_and_during_evaluation(monkeypatch):

@@ -35,7 +35,7 @@ def test_every_source_reads_the_batch_rows_and_zeros_for_padding(graph, name):
     if name == "none":  # no given features: rows of width 0 (learned ones follow them)
         want = want[:, :0]
     options = SourceOptions(rows_per_batch=len(batch.input_nodes), staging_buffers=2)
-    with cls(graph, options) as source:
+    with cls.open(graph, options) as source:
         staged = source.stage(batch)
         assert (staged is not None) == cls.needs_cpu_sampler
         np.testing.assert_array_equal(jax.jit(cls.read)(source.table, ids, staged), want)
@@ -47,7 +47,7 @@ def test_every_source_reads_the_batch_rows_and_zeros_for_padding(graph, name):
 
 @pytest.mark.parametrize("name", ["jdirect", "jdirect-cache"])
 def test_a_source_closes_the_host_table_it_opened(graph, name):
-    source = SOURCES[name](graph, SourceOptions())
+    source = SOURCES[name].open(graph, SourceOptions())
     assert not source.host.closed
     source.close()
     assert source.host.closed
@@ -70,7 +70,7 @@ def test_the_trainer_and_inference_cache_as_many_rows_for_one_budget(graph, monk
     rows, dim = graph.features.shape
     budget = rows // 3 * cached_row_bytes(2 * dim)  # a third of the bfloat16 rows
     monkeypatch.setattr(jdirect_source, "device_free_bytes", lambda: int(budget / AUTO_SHARE))
-    with SOURCES["jdirect-cache"](graph, SourceOptions()) as source:
+    with SOURCES["jdirect-cache"].open(graph, SourceOptions()) as source:
         assert source.plan.encoding == "bfloat16" and source.plan.cache_bytes == budget
         trained = source.table.cached_rows
         table, hot = _tables.cache_hottest("input", source.host, graph.degrees(), budget,
@@ -78,3 +78,26 @@ def test_the_trainer_and_inference_cache_as_many_rows_for_one_budget(graph, monk
         np.testing.assert_array_equal(np.flatnonzero(hot), trained)
         assert trained.size == rows_within(budget, rows, 2 * dim) == rows // 3
         table.close()
+
+
+def test_a_cache_wraps_a_host_source_that_knows_nothing_of_it(graph):
+    """`CachedSource(inner, budget, hotness)`, as GraphBolt's
+    `GPUCachedFeature(fallback, size)`: a budget in front of a plain
+    `jdirect` source caches the hottest rows, reads every row as `jnp.take`
+    does, counts hits and misses, and closes the source it wraps."""
+    from jdirect.cached_table import cached_row_bytes
+    from jdirect.graph.features.jdirect import HostTableSource
+    from jdirect.graph.features.jdirect_cache import CachedSource
+
+    rows = graph.num_nodes
+    inner = HostTableSource(graph, SourceOptions())
+    hotness = np.arange(rows, dtype=np.float32)  # the last ids hottest
+    with CachedSource(inner, 10 * cached_row_bytes(inner.link_row_bytes), hotness) as source:
+        np.testing.assert_array_equal(source.table.cached_rows, np.arange(rows - 10, rows))
+        ids = np.array([0, rows - 1, rows, 5, rows - 2], np.int32)
+        got = jax.jit(CachedSource.read)(source.table, jnp.asarray(ids), None)
+        np.testing.assert_array_equal(np.asarray(got), expected_rows(graph, ids))
+        hits, misses = jax.jit(CachedSource.count)(source.table, jnp.asarray(ids)).tolist()
+        assert (hits, misses) == (2, 2)  # the padding id counts nowhere
+        assert source.describe().startswith(inner.describe() + f", 10 of {rows:,} cached (")
+    assert inner.host.closed

@@ -72,7 +72,9 @@ def test_load_graph_builds_what_a_configuration_names():
     from jdirect.graph import DATASETS, PRESETS, load_graph
     from jdirect.graph.training import TrainConfig
 
-    assert set(PRESETS) | {"ogb", "reddit"} == set(DATASETS)
+    from jdirect.graph.data.recsys import SIZES
+
+    assert set(PRESETS) | {"ogb", "reddit"} | set(SIZES) == set(DATASETS)
     cfg = TrainConfig(dataset="tiny", seed=3, feature_dtype="bfloat16", progress=False)
     assert_same_graph(load_graph(cfg), synthetic("tiny", seed=3, feature_dtype="bfloat16",
                                                  progress=False))

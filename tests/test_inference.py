@@ -15,6 +15,7 @@ from jdirect.graph import NeighborSampler
 from jdirect.graph.data.csr import Graph, csr_from_edges
 from jdirect.graph.inference import Result, accuracy, evaluate, layerwise
 from jdirect.graph.models import MODELS, build, sampling_fanouts
+from jdirect.graph.models.lightgcn import LightConv
 
 NEIGHBOUR_MODELS = ("sage", "gcn", "gat")
 # The oldest end runs the costlier comparisons for GCN only (the same
@@ -56,7 +57,14 @@ def reference(model, g: Graph, x: np.ndarray) -> np.ndarray:
     h = np.asarray(x, np.float64)
     convs = list(model.convs)
     for i, conv in enumerate(convs):
-        if hasattr(conv, "self_lin"):  # GraphSAGE: mean over neighbours
+        if isinstance(conv, LightConv):  # rows [e | sum of layers]: propagate e, add it
+            e, so_far = (h, h) if conv.first else (h[:, :conv.dim], h[:, conv.dim:])
+            e = a @ e / np.maximum(deg, 1)[:, None]
+            h = np.concatenate([e, so_far + e], 1)
+            if conv.last:
+                h = h[:, conv.dim:] / (conv.layers + 1)
+                h = h if conv.head is None else h @ p64(conv.head.kernel) + p64(conv.head.bias)
+        elif hasattr(conv, "self_lin"):  # GraphSAGE: mean over neighbours
             mean = a @ h / np.maximum(deg, 1)[:, None]
             h = (h @ p64(conv.self_lin.kernel) + p64(conv.self_lin.bias)
                  + mean @ p64(conv.neigh_lin.kernel))

@@ -1,4 +1,4 @@
-"""Learned node inputs (features/learned.py): a host-resident embedding
+"""Learned node inputs (training/learned.py): a host-resident embedding
 trained inside the step, alone or after the given features.
 
 The embedding's step is compared with optax on a dense jnp table restricted
@@ -378,10 +378,36 @@ def test_device_tables_resume_and_move_between_placements(featureless, tmp_path,
                                [m["loss"] for m in whole["history"]], rtol=1e-5)
 
 
+def test_a_step_file_of_the_old_layout_is_refused_in_one_line(featureless, tmp_path,
+                                                             monkeypatch):
+    """Step files written before the learned table became model state held
+    its tables beside the step state (`tables`), the state its write tokens:
+    resuming one is refused in one line, as another format is."""
+    from jdirect.checkpoint import CheckpointError
+
+    cfg = config(epochs=1, checkpoint_dir=str(tmp_path))
+    new = Trainer._step_tree
+
+    def old_layout(self, best, restoring=False):
+        tree = new(self, best, restoring)
+        model_state, rows = tree["state"]
+        return dict(state=(model_state, dict(leaves=(rows["count"],), count=rows["count"])),
+                    best=tree["best"], tables=dict(table=rows["table"], slots=rows["slots"]))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "_step_tree", old_layout)
+        with Trainer(featureless, cfg) as t:
+            t.fit(log=lambda line: None)
+    with Trainer(featureless, cfg.replace(epochs=2)) as t:
+        with pytest.raises(CheckpointError, match="holds a state of another structure") as e:
+            t.fit(log=lambda line: None)
+    assert "\n" not in str(e.value)
+
+
 def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_values(
         monkeypatch):
-    from jdirect.graph.features import _learned_tables as learned
-    from jdirect.graph.features.learned import embedding_memory
+    from jdirect.graph.training import learned
+    from jdirect.graph.training.learned import embedding_memory
 
     # The CPU backend (no device memory apart from host memory).
     monkeypatch.setattr(learned, "device_free_bytes", lambda: None)
@@ -425,21 +451,23 @@ def test_device_tables_default_to_several_steps_a_call(graph, memory):
         assert t.feed.steps_per_call == 2
 
 
-def test_the_learned_input_is_a_source_over_the_given_one_whose_class_equal_runs_share(graph):
-    """The trainer sees the learned input as its feature source: the given
-    source's reads (and CPU-sampler need) under one class per (given source,
-    optimizer), so equal runs share the step programs' compilations; a
-    source without trainable rows keeps the model's state as the step state."""
+def test_the_learned_table_is_step_state_beside_the_given_source(graph):
+    """A learned table is model state, not a feature source: the run reads
+    the given source (its class is the step programs', as without the
+    table), and the step state is (the model's state, `LearnedRows`), whose
+    static sparse optimizer equal settings share, so the step programs'
+    compilations do too; a run without one keeps the model's state alone."""
     from jdirect.graph.features import SOURCES
-    from jdirect.graph.features.learned import LearnedSource
+    from jdirect.graph.training.learned import LearnedRows
 
     cfg = config(epochs=1, features="jdirect")
     with Trainer(graph, cfg) as a, Trainer(graph, cfg) as b:
-        assert isinstance(a.source, LearnedSource) and a.source.trainable
-        assert type(a.source) is type(b.source)
-        assert type(a.source).INNER is SOURCES["jdirect"] and a.source.table is a.source.inner.table
-        assert a.feed.ctx.source is type(a.source)
+        assert type(a.source) is SOURCES["jdirect"] and a.feed.ctx.source is SOURCES["jdirect"]
+        assert isinstance(a.state[1], LearnedRows)
+        assert a.state[1].optimizer is b.state[1].optimizer
+        adam = a.state[1].optimizer
     with Trainer(graph, cfg.replace(embedding_optimizer="sgd")) as sgd:
-        assert type(sgd.source) is not type(a.source)
+        assert sgd.state[1].optimizer is not adam
+    assert not isinstance(sgd.state, tuple)  # closed: the model's state is kept, the rows freed
     with Trainer(graph, config(epochs=1, embedding_dim=0)) as plain:
-        assert not plain.source.trainable and not isinstance(plain.state, tuple)
+        assert plain.learned is None and not isinstance(plain.state, tuple)

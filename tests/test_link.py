@@ -320,3 +320,34 @@ def test_sampled_ranking_with_whole_neighbourhoods_equals_the_full_one():
     assert sampled.keys() == full.keys()
     for key in full:
         assert sampled[key] == pytest.approx(full[key], abs=1e-4), key
+
+
+@pytest.mark.filterwarnings("ignore:only .* optimizer steps")
+def test_early_stopping_names_the_tasks_metric(graph):
+    from jdirect.graph.training.config import TrainConfig
+    from jdirect.graph.training.trainer import Trainer
+
+    cfg = TrainConfig(dataset="tiny", task="link", model="sage", fanouts=(2,), batch_size=512,
+                      hidden=8, epochs=6, patience=1, eval_negatives=5, features="device",
+                      progress=False, full_eval=False)
+    with Trainer(graph, cfg) as t:
+        mrr = iter([0.5, 0.4, 0.9, 0.9])  # validation after epochs 0 and 1, then the result's
+        t.ranking = lambda state, split: dict(mrr=next(mrr) if split == "val" else 0.0)
+        lines = []
+        out = t.fit(log=lines.append)
+    assert len(out["history"]) == 2 and out["best_epoch"] == 0
+    assert any("early stop after epoch 1: no better val_mrr in 1 epochs" in line
+               for line in lines), lines
+
+
+def test_edge_split_shares_are_read_or_refused_in_one_line():
+    from jdirect.graph.tasks.link import parse_edge_split
+    from jdirect.graph.training.config import TrainConfig
+
+    assert parse_edge_split("random") == ("random", 0.05, 0.1)
+    assert parse_edge_split("bipartite:0.01,0.02") == ("bipartite", 0.01, 0.02)
+    assert parse_edge_split("/data/ogbl-citation2/split/time") is None
+    for bad in ("random:0.5", "random:0.6,0.4", "bipartite:a,b"):
+        with pytest.raises(ValueError, match="edge_split must be") as err:
+            TrainConfig(task="link", edge_split=bad).validate()
+        assert "\n" not in str(err.value)

@@ -57,7 +57,7 @@ def test_one_device_is_jdirect_cache(graph):
     """On a mesh of one device the source opens as `jdirect-cache` itself,
     so the same compiled steps run."""
     options = SourceOptions(mesh=parallel.device_mesh(1), **OPTIONS)
-    with SOURCES["jdirect-partitioned"](graph, options) as source:
+    with SOURCES["jdirect-partitioned"].open(graph, options) as source:
         assert type(source) is CachedSource
         assert source.describe() == "float32 rows (64 B), 200 of 2,000 cached (1.36e-05 GB)"
 
@@ -130,6 +130,6 @@ def test_rows_counted_once_locally_from_a_peer_or_over_pcie(trained):
 @several
 def test_placed_refuses_another_mesh(graph):
     options = SourceOptions(mesh=parallel.device_mesh(DEVICES), **OPTIONS)
-    with SOURCES["jdirect-partitioned"](graph, options) as source:
+    with SOURCES["jdirect-partitioned"].open(graph, options) as source:
         with pytest.raises(ValueError, match="not the one the partitioned cache was split"):
             source.placed(parallel.device_mesh(1))

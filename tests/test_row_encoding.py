@@ -58,7 +58,7 @@ def test_every_encoding_and_cache_reads_its_encoded_rows(graph, encoding, name, 
     want = np.asarray(jnp.take(jnp.asarray(table), jnp.asarray(ids), axis=0, mode="fill",
                                fill_value=0))
     cls = SOURCES[name]
-    with cls(graph, SourceOptions(row_encoding=encoding, cache_fraction=fraction)) as source:
+    with cls.open(graph, SourceOptions(row_encoding=encoding, cache_fraction=fraction)) as source:
         got = jax.jit(cls.read)(source.table, jnp.asarray(ids), None)
         np.testing.assert_array_equal(np.asarray(got), want)
         pending = jax.jit(cls.start)(source.table, jnp.asarray(ids))
@@ -164,7 +164,8 @@ def numpy_counts(source, ids: np.ndarray) -> tuple[int, int]:
 @pytest.mark.parametrize("name", HOST_SOURCES)
 def test_count_equals_a_numpy_count_of_the_batch(graph, name):
     ids = batch_ids(graph)
-    with SOURCES[name](graph, SourceOptions(cache_fraction=0.3, row_encoding="float32")) as source:
+    with SOURCES[name].open(graph, SourceOptions(cache_fraction=0.3,
+                                                 row_encoding="float32")) as source:
         got = jax.jit(type(source).count)(source.table, jnp.asarray(ids))
         assert tuple(int(c) for c in got) == numpy_counts(source, ids)
         if name == "jdirect-cache":

@@ -125,8 +125,10 @@ def parser() -> argparse.ArgumentParser:
         help="link: negatives drawn uniformly or degree-biased (deg^0.75)")
     add("--link-loss", choices=LOSSES,
         help="link: binary cross-entropy (bce) or Bayesian personalised ranking (bpr)")
-    add("--edge-split", help="link: 'random' (a seeded 85/5/10 split of the edges) or a "
-                             "directory in OGB's link layout ({train,valid,test}.npz or .csv.gz)")
+    add("--edge-split", help="link: 'random' (a seeded 85/5/10 split of the edges; "
+                             "random:VAL,TEST other shares held out), 'bipartite' (the same of "
+                             "a user-item graph; negatives are items) or a directory in OGB's "
+                             "link layout ({train,valid,test}.npz or .csv.gz)")
     add("--eval-negatives", type=_number(int, 1),
         help="link: fixed negatives per held-out edge where the split gives none")
     add("--link-metric", choices=FIGURES,
@@ -183,7 +185,7 @@ def parser() -> argparse.ArgumentParser:
     add("--output-heads", type=_number(int, 1), help="GAT: heads of the output layer (averaged)")
     add("--gcn-norm", choices=NORMS,
         help="GCN: mean (D^-1(A+I), sampled or full) or symmetric (D^-1/2(A+I)D^-1/2, the "
-             "paper's; full batch only)")
+             "paper's; full batch only); LightGCN: the same without self-loops")
     add("--patience", type=_number(int, 0),
         help="stop after this many epochs without a better validation accuracy (0: off)")
     add("--eval-every", type=_number(int, 1), help="validate every this many epochs")

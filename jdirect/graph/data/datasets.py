@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from .csr import Graph
+from . import recsys
 from .ogb import load_ogb_node
 from .reddit import load_reddit
 from .splits import resplit
@@ -140,8 +141,9 @@ DATASETS: dict[str, Opener] = {
     **{name: _preset(name) for name in PRESETS},
     "ogb": _files("ogb", load_ogb_node),
     "reddit": _files("reddit", load_reddit),
+    **{name: recsys.opener(name) for name in recsys.SIZES},  # user-item graphs (data/recsys.py)
 }
-LOADED = tuple(name for name in DATASETS if name not in PRESETS)  # datasets read from files
+LOADED = ("ogb", "reddit")  # the datasets read from files
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None, *, seed: int = 0,
@@ -182,7 +184,8 @@ def load_graph(cfg: GraphSettings) -> Graph:
 
     Raises as `load_dataset` does.
     """
-    edges = PRESETS.get(cfg.dataset, {}).get("num_edges", 0)
+    edges = PRESETS.get(cfg.dataset, {}).get("num_edges", 0) \
+        or recsys.SIZES.get(cfg.dataset, {}).get("interactions", 0)
     if edges > GPU_SIZED_EDGES and jax.default_backend() != "gpu":
         warnings.warn(f"the {cfg.dataset} preset ({edges:,} edges) is sized for a GPU and JAX "
                       "has none here: generating and training it on the CPU take minutes "

@@ -3,9 +3,12 @@
 Every source implements `FeatureSource` (base.py); `SOURCES` is the only
 place their names live (the CLI's --features), and each source's file is
 named after its choice (`jdirect-cache`: jdirect_cache.py). A new source is
-one file in this package plus one line here. Sources compose rather than
-inherit: `jdirect-cache` is a cache in front of a `jdirect` source,
-`cached(encoded(host(x)))`.
+one file in this package plus one line here; the registry opens each with
+`FeatureSource.open(graph, options)`. Sources compose rather than
+inherit: `jdirect-cache` is a cache in front of a `jdirect` source that
+knows nothing of it, `CachedSource(HostTableSource(...), budget, hotness)`
+(as GraphBolt's `GPUCachedFeature(fallback, size)`), both opened from one
+plan of the rows (`jdirect.plan`).
 
   device         the whole table in device memory; steps use jnp.take.
   host           the conventional path: the CPU sampler's workers gather
@@ -21,8 +24,8 @@ inherit: `jdirect-cache` is a cache in front of a `jdirect` source,
                  learned embedding alone (`TrainConfig.embedding_dim`).
 
 The jdirect sources store their rows in `row_encoding` (float32,
-bfloat16, int8 or auto: encoding.py, where the `auto` rule and the
-measurements behind it are written down). Every training step adds the
+bfloat16, int8 or auto: encoding.py, the one place where the `auto` rule
+of the encoding and the cache's size is written down). Every training step adds the
 source's `count` of its read (cache hits, rows over PCIe) to the running
 metrics on the device; the trainer reports them per epoch (`traffic`).
 """
@@ -39,7 +42,7 @@ from .jdirect_partitioned import PartitionedSource
 from .none import EmptySource
 
 # Name (the CLI's --features) -> class; a source is opened as
-# `SOURCES[name](graph, SourceOptions(...))` and closed with `close()`.
+# `SOURCES[name].open(graph, SourceOptions(...))` and closed with `close()`.
 SOURCES: dict[str, type[FeatureSource]] = {
     "device": DeviceSource,
     "host": StagedSource,

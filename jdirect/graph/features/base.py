@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from ...placement import replicated
@@ -80,7 +79,7 @@ class FeatureSource(abc.ABC):
       exact_rows: `table`'s rows are the graph's features as they are (not
         a narrower encoding of them), so full-split evaluation may read them.
 
-    Args (of every source):
+    Args (of `open`, and of every source's constructor but a composed one's):
       graph: the graph whose `features` (float[num_nodes, dim]) to place.
       options: `SourceOptions`.
     """
@@ -97,6 +96,13 @@ class FeatureSource(abc.ABC):
     @abc.abstractmethod
     def __init__(self, graph: Graph, options: SourceOptions):
         ...
+
+    @classmethod
+    def open(cls, graph: Graph, options: SourceOptions) -> "FeatureSource":
+        """The source of `graph`'s features with `options`: how the registry
+        (`SOURCES`) opens every source; `cls(graph, options)` unless a
+        source composes others (a cache over a host source: jdirect_cache.py)."""
+        return cls(graph, options)
 
     @staticmethod
     @abc.abstractmethod
@@ -136,48 +142,6 @@ class FeatureSource(abc.ABC):
         """`table` placed on `mesh` as `spec` says, for the sharded steps:
         on every device (`jdirect.replicated`) by default."""
         return replicated(self.table, mesh)
-
-    # -- the trainable half: no trainable state by default ------------------
-    # A source with trainable rows (`learned.LearnedSource`) overrides each
-    # of these (see there for what they mean); here the step state is the
-    # model's state, the rows are the model's input as read, and nothing of
-    # the source is updated, saved or restored.
-    trainable: ClassVar[bool] = False
-
-    @staticmethod
-    def split(state: Any) -> tuple[Any, Any]:
-        return state, None
-
-    @staticmethod
-    def merge(model_state: Any, own: Any) -> Any:
-        return model_state
-
-    @staticmethod
-    def input(own: Any, x: jax.Array, input_nodes: jax.Array) -> tuple[jax.Array, Any]:
-        return x, None
-
-    @staticmethod
-    def apply(own: Any, input_nodes: jax.Array, read: Any, x_grad: Any) -> Any:
-        return None
-
-    def initial(self, model_state: Any, place: Callable[[Any], Any]) -> Any:
-        return model_state
-
-    def checkpoint_tables(self, state: Any) -> dict[str, Any] | None:
-        return None
-
-    @staticmethod
-    def light(state: Any) -> Any:
-        return state
-
-    def resumed(self, state: Any, tables: Any, place: Callable[[Any], Any]) -> Any:
-        return state
-
-    def full_input(self, features: np.ndarray, state: Any) -> tuple[Any, Any]:
-        return state, None
-
-    def settled(self, state: Any) -> Any:
-        return state
 
     def traffic(self, counts: Any) -> dict[str, float]:
         """An epoch's figures from its summed `count`s: cache_hits and

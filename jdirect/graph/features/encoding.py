@@ -25,9 +25,9 @@ them all, narrower rows when only a share of them is cached.
     is for the sampler's graph, which is placed after the source, the
     model and the steps' buffers), and at most what
     leaves the device sampler room to place its CSR on the device
-    (`reserve_bytes`): on an H100 (papers100m, 2026-11-27) a cache of 74 %
-    of the rows pushed the CSR to host memory and the epoch took 3.12 s,
-    against 2.70 s with 20 % cached and the CSR on the device.
+    (`reserve_bytes`): sampling from a CSR in host memory cost an epoch
+    more than the larger cache saved (papers100m; the journal,
+    benchmarks/results/journal/LOG.md).
   * A source with a cache: the stored rows if the cache takes every one of
     them (`cache_fraction` "auto" or 1, and the whole table fits in the
     budget: no read crosses PCIe, nothing is lost); else bfloat16 rows (a
@@ -38,31 +38,15 @@ them all, narrower rows when only a share of them is cached.
   * A named encoding keeps `cache_fraction` as given, also on the CPU
     backend.
 
-The measurements behind it (H200, benchmarks/RESULTS.md, 2026-11-25,
-products: 2.45M x 100 float32 rows, 0.98 GB; one run, overlap on): the
-table in device memory 0.413 s an epoch; with 20 % of the rows cached,
-bfloat16 rows 0.419 s (1.015x), int8 0.515 s, float32 0.595 s; with no
-cache, bfloat16 0.643 s and float32 0.950 s. Rows on the device are worth
-most, so a table the cache takes whole stays as stored; past that, bfloat16
-halves the bytes of every miss, with validation accuracy over 3 seeds
-unchanged (0.9988 against float32's 0.9987). On a papers100M-sized table
-(192-dim, H100) bfloat16 rows with a 20 % cache trained an epoch in 9.2 s
-against 10.7 s for float32. At 8 steps a call (2026-11-26), products: the
-table on the device 0.182 s, every row cached 0.193 s (read inline through
-XLA's gather), bfloat16 rows with 20 % cached 0.369 s; so the trainer's
-`cache_fraction` default became "auto" (2026-11-27: what fits, every row
-when the table fits). int8 rows move half of bfloat16's bytes, but an
-`Int8Table` read cannot be started ahead
+Why: rows on the device are worth most, so a table the cache takes whole
+stays as stored; past that, bfloat16 halves the bytes of every miss with
+validation accuracy over 3 seeds unchanged. int8 rows move half of
+bfloat16's bytes, but an `Int8Table` read cannot be started ahead
 (`jdirect.gather_start` falls back to the ordinary gather for it), so it
-does not overlap the update as a bfloat16 HostTable's does and ran slower; `auto` does not pick it.
-On an H100 (2026-11-27, the calibrated products preset, 20 % cached) int8
-read in line took 0.349 s an epoch against bfloat16's 0.397 s pipelined,
-and starting the int8 read ahead made it slower (0.400 s): whether `auto`
-should pick int8 waits on its accuracy over 3 seeds and the H200's figure
-(benchmarks/results/journal/LOG.md). Epochs
-of every encoding x cache combination, their PCIe counters and accuracy
-over 3 seeds are measured by benchmarks/row_encoding.py
-(`bash benchmarks/run.sh encodings`).
+does not overlap the update as a bfloat16 HostTable's does; `auto` does not
+pick it. The figures: benchmarks/RESULTS.md, "Training epochs" (products'
+rows by encoding and cache), measured by benchmarks/row_encoding.py
+(`bash benchmarks/run.sh encodings`); their history in the journal.
 """
 
 from __future__ import annotations
@@ -180,16 +164,21 @@ def open_rows(features: np.ndarray, encoding: str) -> HostTable | Int8Table:
     return table
 
 
-def describe(plan: RowPlan, shape: tuple[int, int], dtype: np.dtype, devices: int = 1) -> str:
-    """One line for the log: the encoding, its row bytes and the cache
-    (split over `devices`, as `plan_rows`'s)."""
-    rows, dim = shape
-    name = np.dtype(dtype).name if plan.encoding == STORED else plan.encoding
-    per_row = row_bytes(plan.encoding, dim, dtype)
-    if plan.cache_bytes == 0:  # no cache (or none possible: the CPU backend)
-        return f"{name} rows ({per_row} B)"
-    cached = min(rows, devices * rows_within(plan.cache_bytes, rows, per_row))
+def describe_rows(encoding: str, dtype: np.dtype, dim: int) -> str:
+    """How rows of `dim` values of a table of `dtype` are stored in a plan's
+    `encoding`, for the log: "bfloat16 rows (200 B)"."""
+    name = np.dtype(dtype).name if encoding == STORED else encoding
+    return f"{name} rows ({row_bytes(encoding, dim, dtype)} B)"
+
+
+def describe_cache(cache_bytes: int, rows: int, per_row: int, devices: int = 1) -> str:
+    """How many of `rows` rows of `per_row` stored bytes a cache of
+    `cache_bytes` a device over `devices` devices holds (as `plan_rows`
+    sizes it), for the log: "200 of 2,000 cached (1.36e-05 GB)"; "" for
+    no cache (none possible on the CPU backend)."""
+    if cache_bytes == 0:
+        return ""
+    cached = min(rows, devices * rows_within(cache_bytes, rows, per_row))
     where = f", split over {devices} devices" if devices > 1 else ""
     each = " each" if devices > 1 else ""
-    return (f"{name} rows ({per_row} B), {cached:,} of {rows:,} cached{where} "
-            f"({plan.cache_bytes / 1e9:.3g} GB{each})")
+    return f"{cached:,} of {rows:,} cached{where} ({cache_bytes / 1e9:.3g} GB{each})"

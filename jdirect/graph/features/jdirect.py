@@ -29,21 +29,35 @@ def finish_rows(pending: Any) -> jax.Array:
     return gather_done(pending)
 
 
+def plan(graph: Graph, options: SourceOptions, *, cache_devices: int = 0) -> encoding.RowPlan:
+    """The one plan of `graph`'s host rows under `options`
+    (`encoding.plan_rows`, with the free device memory now): their
+    encoding and, with `cache_devices` > 0, the bytes of a device cache in
+    front of them on each of that many devices (0: no cache). The caller of
+    a cached source plans once and opens both halves from it."""
+    features = graph.features
+    return encoding.plan_rows(features.shape, features.dtype, options.row_encoding,
+                              options.cache_fraction, cached=cache_devices > 0,
+                              free_bytes=device_free_bytes(),
+                              reserve_bytes=options.device_reserve,
+                              devices=max(cache_devices, 1))
+
+
 class HostTableSource(FeatureSource):
     """The rows in host memory, in `options.row_encoding` (encoding.py: the
     graph's table wrapped in place, or a bfloat16 or int8 copy): GPU threads
-    read each batch's rows over PCIe, zero-copy. It is `encoded(host(x))`;
-    `jdirect-cache` puts a cache in front of it (jdirect_cache.py).
+    read each batch's rows over PCIe, zero-copy. It is `encoded(host(x))`
+    and knows nothing of caches; `jdirect-cache` puts one in front of it
+    (jdirect_cache.py).
 
     Its reads can overlap an update: `start`/`finish` are
     `jdirect.gather_start`/`gather_done` (a side stream on a GPU; an int8
     table's read is not started ahead, see `jdirect.gather_start`).
 
     Args:
-      cached: plan the rows for a device cache in front of them
-        (`encoding.plan_rows`; the `jdirect-cache` source's).
-      devices: the cache is split over this many devices
-        (`encoding.plan_rows`; the `jdirect-partitioned` source's).
+      row_plan: the plan whose encoding to store the rows in (`plan`: a
+        cached source's caller plans once for both); None: `plan` without
+        a cache.
 
     Attributes:
       host: the host table it opened (a HostTable or an Int8Table).
@@ -56,14 +70,12 @@ class HostTableSource(FeatureSource):
     start = staticmethod(start_rows)
     finish = staticmethod(finish_rows)
 
-    def __init__(self, graph: Graph, options: SourceOptions, *, cached: bool = False,
-                 devices: int = 1):
+    def __init__(self, graph: Graph, options: SourceOptions,
+                 row_plan: encoding.RowPlan | None = None):
         features = graph.features
-        self.plan = encoding.plan_rows(features.shape, features.dtype, options.row_encoding,
-                                       options.cache_fraction, cached=cached,
-                                       free_bytes=device_free_bytes(),
-                                       reserve_bytes=options.device_reserve, devices=devices)
-        self._about = encoding.describe(self.plan, features.shape, features.dtype, devices)
+        self.plan = row_plan if row_plan is not None else plan(graph, options)
+        self._about = encoding.describe_rows(self.plan.encoding, features.dtype,
+                                             features.shape[1])
         self.table = self.host = encoding.open_rows(features, self.plan.encoding)
         self.link_row_bytes = self.host.row_bytes
         self.exact_rows = self.plan.encoding in (encoding.STORED, features.dtype.name)

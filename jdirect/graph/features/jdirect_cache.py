@@ -4,31 +4,41 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ... import CachedTable
 from ..data.csr import Graph
+from . import encoding
 from .base import FeatureSource, SourceOptions
-from .jdirect import HostTableSource, finish_rows, read_rows, start_rows
+from .jdirect import HostTableSource, finish_rows, plan, read_rows, start_rows
 
 
 class CachedSource(FeatureSource):
-    """`cached(encoded(host(x)))`: a `CachedTable` in front of a `jdirect`
-    source's host table (opened with a cache in its plan):
-    `plan.cache_bytes` of device memory (encoding.py: what fits, or
-    `cache_fraction` of the encoded table's bytes, by the core's sizing
-    rule) hold the rows of the highest-degree nodes (sampling reaches nodes
-    roughly in proportion to their degree), in the host table's encoding;
-    the rest are read over PCIe. Reads overlap an update as `jdirect`'s do,
-    unless the cache took every row: then a step reads the device copy
-    inline, through XLA's gather, which XLA fuses into the layer that uses
-    the rows (pipelined, the rows would be written out and carried to the
-    next step instead: products on an H200, 2026-11-26, every row cached,
-    0.264 s an epoch pipelined and 0.192 s inline, against 0.182 s with
-    the table on the device).
+    """`cached(encoded(host(x)))`: a device cache of `budget` bytes (a
+    `CachedTable`) in front of `inner`, a source whose `table` is a host
+    table and which knows nothing of the cache, as GraphBolt's
+    `GPUCachedFeature(fallback, size)`. The cache holds the rows of the
+    nodes of highest `hotness` (the registry's `open`: their degrees, as
+    sampling reaches nodes roughly in proportion to them), in the host
+    table's encoding, as many as `budget` holds by the core's sizing rule;
+    the rest are read over PCIe.
+
+    Reads overlap an update as `jdirect`'s do, unless the cache took every
+    row: then a step reads the device copy inline, through XLA's gather,
+    which XLA fuses into the layer that uses the rows (pipelined, the rows
+    would be written out and carried to the next step instead, and the
+    epoch was slower: the journal, benchmarks/results/journal/LOG.md,
+    2026-11-26).
+
+    Args:
+      inner: the host source (owned from the call on: closed by `close`,
+        and on failure).
+      budget: device bytes of the cache (`encoding.RowPlan.cache_bytes`).
+      hotness: float or int[num_nodes]: which rows to cache first.
 
     Attributes:
-      rows: the `jdirect` source it wraps; host, plan: its host table and
-        `encoding.RowPlan`.
+      inner: the source it wraps; host: its host table; plan: its
+        `encoding.RowPlan` (where the caller made one).
     """
 
     overlaps = True
@@ -37,16 +47,27 @@ class CachedSource(FeatureSource):
     start = staticmethod(start_rows)
     finish = staticmethod(finish_rows)
 
-    def __init__(self, graph: Graph, options: SourceOptions):
-        self.rows = HostTableSource(graph, options, cached=True)
-        self.host, self.plan = self.rows.host, self.rows.plan
-        self.link_row_bytes, self.exact_rows = self.rows.link_row_bytes, self.rows.exact_rows
+    def __init__(self, inner: FeatureSource, budget: int, hotness: np.ndarray):
+        self.inner, self.host = inner, inner.table
+        self.plan = getattr(inner, "plan", None)
+        self.link_row_bytes, self.exact_rows = inner.link_row_bytes, inner.exact_rows
         try:
-            self.table = CachedTable.from_counts(self.host, graph.degrees(), self.plan.cache_bytes)
+            self.table = CachedTable.from_counts(self.host, hotness, budget)
         except BaseException:
-            self.rows.close()
+            inner.close()
             raise
         self.overlaps = not self.table.all_cached
+        self._about = ", ".join(filter(None, [inner.describe(), encoding.describe_cache(
+            budget, self.host.shape[0], self.link_row_bytes)]))
+
+    @classmethod
+    def open(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
+        """A `jdirect` source of `graph` and a cache in front of it, both
+        from one plan (`jdirect.plan`: the rows' encoding depends on how
+        many of them the cache takes)."""
+        row_plan = plan(graph, options, cache_devices=1)
+        return cls(HostTableSource(graph, options, row_plan), row_plan.cache_bytes,
+                   graph.degrees())
 
     @staticmethod
     def count(table: CachedTable, input_nodes: jax.Array) -> jax.Array:
@@ -55,7 +76,7 @@ class CachedSource(FeatureSource):
         return jnp.stack([hits, inside.sum(dtype=jnp.float32) - hits])
 
     def describe(self) -> str:
-        return self.rows.describe()
+        return self._about
 
     def close(self) -> None:
-        self.rows.close()
+        self.inner.close()

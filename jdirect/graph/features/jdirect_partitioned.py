@@ -7,26 +7,28 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from ... import PartitionedCache
 from ..data.csr import Graph
 from .base import FeatureSource, SourceOptions
-from .jdirect import HostTableSource, read_rows
+from . import encoding
+from .jdirect import HostTableSource, plan, read_rows
 from .jdirect_cache import CachedSource
 
 
 class PartitionedSource(FeatureSource):
     """`partitioned(encoded(host(x)))`: a `PartitionedCache` over the steps'
-    mesh in front of a `jdirect` source's host table. Each device holds
-    `plan.cache_bytes` of rows (encoding.py, `cache_fraction` per device,
-    with `devices` in the plan: the rows are stored as they are when the
-    devices' caches together take every one), dealt from the highest-degree
-    nodes down, so D devices cache D times the rows of `jdirect-cache`. A
-    step serves a row from its own device's slice, from the device that
-    holds it (an `all_to_all` exchange: NVLink between GPUs), or over PCIe.
+    mesh in front of a host source that knows nothing of it. Each device
+    holds `budget` bytes of rows (`open`: `cache_fraction` per device, the
+    devices' caches counted together by `encoding.plan_rows`), dealt from
+    the hottest (highest-degree) nodes down, so D devices cache D times the
+    rows of `jdirect-cache`. A step serves a row from its own device's
+    slice, from the device that holds it (an `all_to_all` exchange: NVLink
+    between GPUs), or over PCIe.
 
-    On a mesh of one device it IS `jdirect-cache`: opening it returns a
+    On a mesh of one device it IS `jdirect-cache`: `open` returns a
     `CachedSource`, so the same compiled steps run (a cache split over one
     device would only add the exchange's index work).
 
@@ -34,20 +36,25 @@ class PartitionedSource(FeatureSource):
     a collective, and `jdirect.gather_start` on a PartitionedCache reads at
     the start; pipelined, the rows would only be carried to the next step.
     Exchanging at the start and reading the misses on the side stream
-    during the update was tried and was no faster (products, a tenth of
-    the rows a GPU, against the replicated `jdirect-cache` of the same
-    run: 0.92x its epoch on 4 H100s and 1.12x on 2, in line and started
-    alike; benchmarks/results/journal/LOG.md, 2026-11-27, fourth session): the
-    exchange, whose fixed buckets carry ~1.1 batches of rows a step
-    whatever the hits, bounds the step, not the host read.
+    during the update was tried and was no faster (benchmarks/RESULTS.md,
+    "Several GPUs", the `jdirect-partitioned` rows): the exchange, whose
+    fixed buckets carry ~1.1 batches of rows a step whatever the hits,
+    bounds the step, not the host read.
 
     `count` is float32[3], `COUNTERS`: rows served by the reading device's
     own slice (cache_hits), by a peer (peer_rows) and over PCIe
     (pcie_rows); `traffic` adds their bytes (peer_gb in the decoded rows a
     peer sends, pcie_gb in the stored rows).
 
+    Args:
+      inner: the host source (owned from the call on: closed by `close`,
+        and on failure).
+      budget: device bytes of each device's slice of the cache.
+      hotness: float or int[num_nodes]: which rows to cache first.
+      mesh: the steps' mesh, which the cache is split over.
+
     Attributes:
-      rows: the `jdirect` source it wraps; host, plan: its host table and
+      inner: the source it wraps; host: its host table; plan: its
         `encoding.RowPlan`; peer_row_bytes: bytes of one row a peer sends.
     """
 
@@ -55,26 +62,33 @@ class PartitionedSource(FeatureSource):
     read = staticmethod(read_rows)
     COUNTERS = ("cache_hits", "peer_rows", "pcie_rows")
 
-    def __new__(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
-        if options.mesh is None or options.mesh.size == 1:
-            return CachedSource(graph, options)
-        return super().__new__(cls)
-
-    def __init__(self, graph: Graph, options: SourceOptions):
-        mesh: Mesh = options.mesh
-        self.rows = HostTableSource(graph, options, cached=True, devices=mesh.size)
-        self.host, self.plan = self.rows.host, self.rows.plan
-        self.link_row_bytes = self.rows.link_row_bytes
+    def __init__(self, inner: FeatureSource, budget: int, hotness: np.ndarray, mesh: Mesh):
+        self.inner, self.host = inner, inner.table
+        self.plan = getattr(inner, "plan", None)
+        self.link_row_bytes = inner.link_row_bytes
         # Full-split evaluation runs on one device, where the exchange
         # cannot: it reads the graph's own table (evaluation.full_accuracy).
         self.exact_rows = False
         self.peer_row_bytes = self.host.dtype.itemsize * math.prod(self.host.shape[1:])
         try:
-            self.table = PartitionedCache.from_counts(self.host, graph.degrees(),
-                                                      self.plan.cache_bytes, mesh)
+            self.table = PartitionedCache.from_counts(self.host, hotness, budget, mesh)
         except BaseException:
-            self.rows.close()
+            inner.close()
             raise
+        self._about = ", ".join(filter(None, [inner.describe(), encoding.describe_cache(
+            budget, self.host.shape[0], self.link_row_bytes, mesh.size)]))
+
+    @classmethod
+    def open(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
+        """A `jdirect` source of `graph` and a cache split over
+        `options.mesh` in front of it, both from one plan (`jdirect.plan`);
+        on one device (or no mesh), `CachedSource.open`."""
+        mesh = options.mesh
+        if mesh is None or mesh.size == 1:
+            return CachedSource.open(graph, options)
+        row_plan = plan(graph, options, cache_devices=mesh.size)
+        return cls(HostTableSource(graph, options, row_plan), row_plan.cache_bytes,
+                   graph.degrees(), mesh)
 
     @staticmethod
     def count(table: PartitionedCache, input_nodes: jax.Array) -> jax.Array:
@@ -100,10 +114,10 @@ class PartitionedSource(FeatureSource):
                     peer_gb=peer * self.peer_row_bytes / 1e9)
 
     def describe(self) -> str:
-        return self.rows.describe()
+        return self._about
 
     def close(self) -> None:
         try:
             self.table.close()
         finally:
-            self.rows.close()
+            self.inner.close()

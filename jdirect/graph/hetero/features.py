@@ -84,7 +84,7 @@ class TypedInputs:
                 name = names.get(t, "none") if t in graph.features else "none"
                 own = (dataclasses.replace(options, cache_fraction=shares[t]) if t in shares
                        else options)
-                self.sources[t] = (SOURCES[name](_TypeRows(graph, t), own) if name != "none"
+                self.sources[t] = (SOURCES[name].open(_TypeRows(graph, t), own) if name != "none"
                                    else EmptySource(None, own))
         except BaseException:
             self.close()

@@ -20,7 +20,7 @@ keep-masks (`models.base.dropout_masks` reads `dropout_spec`).
 Featureless types read rows of width 0 (their self map is then a bias) or
 learned rows (`learned`: a dense table in the model, trained with it: for
 graphs whose learned tables fit the device; host-resident rows with sparse
-optimizers are the homogeneous trainer's `LearnedSource`, not wired here).
+optimizers are the homogeneous trainer's `LearnedTable`, not wired here).
 """
 
 from __future__ import annotations

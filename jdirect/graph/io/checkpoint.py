@@ -65,9 +65,7 @@ def resolved_row_encoding(source: Any, requested: str) -> str:
     on its feature source: where the source plans its host rows (the
     jdirect sources, `encoding.plan_rows`), the encoding they are stored in
     ("float32", "bfloat16", "int8"; rows stored as they are: the table's
-    dtype); else `requested` (the other sources take only "auto"). A
-    learned source's is its given source's."""
-    source = getattr(source, "inner", source)
+    dtype); else `requested` (the other sources take only "auto")."""
     plan = getattr(source, "plan", None)
     if plan is None:
         return requested

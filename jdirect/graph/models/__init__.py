@@ -14,6 +14,7 @@ from .base import (Conv, Drop, Edges, FullBatch, GNNModel, Keep, dropout_masks,
                    sampling_fanouts)
 from .gat import GAT
 from .gcn import GCN
+from .lightgcn import LightGCN
 from .mlp import MLP
 from .sage import GraphSAGE
 
@@ -23,10 +24,11 @@ MODELS: dict[str, type] = {
     "gcn": GCN,
     "gat": GAT,
     "mlp": MLP,
+    "lightgcn": LightGCN,
 }
 
 __all__ = ["Conv", "Drop", "Edges", "FullBatch", "GAT", "GCN", "GNNModel", "GraphSAGE", "Keep",
-           "MLP", "MODELS", "build", "dropout_masks", "sampling_fanouts"]
+           "LightGCN", "MLP", "MODELS", "build", "dropout_masks", "sampling_fanouts"]
 
 
 def build(name: str, in_dim: int, hidden: int, num_classes: int, num_layers: int, *,

@@ -12,7 +12,8 @@ The `LinkBatch` says where each endpoint's row is among the seeds.
 Negatives are drawn uniformly over the nodes, or degree-biased with
 probability proportional to deg^0.75 in the message-passing graph
 (word2vec's and PinSAGE's choice), by inverting the cumulative
-distribution (one binary search per draw). Training negatives are not
+distribution (one binary search per draw); on a user-item graph, among
+the items only (`targets`). Training negatives are not
 filtered: a drawn negative is rarely a positive on a sparse graph; the
 fixed evaluation negatives are (`data.edge_split`).
 """
@@ -65,8 +66,8 @@ class EdgeArrays(NamedTuple):
 
     Attributes:
       csr: the node sampler's `CsrArrays`.
-      cdf: float32[num_nodes]: the degree-biased negatives' cumulative
-        distribution (float32[0] for uniform negatives).
+      cdf: float32[hi - lo]: the degree-biased negatives' cumulative
+        distribution over the targets (float32[0] for uniform negatives).
     """
 
     csr: CsrArrays
@@ -86,6 +87,8 @@ class EdgeSampler:
       batch_size: seed edges per batch.
       negatives: K, negative targets per seed edge (>= 1).
       bias: "uniform" or "degree" (deg^0.75).
+      targets: (lo, hi): negatives are node ids in `[lo, hi)` (a user-item
+        graph's items, `data.EdgeSplit.targets`); None: every node.
       seed: with (epoch, step) fixes every draw.
       csr: the node sampler's CSR placement ("auto", "device", "host").
 
@@ -95,23 +98,30 @@ class EdgeSampler:
       arrays: the `EdgeArrays` to pass to `sample` (None after `close`).
 
     Raises:
-      ValueError: K < 1, an unknown bias, or as `DeviceSampler`.
+      ValueError: K < 1, an unknown bias, an empty or out-of-range
+        `targets`, or as `DeviceSampler`.
     """
 
     def __init__(self, graph: Graph, fanouts: Sequence[int], batch_size: int, *,
-                 negatives: int = 1, bias: str = "uniform", seed: int = 0, csr: str = "auto"):
+                 negatives: int = 1, bias: str = "uniform",
+                 targets: tuple[int, int] | None = None, seed: int = 0, csr: str = "auto"):
         if not isinstance(negatives, int) or negatives < 1:
             raise ValueError(f"negatives must be an integer >= 1, got {negatives!r}")
         if bias not in BIASES:
             raise ValueError(f"bias must be one of {BIASES}, got {bias!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        lo, hi = (0, graph.num_nodes) if targets is None else (int(t) for t in targets)
+        if not 0 <= lo < hi <= graph.num_nodes:
+            raise ValueError(f"targets must be a range [lo, hi) within [0, {graph.num_nodes}), "
+                             f"got {targets!r}")
+        self.targets = (lo, hi)
         self.batch_size, self.negatives, self.bias = int(batch_size), negatives, bias
         self.nodes = DeviceSampler(graph, fanouts, batch_size * (2 + negatives), seed=seed,
                                    csr=csr)
         self.num_nodes = graph.num_nodes
         self.fanouts, self.max_group = self.nodes.fanouts, self.nodes.max_group
-        cdf = degree_cdf(graph) if bias == "degree" else np.zeros(0, np.float32)
+        cdf = degree_cdf(graph, self.targets) if bias == "degree" else np.zeros(0, np.float32)
         self.arrays = EdgeArrays(self.nodes.arrays, jax.device_put(cdf))
 
     def num_batches(self, num_edges: int) -> int:
@@ -164,13 +174,15 @@ class EdgeSampler:
         return LinkBatch(nodes, src, dst, neg, mask)
 
     def draw(self, arrays: EdgeArrays, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-        """int32[shape] negative node ids drawn with `key`: uniform over
-        [0, num_nodes), or with probability deg^0.75 / sum (bias "degree")."""
+        """int32[shape] negative node ids drawn with `key` from the
+        `targets` range [lo, hi): uniform, or with probability deg^0.75 /
+        sum over the range (bias "degree")."""
+        lo, hi = self.targets
         if self.bias == "uniform":
-            return jax.random.randint(key, shape, 0, self.num_nodes, jnp.int32)
+            return jax.random.randint(key, shape, lo, hi, jnp.int32)
         u = jax.random.uniform(key, shape, jnp.float32)
         ids = jnp.searchsorted(arrays.cdf, u, side="right").astype(jnp.int32)
-        return jnp.minimum(ids, self.num_nodes - 1)  # u rounding up to the last entry
+        return lo + jnp.minimum(ids, hi - lo - 1)  # u rounding up to the last entry
 
     def _endpoints(self, seeds: jax.Array, neg: jax.Array):
         """One batch's distinct endpoints as node seeds (ascending, -1
@@ -204,10 +216,12 @@ class EdgeSampler:
             self.arrays = None
 
 
-def degree_cdf(graph: Graph) -> np.ndarray:
-    """float32[num_nodes]: the cumulative distribution of deg^0.75 / sum
-    over the nodes (uniform where no node has an edge), ending at 1."""
-    weight = graph.degrees().astype(np.float64) ** DEGREE_POWER
+def degree_cdf(graph: Graph, targets: tuple[int, int] | None = None) -> np.ndarray:
+    """float32[hi - lo]: the cumulative distribution of deg^0.75 / sum
+    over the nodes `[lo, hi)` of `targets` (None: all; uniform where no
+    node there has an edge), ending at 1."""
+    lo, hi = (0, graph.num_nodes) if targets is None else targets
+    weight = graph.degrees()[lo:hi].astype(np.float64) ** DEGREE_POWER
     if weight.sum() == 0:
         weight[:] = 1.0
     cdf = np.cumsum(weight) / weight.sum()

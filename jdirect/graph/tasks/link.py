@@ -28,13 +28,15 @@ from flax import nnx
 
 from .. import models
 from ..data.csr import Graph
-from ..data.edge_split import EdgeSplit, random_edge_split, read_edge_split
+from ..data.edge_split import (EdgeSplit, bipartite_edge_split, random_edge_split,
+                               read_edge_split)
 from ..models.decoders import LinkModel
 from ..sampling import EdgeSampler, LinkBatch
 from . import ranking
 
 LOSSES = ("bce", "bpr")
 RANDOM = "random"  # TrainConfig.edge_split's value for a seeded random split
+BIPARTITE = "bipartite"  # ... and for that of a user-item graph (items as negatives)
 # The graph autoencoder papers' split: 85 % of the edges train, 5 % validate, 10 % test.
 VAL_SHARE, TEST_SHARE = 0.05, 0.1
 
@@ -89,7 +91,7 @@ class LinkTask:
     def sampler(self, graph: Graph, fanouts: Sequence[int], batch_size: int,
                 seed: int) -> EdgeSampler:
         return EdgeSampler(graph, fanouts, batch_size, negatives=self.negatives, bias=self.bias,
-                           seed=seed)
+                           targets=self.split.targets, seed=seed)
 
     def seed_nodes(self, batch_size: int) -> int:
         """Most distinct endpoints a batch of `batch_size` edges holds."""
@@ -174,20 +176,52 @@ def _named(part: str, figures: dict[str, float]) -> dict[str, float]:
     return {f"{part}_{k}": v for k, v in figures.items()}
 
 
+def parse_edge_split(text: str) -> tuple[str, float, float] | None:
+    """TrainConfig.edge_split read: ("random" or "bipartite", validation
+    share, test share) for "random" or "bipartite" (the shares VAL_SHARE,
+    TEST_SHARE) or "random:VAL,TEST" / "bipartite:VAL,TEST" (shares of
+    the edges held out, e.g. random:0.05,0.1); None for anything else (a
+    directory of the split's files).
+
+    Raises:
+      ValueError (one line): "random:" or "bipartite:" not followed by two
+        shares >= 0 that sum below 1.
+    """
+    kind, colon, shares = text.partition(":")
+    if kind not in (RANDOM, BIPARTITE):
+        return None
+    if not colon:
+        return kind, VAL_SHARE, TEST_SHARE
+    try:
+        val, test = (float(p) for p in shares.split(","))
+    except ValueError:
+        val = test = -1.0
+    if not (val >= 0 and test >= 0 and val + test < 1):
+        raise ValueError(f"must be '{kind}' or '{kind}:VAL,TEST' with two shares >= 0 summing "
+                         f"below 1, e.g. {kind}:0.05,0.1; got {text!r}")
+    return kind, val, test
+
+
 def open_link(graph: Graph, *, edge_split: str = RANDOM, negatives: int = 1,
               bias: str = "uniform", loss: str = "bce", decoder: str = "dot",
               eval_negatives: int = 1000, metric: str = "mrr", seed: int = 0) -> LinkTask:
     """The link task on `graph`'s edges: split at random (`edge_split`
-    "random": 85/5/10, seeded) or read from the directory `edge_split`
-    names (OGB's link layout, `data.edge_split`). Train on
-    `task.split.graph`; `metric` selects the best epoch.
+    "random": 85/5/10, seeded; "bipartite": the same for a user-item graph,
+    whose negatives are items, `data.edge_split.bipartite_edge_split`;
+    other shares held out as "random:VAL,TEST", `parse_edge_split`) or
+    read from the directory `edge_split` names (OGB's link layout,
+    `data.edge_split`). Train on `task.split.graph`; `metric` selects the
+    best epoch.
 
     Raises:
-      ValueError, FileNotFoundError: as the split's reader.
+      ValueError, FileNotFoundError: as `parse_edge_split` and the split's
+        reader.
     """
-    if edge_split == RANDOM:
-        split = random_edge_split(graph, val=VAL_SHARE, test=TEST_SHARE, seed=seed,
-                                  eval_negatives=eval_negatives)
+    drawn = parse_edge_split(edge_split)
+    if drawn is not None:
+        kind, val, test = drawn
+        draw = random_edge_split if kind == RANDOM else bipartite_edge_split
+        split = draw(graph, val=val, test=test, seed=seed, eval_negatives=eval_negatives)
     else:
         split = read_edge_split(graph, edge_split, seed=seed, eval_negatives=eval_negatives)
     return LinkTask(split, negatives, bias, loss, decoder, metric)

@@ -26,7 +26,7 @@ from .learned import MEMORY, OPTIMIZERS
 from ..models.decoders import DECODERS
 from ..sampling.edges import BIASES
 from ..tasks import TASKS
-from ..tasks.link import LOSSES
+from ..tasks.link import LOSSES, parse_edge_split
 from ..tasks.ranking import FIGURES
 
 SAMPLERS = ("auto", "device", "cpu")
@@ -67,7 +67,8 @@ class TrainConfig:
         `hidden` is their total width) and of the output layer (averaged).
       gcn_norm: GCN: "mean" (D~^-1 A~, what a sampled block computes; the
         default, which the presets were measured with) or "symmetric"
-        (the paper's D~^-1/2 A~ D~^-1/2; full batch only).
+        (the paper's D~^-1/2 A~ D~^-1/2; full batch only); LightGCN the
+        same without self-loops.
       l2, l2_scope: the papers' L2 term: l2 * w added to the gradient of
         each weight matrix (not the biases) before Adam, as
         `optax.add_decayed_weights` (coupled: Adam then scales it, unlike
@@ -87,7 +88,8 @@ class TrainConfig:
         so that small graphs still get that many optimizer steps.
       seed: fixes the synthetic graph, the initial weights, every sample
         and every dropout mask.
-      model: "sage" or "mlp" (the seed's own features only).
+      model: a key of `models.MODELS`: "sage", "gcn", "gat", "lightgcn",
+        or "mlp" (the seed's own features only).
       task: what the run learns, a key of `tasks.TASKS`: "node"
         (classification of the split's nodes) or "link" (link
         prediction; the device sampler only, on any backend).
@@ -95,7 +97,9 @@ class TrainConfig:
         pair scorer (`models.decoders.DECODERS`), negatives per positive
         in training, how they are drawn ("uniform" or "degree": deg^0.75)
         and the loss ("bce" or "bpr").
-      edge_split: the link task's edges: "random" (a seeded 85/5/10 split)
+      edge_split: the link task's edges: "random" (a seeded 85/5/10 split;
+        "random:VAL,TEST" holds out other shares), "bipartite" (the same
+        of a user-item graph, its negatives items; "bipartite:VAL,TEST")
         or a directory in OGB's link layout (`data.edge_split`).
       eval_negatives: the link task's fixed negatives per held-out
         positive where the split gives none.
@@ -106,7 +110,7 @@ class TrainConfig:
         graph's features (the learned embedding is the input alone).
       embedding_dim: > 0: each node's input also holds its row of a learned
         (num_nodes, embedding_dim) float32 table, after the given features
-        (features/learned.py: a source over the given one); needed by a
+        (training/learned.py: model state beside the model's); needed by a
         graph without features. 0: off.
         One device only (`devices` None means 1).
       embedding_optimizer: the embedding rows' sparse optimizer, "sgd",
@@ -120,14 +124,11 @@ class TrainConfig:
       cache_fraction: jdirect-cache, jdirect-partitioned: share of the
         (encoded) table's bytes on each device (jdirect-partitioned's
         devices cache different rows), a number in [0, 1], or "auto" (the
-        default, the CLI's `--cache-fraction auto`): what fits, by the rule
-        written down in `features.encoding` (checked by
-        `check_cache_fraction`).
+        default): what fits. The rule: `features.encoding`'s docstring;
+        the check: `check_cache_fraction`.
       row_encoding: the jdirect sources: how the host-resident rows are
         stored, "float32", "bfloat16", "int8" (an Int8Table, per-row
-        scale) or "auto" (`features.encoding`: as stored when there is no
-        cache, on the CPU backend, or when the cache takes every row
-        (cache_fraction "auto" or 1, and they fit); else bfloat16).
+        scale) or "auto" (the rule: `features.encoding`'s docstring).
         `feature_dtype` converts the graph's table itself (every source,
         and evaluation); `row_encoding` is the source's copy of it.
       sampler: "device" (sampling inside the jitted step), "cpu" (NumPy
@@ -381,6 +382,10 @@ def _check_task(cfg: TrainConfig) -> None:
            f"must be one of {FIGURES}, got {cfg.link_metric!r}")
     _check(cfg.edge_split.strip() != "", "edge_split",
            "must be 'random' or a directory of the split's files")
+    try:
+        parse_edge_split(cfg.edge_split)
+    except ValueError as e:
+        raise ValueError(f"edge_split {e}") from None
     _check(cfg.task == "node" or cfg.sampler != "cpu", "sampler",
            f"'cpu' samples node seeds only: the {cfg.task!r} task samples on the device (any "
            "backend); use --sampler device or auto")

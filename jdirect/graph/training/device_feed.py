@@ -3,8 +3,8 @@
 and update in one call, `n` steps per call, data parallel over a mesh
 (parallel.py).
 
-Every call costs the host its dispatch (on two H200s, 2 ms for a
-papers100M-sized step, longer than the step itself), and a loop whose trip
+Every call costs the host its dispatch (on several GPUs, longer than a
+papers100M-sized step itself), and a loop whose trip
 count XLA knows runs its iterations back to back without returning to the
 host. Each program runs its body under `jax.shard_map`: every device on its
 own columns of the seed matrix with its own sampling and dropout keys
@@ -49,14 +49,12 @@ def default_steps_per_call(devices: int, device_tables: bool = False) -> int:
     else 1 (one CPU device).
 
     On a GPU a call samples its steps' batches together
-    (`_sharded.call_batches`). H200, 2026-11-26, one step a call against
-    8: all-in-GPU epochs 0.457 vs 0.187 s (products) and 2.257 vs 1.143 s
-    (papers100M-sized), `jdirect-cache` with overlap 0.462 vs 0.433 s and
-    2.948 vs 2.666 s. A step that returns learned tables in device memory
+    (`_sharded.call_batches`), and 8 a call trained epochs faster than
+    one (the journal, benchmarks/results/journal/LOG.md,
+    2026-11-26). A step that returns learned tables in device memory
     copies them at each call's end (the call does not donate its state,
-    learned.py); a loop updates them in place (`products_learned`, 3.75 GB
-    of tables with Adam's moments: 2.24 s an epoch at 1 a call, 1.77 s at
-    8, before the grouped sampling)."""
+    learned.py); a loop updates them in place (benchmarks/RESULTS.md,
+    "Learned embeddings in the trainer")."""
     several = devices > 1 or device_tables or groups_batches()
     return LOOP_STEPS if several else 1
 
@@ -116,12 +114,9 @@ class DeviceFeed:
     the pass's length. Where steps of no seeds, which change nothing
     (`steps.update`), fill the last call for at most `PAD_SHARE` of the
     pass's steps, and in every evaluation pass, the pass is whole calls:
-    one program. On 2 H200s, papers100M-sized (1,179 steps of 2.2 ms
-    on one GPU, `jdirect-cache`, 2026-11-22, before the grouped sampling):
-    one step per call 2.65 s an epoch on one GPU and 3.7 s on two, whose
-    dispatch (2 ms a step) outran the devices; 8 per call 2.83 s and
-    1.68 s. With the grouped sampling, 8 per call is faster on one GPU too.
-    Hence `default_steps_per_call`.
+    one program. With one step a call, two GPUs' dispatch outran the
+    devices and trained slower than one (the journal, 2026-11-22); hence
+    `default_steps_per_call`.
 
     With `overlap` and a source whose reads overlap (`FeatureSource.overlaps`),
     training steps are pipelined (`Pipeline`): step i samples batch i + 1
@@ -139,16 +134,20 @@ class DeviceFeed:
       steps_per_call: steps per dispatch (validated by `TrainConfig`).
       gemm_search: `TrainConfig.gemm_search`.
       task: the loss the steps train (`jdirect.graph.tasks`).
+      learned: the step state carries a learned table (`learned.py`), whose
+        optimizer would count steps of no seeds: no pass is padded with them.
     """
 
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
-                 steps_per_call: int = 1, gemm_search: bool = True, task: Task = NODE):
+                 steps_per_call: int = 1, gemm_search: bool = True, task: Task = NODE,
+                 learned: bool = False):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
         self.overlap = overlap and source.overlaps
+        self._pads = not learned
         self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
                                gemm_search, task)
         self.arrays = replicated(sampler.arrays, self.mesh)
@@ -179,9 +178,7 @@ class DeviceFeed:
 
     def epoch(self, nodes: np.ndarray, epoch: int) -> Iterator[tuple[StepRange, int]]:
         count, n = self.num_batches(len(nodes)), self.steps_per_call
-        # A source with trainable rows is left out: its optimizer would count
-        # the steps of no seeds.
-        if n > 1 and -count % n <= PAD_SHARE * count and not self.ctx.source.trainable:
+        if n > 1 and -count % n <= PAD_SHARE * count and self._pads:
             # Whole calls, the last filled with steps of no seeds, and a row
             # more for the pipeline to read ahead in it: one training program,
             # not three (papers100m, H100, 1,179 steps: the one-step tail's

@@ -25,6 +25,7 @@ from ..tasks import ranking
 from ..features import FeatureSource
 from . import parallel, steps
 from .feeds import EVAL_EPOCH, Feed
+from .learned import LearnedTable, split_state
 from .programs import sample_outputs
 
 # Where a refused full-split evaluation's message points.
@@ -50,7 +51,7 @@ def check_full_eval(model: nnx.Module, graph: Graph, given: int, learned_dim: in
     layer for `nodes`: the task's `eval_nodes`) and, with
     a learned embedding of `learned_dim` columns after `given` given ones,
     the host room for its [features, embedding] input rows
-    (`features.learned.LearnedFeatures.input_table`).
+    (`learned.LearnedTable.input_table`).
 
     Raises:
       MemoryError: either does not fit.
@@ -64,16 +65,17 @@ def check_full_eval(model: nnx.Module, graph: Graph, given: int, learned_dim: in
 
 
 def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource, given: int,
-                  progress: bool, report: inference.Report | None = None
-                  ) -> dict[str, float | None]:
+                  progress: bool, report: inference.Report | None = None, *,
+                  learned: LearnedTable | None = None) -> dict[str, float | None]:
     """{"val", "test"}: accuracy of the model of (`graphdef`, step state
     `state`, the trainer's) over every node of the split with full
     neighbourhoods; None for an empty split. The input rows are `source`'s
     table, or the graph's features where the source keeps none or encodes
-    them, or for a source with trainable rows the `given` feature columns
-    followed by those rows as of `state` (`LearnedSource.full_input`).
-    `report`, if given, is filled with the inference's (`inference.evaluate`)."""
-    with _full_input(graphdef, state, graph, source, given) as (model, table):
+    them, or with a learned table (`learned`, whose rows `state` carries)
+    the `given` feature columns followed by its rows as of `state`
+    (`LearnedTable.input_table`). `report`, if given, is filled with the
+    inference's (`inference.evaluate`)."""
+    with _full_input(graphdef, state, graph, source, given, learned) as (model, table):
         # The graph's rows and hidden tables in its dtype (feature_dtype),
         # not in the source's row encoding: a reported accuracy must not
         # change with the device memory that `auto` saw.
@@ -83,12 +85,13 @@ def full_accuracy(graphdef: Any, state: Any, graph: Graph, source: FeatureSource
 
 
 @contextlib.contextmanager
-def _full_input(graphdef: Any, state: Any, graph: Graph, source: FeatureSource,
-                given: int) -> Iterator[tuple[nnx.Module, Any]]:
+def _full_input(graphdef: Any, state: Any, graph: Graph, source: FeatureSource, given: int,
+                learned: LearnedTable | None) -> Iterator[tuple[nnx.Module, Any]]:
     """(the model of `graphdef` and step state `state` on one device, the
     input rows of layer-wise inference: `full_accuracy`'s), the rows a
     table made here is closed after."""
-    state, own = source.full_input(graph.features[:, :given], state)
+    state, rows = split_state(state)
+    own = None if rows is None else learned.input_table(graph.features[:, :given], rows)
     table = own if own is not None else source.table
     if own is None and (table is None or not source.exact_rows):
         # A source that stages rows on the CPU keeps no table, and one of
@@ -108,7 +111,8 @@ SCORE_CHUNK = 4096
 
 def full_ranking(graphdef: Any, state: Any, graph: Graph, source: FeatureSource, given: int,
                  split: EdgeSplit, part: str, progress: bool,
-                 report: inference.Report | None = None) -> dict[str, float]:
+                 report: inference.Report | None = None, *,
+                 learned: LearnedTable | None = None) -> dict[str, float]:
     """`tasks.ranking.figures` of the link model of (`graphdef`, `state`) on
     `split`'s `part` ("val" or "test"): the encoder's embeddings of the
     part's endpoints and negatives with full neighbourhoods (layer-wise
@@ -118,7 +122,7 @@ def full_ranking(graphdef: Any, state: Any, graph: Graph, source: FeatureSource,
     nodes, ends = _endpoints(split, part)
     if not nodes.size:
         return ranking.figures(np.zeros(0), np.zeros((0, 1)))
-    with _full_input(graphdef, state, graph, source, given) as (model, table):
+    with _full_input(graphdef, state, graph, source, given, learned) as (model, table):
         result = inference.layerwise(model.encoder, graph, table, nodes=nodes,
                                      table_dtype=graph.features.dtype, progress=progress)
         try:
@@ -148,7 +152,7 @@ def sampled_ranking(feed: Any, state: Any, split: EdgeSplit, part: str) -> dict[
         rows.append(sample_outputs(ctx, state, feed.data, seeds, np.int32(EVAL_EPOCH),
                                    np.int32(i)))
     h = jnp.concatenate(rows)[:nodes.size]
-    model, _ = nnx.merge(feed.ctx.graphdef, feed.ctx.source.split(state)[0])
+    model, _ = nnx.merge(feed.ctx.graphdef, split_state(state)[0])
     return _rank(model, h, *ends)
 
 

@@ -12,7 +12,6 @@ from jax.sharding import Mesh
 from ..batch import check_config, layer_caps
 from ..data import Graph
 from ..features import SOURCES, FeatureSource, SourceOptions
-from ..features.learned import LearnedFeatures, learned_source
 from ..sampling import NeighborSampler, device_free_bytes_needed
 from ..tasks import NODE, Task
 from . import parallel
@@ -72,11 +71,12 @@ def make_mesh(cfg: TrainConfig) -> Mesh:
 
 
 def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, fanouts,
-              batch_size: int, mesh: Mesh, device_tables: bool = False,
+              batch_size: int, mesh: Mesh, learned: str | None = None,
               task: Task = NODE) -> Feed:
     """The feed for `cfg.sampler` (see `sampler_kind`) on `mesh` (`make_mesh`);
-    `batch_size` seeds per step over all devices; `device_tables`: the step
-    state carries learned tables in device memory (`default_steps_per_call`);
+    `batch_size` seeds per step over all devices; `learned`: where the step
+    state's learned table lives, "host" or "device" (`LearnedTable.memory`;
+    device tables: `default_steps_per_call`), None without one;
     `task`: what the seeds are and the loss (the CPU sampler: the node task);
     a `FullBatchFeed` where the run trains full-batch (`full_batch.choose`)."""
     if choose(graph, cfg, mesh):
@@ -84,10 +84,11 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
                              gemm_search=cfg.gemm_search)
     if sampler_kind(cfg) == "device":
         sampler = task.sampler(graph, fanouts, batch_size // mesh.size, cfg.seed)
-        steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size, device_tables)
+        steps_per_call = cfg.steps_per_call or default_steps_per_call(mesh.size,
+                                                                      learned == "device")
         return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
                           mesh=mesh, steps_per_call=steps_per_call,
-                          gemm_search=cfg.gemm_search, task=task)
+                          gemm_search=cfg.gemm_search, task=task, learned=learned is not None)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
                     workers=cfg.workers, mesh=mesh, gemm_search=cfg.gemm_search)
@@ -119,48 +120,34 @@ def open_source(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str,
     caps = _batch(graph, cfg, mesh, task)[2]
     # A cache sized by the free memory leaves the device sampler's CSR room
     # on the device: sampling from host memory cost more than the extra
-    # cache saved (papers100m, H100, 2026-11-27: 3.12 s an epoch with 74 %
-    # of the rows cached and the CSR in host memory, 2.70 s with 20 %
-    # cached and the CSR on the device).
+    # cache saved (`encoding.plan_rows`).
     reserve = device_free_bytes_needed(graph) if sampler_kind(cfg) == "device" else 0
-    return SOURCES[features](graph, SourceOptions(
+    return SOURCES[features].open(graph, SourceOptions(
         rows_per_batch=caps[-1], staging_buffers=cfg.workers,
         cache_fraction=cfg.cache_fraction, row_encoding=cfg.row_encoding,
         device_reserve=reserve, mesh=mesh))
 
 
 def open_input(graph: Graph, cfg: TrainConfig, mesh: Mesh, features: str, graphdef: Any = None,
-               learned: LearnedFeatures | None = None,
-               source: FeatureSource | None = None,
+               learned: str | None = None, source: FeatureSource | None = None,
                task: Task = NODE) -> tuple[FeatureSource, Feed]:
     """The input of a run of `cfg` on `graph` over `mesh` (`make_mesh`): the
     feature source `features` (`open_source`) and the feed that samples its
-    batches (`make_feed`; `graphdef` None for a feed without a model, whose
-    `batches` alone serve). The caller closes both, the feed first.
+    batches (`make_feed`, `learned` as there; `graphdef` None for a feed
+    without a model, whose `batches` alone serve). The caller closes both,
+    the feed first.
 
-    With `learned` (owned from the call on, closed on failure), the source
-    is a `LearnedSource`: `features`' rows followed by the embedding's.
     With `source` (an open one of `open_source`, with room for this run's
-    batches; not with `learned`), it is used as it is, and stays the
-    caller's to close. `task`: what the batches' seeds are (`tasks.Task`).
+    batches), it is used as it is, and stays the caller's to close.
+    `task`: what the batches' seeds are (`tasks.Task`).
     """
-    if source is not None and learned is not None:
-        raise ValueError("a learned embedding is its run's own: open the source with it "
-                         "(source None)")
     fanouts, batch_size, _ = _batch(graph, cfg, mesh, task)
     owned = source is None
     if owned:
-        try:
-            source = open_source(graph, cfg, mesh, features, task)
-        except BaseException:
-            if learned is not None:
-                learned.close()
-            raise
-        if learned is not None:
-            source = learned_source(type(source), learned.optimizer)(source, learned)
+        source = open_source(graph, cfg, mesh, features, task)
     try:
         return source, make_feed(graph, cfg, source, graphdef, fanouts, batch_size, mesh,
-                                 learned is not None and learned.memory == "device", task)
+                                 learned, task)
     except BaseException:
         if owned:
             source.close()

@@ -244,9 +244,8 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
 
         # Two steps a pass of the loop's body: the rows read ahead go
         # through two buffers inside it, instead of each step's rows being
-        # copied into the buffer the loop carries (H200, products,
-        # 2026-11-26: bfloat16 rows with 20 % cached 0.406 -> 0.374 s an
-        # epoch, none cached 0.603 -> 0.584 s; benchmarks/RESULTS.md).
+        # copied into the buffer the loop carries: a faster epoch
+        # (the journal, benchmarks/results/journal/LOG.md, 2026-11-26).
         return over_batches(ctx, one, (state, metrics, ahead), arrays, at, first=1, unroll=2)
 
     return shard_map(body, mesh=ctx.mesh,

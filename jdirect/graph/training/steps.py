@@ -36,6 +36,7 @@ from ..features import FeatureSource
 from ..models import dropout_masks
 from ..tasks import NODE, Task
 from ...placement import replicated
+from . import learned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +56,8 @@ class StepContext:
         over Triton GEMM fusions (`programs.training`).
       task: the loss and what a batch's seeds are (`tasks.Task`).
 
-    The step state is what the source's trainable half says
-    (`FeatureSource.split`): the model's state, or for a source with
-    trainable rows (`LearnedSource`) (the model's state, the source's).
+    The step state is the model's state, or with a learned table
+    (`learned.py`) (the model's state, its `LearnedRows`).
     """
 
     graphdef: Any
@@ -76,35 +76,38 @@ class StepContext:
     def update(self, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
                axis: str | None = None):
         """`update` on the model's input (the source's rows `x`, joined by
-        the source's trainable rows), then the source's update of those rows
-        from their gradient; (state, metrics)."""
-        own = self.source
-        model_state, source_state = own.split(state)
-        x, read = own.input(source_state, x, batch.input_nodes)
-        out = update(self.graphdef, model_state, metrics, x, batch, key, axis,
-                     x_grad=own.trainable, task=self.task)
-        model_state, metrics, x_grad = out if own.trainable else (*out, None)
-        source_state = own.apply(source_state, batch.input_nodes, read, x_grad)
-        return own.merge(model_state, source_state), metrics
+        the learned table's rows where the state has one, `learned.split_state`),
+        then the learned table's update of those rows from their gradient;
+        (state, metrics)."""
+        model_state, rows = learned.split_state(state)
+        if rows is None:
+            return update(self.graphdef, model_state, metrics, x, batch, key, axis,
+                          task=self.task)
+        x, read = rows.input(x, batch.input_nodes)
+        model_state, metrics, x_grad = update(self.graphdef, model_state, metrics, x, batch,
+                                              key, axis, x_grad=True, task=self.task)
+        return (model_state, rows.apply(batch.input_nodes, read, x_grad)), metrics
 
     def count_correct(self, state, correct: jax.Array, x: jax.Array, batch: Batch,
                       axis: str | None = None) -> jax.Array:
-        """`count_correct` on the model's input (the source's rows `x`, joined
-        by the source's trainable rows)."""
-        own = self.source
-        model_state, source_state = own.split(state)
-        x, _ = own.input(source_state, x, batch.input_nodes)
+        """`count_correct` on the model's input (the source's rows `x`,
+        joined by the learned table's rows)."""
+        model_state, x = _model_input(state, x, batch)
         return count_correct(self.graphdef, model_state, correct, x, batch, axis, self.task)
-
 
     def outputs(self, state, x: jax.Array, batch: Batch) -> jax.Array:
         """The task's encoder's outputs (no dropout) on the model's input
-        (the source's rows `x`, joined by its trainable rows)."""
-        own = self.source
-        model_state, source_state = own.split(state)
-        x, _ = own.input(source_state, x, batch.input_nodes)
+        (the source's rows `x`, joined by the learned table's rows)."""
+        model_state, x = _model_input(state, x, batch)
         model, _ = nnx.merge(self.graphdef, model_state)
         return self.task.encoder(model)(x, batch)
+
+
+def _model_input(state, x: jax.Array, batch: Batch) -> tuple[Any, jax.Array]:
+    """(the model's state, its input: rows `x`, joined by the learned
+    table's rows of `batch` where the step state has one)."""
+    model_state, rows = learned.split_state(state)
+    return model_state, x if rows is None else rows.input(x, batch.input_nodes)[0]
 
 
 class InFlight:

@@ -23,7 +23,6 @@ from ...placement import replicated
 from .. import inference
 from ..data import Graph
 from ..features import FeatureSource
-from ..features.learned import LearnedFeatures
 from ..io.checkpoint import open_checkpoints, resolved_row_encoding
 from ..tasks import TASKS, Task
 from . import parallel
@@ -33,7 +32,7 @@ from .evaluation import (check_full_eval, full_accuracy, full_ranking, sampled_a
                          sampled_ranking)
 from .full_batch import FullBatchFeed
 from .inputs import make_mesh, open_input, sampler_kind
-from .learned import model_input
+from .learned import LearnedTable, model_input, split_state
 from .optimizer import optimizer as make_optimizer
 from .reporting import best_of, format_epoch
 from .timing import Timings
@@ -50,9 +49,9 @@ class Trainer:
     Shapes are sized for the graph by the samplers: fanouts beyond the
     largest degree are clamped to it and the batch size to the node count.
 
-    With `cfg.embedding_dim`, the source is a `LearnedSource`
-    (features/learned.py) that owns the learned embedding (`self.learned`),
-    and the state is (model state, the source's `EmbeddingState`).
+    With `cfg.embedding_dim`, the run learns a table of node inputs
+    (`self.learned`, a `LearnedTable`: learned.py), and the step state is
+    (the model and optimizer's state, its `LearnedRows`).
     `mesh`: `make_mesh(cfg)` where the caller made it (None: made here);
     `source`: another run's open source to read, the caller's; with
     `keep_source`, the source this run opens is left open for another run
@@ -84,7 +83,7 @@ class Trainer:
         self._given = given  # the given features' columns in the model's input
         # The embedding first: its host-memory check is the one-line refusal
         # of a table too large, before the model's (dim, hidden) weights.
-        learned = LearnedFeatures(
+        self.learned = learned = LearnedTable(
             graph.num_nodes, cfg.embedding_dim, cfg.embedding_optimizer, cfg.embedding_lr,
             seed=cfg.seed, memory=cfg.embedding_memory) if cfg.embedding_dim else None
         try:
@@ -98,20 +97,14 @@ class Trainer:
             # Replicated like every step's output: one compilation per step kind.
             self.graphdef, self.state = nnx.split((model, optimizer))
             self.state = replicated(self.state, mesh)
+            if learned is not None:
+                self.state = (self.state, learned.initial(self._place))
+            opened = source is None
+            self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef,
+                                                learned and learned.memory, source, task)
         except BaseException:
             if learned is not None:  # nothing has written it yet
                 learned.close()
-            raise
-        # The source owns the embedding from here on (and closes it on failure).
-        opened = source is None
-        self.source, self.feed = open_input(graph, cfg, mesh, features, self.graphdef, learned,
-                                            source, task)
-        try:
-            self.state = self.source.initial(self.state, self._place)
-        except BaseException:
-            self.feed.close()
-            if opened:
-                self.source.close()
             raise
         self._owns_source = opened and not keep_source
         self._progress = cfg.progress and parallel.is_lead()
@@ -192,32 +185,31 @@ class Trainer:
                                  "devices": self.mesh.size, "row_encoding":
                                  resolved_row_encoding(self.source, cfg.row_encoding)},
             read_only=cfg.checkpoint_read_only, lead=lead) if cfg.checkpoint_dir else None
-        # A source with trainable rows (a learned embedding) changes in
-        # place: the run evaluates its current state, and `best` keeps no
-        # state of it, which would hold a version of device tables alive.
-        own = self.source
-        keep = (lambda: None) if own.trainable else (lambda: self.state)
+        # A learned table changes in place: the run evaluates its current
+        # state, and `best` keeps no state of it, which would hold a version
+        # of device tables alive.
+        learns = self.learned is not None
+        keep = (lambda: None) if learns else (lambda: self.state)
         best = dict(state=keep(), epoch=-1, score=-1.0)
         selects = self.task.selects
 
         def evaluated() -> Any:  # the state whose model is saved as best and tested
-            return self.state if own.trainable else best["state"]
+            return self.state if learns else best["state"]
 
         first = 0
         try:
             if ckpt is not None:
-                tables = own.checkpoint_tables(None)
-                light = own.light(self.state)
-                restored = ckpt.restore_latest(dict(state=light, best=light, tables=tables))
+                restored = ckpt.restore_latest(self._step_tree(self.state, restoring=True))
                 if restored is not None:
                     saved, meta = restored
                     self.history = list(meta["history"])
                     first = meta["epoch"] + 1
-                    self.state = own.resumed(saved["state"], saved["tables"], self._place)
-                    # Trainable rows: the last epoch is the best (see below).
+                    self.state = saved["state"] if not learns else (
+                        saved["state"][0], self.learned.restored(saved["state"][1], self._place))
+                    # A learned table: the last epoch is the best (see below).
                     best = dict(state=None, **best_of(self.history[-1:], selects)) \
-                        if own.trainable else dict(state=saved["best"],
-                                                   **best_of(self.history, selects))
+                        if learns else dict(state=saved["best"],
+                                            **best_of(self.history, selects))
                     self.checkpointed = meta["epoch"]
                     log(f"resumed from {cfg.checkpoint_dir} after epoch {meta['epoch']}")
             if self.source.describe():
@@ -237,21 +229,18 @@ class Trainer:
                 # validated (eval_every) is never the best.
                 if ((validated or not self.sampled_eval)
                         and (m[selects] is None or m[selects] >= best["score"])
-                        or own.trainable):
+                        or learns):
                     best = dict(state=keep(), epoch=epoch, score=m[selects] or 0.0)
                 self.history.append(m)
                 log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu",
                                  val_key=selects))
                 if ckpt is not None and lead and not cfg.checkpoint_read_only:
-                    tables = own.checkpoint_tables(self.state)
-                    ckpt.save(epoch, dict(state=own.light(self.state),
-                                          best=own.light(evaluated()), tables=tables),
-                              self.history)
+                    ckpt.save(epoch, self._step_tree(best["state"]), self.history)
                     self.checkpointed = epoch
                 if on_epoch is not None:
                     on_epoch(self.history)
                 if stops_early(epoch, best["epoch"], cfg.patience):
-                    log(f"early stop after epoch {epoch}: no better validation accuracy in "
+                    log(f"early stop after epoch {epoch}: no better {selects} in "
                         f"{cfg.patience} epochs (the best: epoch {best['epoch']})")
                     break
         finally:
@@ -280,10 +269,16 @@ class Trainer:
         (one compilation per step kind)."""
         return replicated(tree, self.mesh)
 
-    @property
-    def learned(self) -> LearnedFeatures | None:
-        """The learned embedding that the source trains (None: no trainable rows)."""
-        return self.source.embedding if self.source.trainable else None
+    def _step_tree(self, best: Any, restoring: bool = False) -> dict[str, Any]:
+        """A step file's pytree: the step state and the best epoch's model
+        state `best`; with a learned table, its rows as `LearnedTable.saved`
+        holds them (`restoring`: what a restore fills) and the current
+        model's state as the best (the table changes in place)."""
+        if self.learned is None:
+            return dict(state=self.state, best=best)
+        model_state, rows = split_state(self.state)
+        return dict(state=(model_state, self.learned.saved(None if restoring else rows)),
+                    best=model_state)
 
     def full_accuracy(self, state: Any) -> dict[str, float | None]:
         """{"val", "test"}: accuracy of `state`'s model over every node of the
@@ -296,7 +291,7 @@ class Trainer:
                     for split, nodes in (("val", self.graph.val), ("test", self.graph.test))}
         self.full_eval = inference.Report()
         return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
-                             self._progress, self.full_eval)
+                             self._progress, self.full_eval, learned=self.learned)
 
     def ranking(self, state: Any, split: str) -> dict[str, float]:
         """The link task's figures (`tasks.ranking.figures`) of `state`'s
@@ -308,17 +303,25 @@ class Trainer:
             return sampled_ranking(self.feed, state, self.task.split, split)
         self.full_eval = inference.Report()
         return full_ranking(self.graphdef, state, self.graph, self.source, self._given,
-                            self.task.split, split, self._progress, self.full_eval)
+                            self.task.split, split, self._progress, self.full_eval,
+                            learned=self.learned)
 
     def close(self) -> None:
+        """Releases the feed, the source this run owns and the learned
+        table (host tables after the last state's writes; device tables are
+        the state's leaves, dropped with them: the state keeps the model's)."""
         self.feed.close()
         try:
-            # The source's tables follow the last state's writes before they
-            # close; device tables are the state's leaves: dropped with it.
-            self.state = self.source.settled(self.state)
+            self.state, rows = split_state(self.state)
+            if rows is not None:
+                self.learned.settle(rows)
         finally:
-            if self._owns_source:
-                self.source.close()
+            try:
+                if self._owns_source:
+                    self.source.close()
+            finally:
+                if self.learned is not None:
+                    self.learned.close()
 
     def __enter__(self) -> "Trainer":
         return self

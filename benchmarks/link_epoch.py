@@ -1,0 +1,108 @@
+"""Link prediction's rate with each placement of the rows, and the full
+ranking evaluation's time.
+
+For a configuration (`--config citation2`, `recsys`, ...) the graph and its
+edge split are built once; then, for each run of `--runs` (settings that
+differ, e.g. `features=jdirect-cache features=device`, or
+`embedding_memory=device embedding_memory=host`), a `Trainer` on them (the
+shared task) trains a pass over the first `--steps` batches of the
+training edges twice: the first compiles (the pass's length is in its
+programs' shapes), the second is timed: edges a second, and the epoch
+that rate gives. A pass of a few hundred steps
+times the epoch's rate without its minutes (a citation2 epoch is ~7,500
+steps of 4,096 edges). After the last run, the full ranking of the
+validation and test edges (layer-wise inference of every endpoint and
+negative, then the scores; the first includes its compiling), timed.
+
+Prints a line a run; writes link-epoch.json under --out.
+GPU (H200):
+  python benchmarks/link_epoch.py --config citation2 --out $OUT
+  python benchmarks/link_epoch.py --config recsys --set dataset=recsys-medium \
+      embedding_optimizer=adagrad edge_split=bipartite:0.001,0.001 \
+      --runs embedding_memory=device embedding_memory=host --no-ranking --out $OUT
+CPU check of the script itself:
+  python benchmarks/link_epoch.py --config recsys --steps 3 --out /tmp/link
+"""
+
+from __future__ import annotations
+
+import os
+
+# The host tables are limited by the GPU's free memory: JAX must not take
+# 75 % of it up front (see jdirect.host_empty).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import argparse  # noqa: E402
+import ast  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from _common import run_meta, write_json  # noqa: E402
+from jdirect.graph.data.datasets import load_graph  # noqa: E402
+from jdirect.graph.tasks import TASKS  # noqa: E402
+from jdirect.graph.training.config_files import load_config  # noqa: E402
+from jdirect.graph.training.trainer import Trainer  # noqa: E402
+
+
+def settings(pairs: list[str]) -> dict:
+    """["features=device,steps_per_call=4", "edge_split=random:0.1,0.1"] ->
+    {"features": "device", "steps_per_call": 4, "edge_split":
+    "random:0.1,0.1"}: comma-separated KEY=VALUE items (a comma not
+    followed by KEY= belongs to the value), each value a Python literal,
+    else the text."""
+    out = {}
+    for pair in pairs:
+        for item in re.split(r",(?=\w+=)", pair):
+            key, _, text = item.partition("=")
+            try:
+                out[key] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                out[key] = text
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="citation2")
+    p.add_argument("--set", nargs="*", default=[], help="KEY=VALUE settings of every run")
+    p.add_argument("--runs", nargs="+", default=["features=jdirect-cache", "features=device"],
+                   help="one KEY=VALUE[,KEY=VALUE] group a run")
+    p.add_argument("--steps", type=int, default=400, help="batches timed a run")
+    p.add_argument("--no-ranking", action="store_true", help="skip the full ranking")
+    p.add_argument("--out", type=Path, default=Path("."))
+    args = p.parse_args()
+    cfg = load_config(args.config).replace(progress=False, **settings(args.set)).validate()
+    start = time.perf_counter()
+    graph = load_graph(cfg)
+    task = TASKS[cfg.task](graph, cfg)
+    print(f"{graph} and {task.split} in {time.perf_counter() - start:.1f}s", flush=True)
+    results = []
+    for i, run in enumerate(args.runs):
+        changes = settings([run])
+        with Trainer(graph, cfg.replace(**changes).validate(), task=task) as t:
+            edges = t.train_seeds
+            t.train_seeds = edges[:args.steps * cfg.batch_size]  # a leading slice of an epoch
+            t.train_epoch(0)
+            m = t.train_epoch(1)
+            rate = len(t.train_seeds) / m["epoch_s"]
+            row = dict(run=run, **changes, steps=m["batches"], seconds=m["epoch_s"],
+                       edges_per_s=rate, epoch_s_at_rate=len(edges) / rate, loss=m["loss"],
+                       source=t.source.describe())
+            if not args.no_ranking and i + 1 == len(args.runs):
+                for split in ("val", "test"):
+                    start = time.perf_counter()
+                    figures = t.ranking(t.state, split)
+                    row[f"{split}_ranking_s"] = time.perf_counter() - start
+                    row[f"{split}_mrr"] = figures["mrr"]
+        print(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in row.items()), flush=True)
+        results.append(row)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "link-epoch.json",
+               run_meta(config=args.config, settings=settings(args.set), graph=repr(graph),
+                        split=repr(task.split), batch_size=cfg.batch_size), results)
+
+
+if __name__ == "__main__":
+    main()
