@@ -231,7 +231,7 @@ def test_help_shows_the_configurations_and_the_defaults(capsys):
         train_graphsage.main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert ("one of citation2, default, papers100m, papers100m_learned, planetoid_gat, "
-            "planetoid_gcn, planetoid_sage, products, products_learned, tiny") in out
+            "planetoid_gcn, planetoid_sage, products, products_learned, recsys, tiny") in out
     assert "(default: 15,10,5)" in out and "(default: jdirect-cache)" in out
     assert "--embedding-memory {auto,host,device}" in out and "(default: auto)" in out
 
