@@ -373,7 +373,9 @@ def test_device_tables_resume_and_move_between_placements(featureless, tmp_path,
     assert step_files(tmp_path) == ["epoch-00000000.npz"]
     with Trainer(featureless, part.replace(embedding_memory=then)) as t:
         resumed = t.fit(log=lambda line: None)
-        np.testing.assert_allclose(trained_rows(t), whole_rows, rtol=1e-5, atol=1e-7)
+        # The placements' programs may sum in another order, and Adam makes
+        # a last-bit difference of a gradient near eps a larger one (above).
+        np.testing.assert_allclose(trained_rows(t), whole_rows, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose([m["loss"] for m in resumed["history"]],
                                [m["loss"] for m in whole["history"]], rtol=1e-5)
 
