@@ -22,6 +22,7 @@ import numpy as np
 import optax
 
 from jdirect import embeddings as emb
+from jdirect.graph.cli_args import Parser, number
 
 
 def interactions(users: int, items: int, pairs: int, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -56,28 +57,17 @@ def right(user_table, item_table, u, i, likes):
     return ((score > 0) == (likes > 0)).sum()
 
 
-def at_least_one(text: str) -> int:
-    """An argparse type: an integer >= 1 (refused in one line, not a traceback)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return int(text)
-
-
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                exit_on_error=False)
+    p = Parser(description=__doc__.splitlines()[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--small", action="store_true",
                    help="500 users, 200 items, 40,000 pairs (a test's size) instead of "
                         "5,000, 2,000, 600,000")
-    p.add_argument("--dim", type=at_least_one, default=8,
+    p.add_argument("--dim", type=number(int, 1), default=8,
                    help="columns of each embedding table")
-    p.add_argument("--epochs", type=at_least_one, default=4,
+    p.add_argument("--epochs", type=number(int, 1), default=4,
                    help="passes over the training pairs")
-    try:
-        args = p.parse_args(argv)
-    except argparse.ArgumentError as e:  # one line, as the command's refusals
-        p.exit(2, f"{p.prog}: error: {e}\n")
+    args = p.parse_args(argv)  # refusals in one line, as the command's
     users, items, pairs = (500, 200, 40_000) if args.small else (5_000, 2_000, 600_000)
     u, i, likes = interactions(users, items, pairs)
     test = pairs // 10  # the last tenth, held out

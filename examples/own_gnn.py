@@ -19,6 +19,7 @@ import optax
 from flax import nnx
 
 from jdirect.graph import Batch, Loader, synthetic
+from jdirect.graph.cli_args import Parser, number
 
 
 class MeanSAGE(nnx.Module):
@@ -64,25 +65,14 @@ def correct(model: MeanSAGE, rows: jax.Array, batch: Batch) -> jax.Array:
     return ((model(rows, batch).argmax(-1) == batch.labels) & batch.seed_mask).sum()
 
 
-def at_least_one(text: str) -> int:
-    """An argparse type: an integer >= 1 (refused in one line, not a traceback)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return int(text)
-
-
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                exit_on_error=False)
+    p = Parser(description=__doc__.splitlines()[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--small", action="store_true",
                    help="the `tiny` graph (2,000 nodes: a test's size) instead of `small`")
-    p.add_argument("--epochs", type=at_least_one, default=4,
+    p.add_argument("--epochs", type=number(int, 1), default=4,
                    help="passes over the training nodes")
-    try:
-        args = p.parse_args(argv)
-    except argparse.ArgumentError as e:  # one line, as the command's refusals
-        p.exit(2, f"{p.prog}: error: {e}\n")
+    args = p.parse_args(argv)  # refusals in one line, as the command's
     graph = synthetic("tiny" if args.small else "small", seed=0, progress=False)
     print(graph)
     model = MeanSAGE(graph.features.shape[1], 64, graph.num_classes, layers=2, rngs=nnx.Rngs(0))

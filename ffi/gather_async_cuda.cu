@@ -27,10 +27,11 @@ namespace jdirect {
 namespace {
 
 // Default grid of an asynchronous read, per SM. Measured on an H200
-// (benchmarks/RESULTS.md): against bf16 matmuls (benchmarks/overlap.py) 32
-// blocks hid all of the compute and 2 per SM almost none, but in the
-// GraphSAGE step, whose kernels are small, 2 per SM gave the faster epoch
-// (0.943 s against 1.115 s with 32 blocks; 1.041 s serial).
+// (benchmarks/results/journal/LOG.md, 2026-11-22, GPU-centric training):
+// against bf16 matmuls (benchmarks/overlap.py) 32 blocks hid all of the
+// compute and 2 per SM almost none, but in the GraphSAGE step, whose
+// kernels are small, 2 per SM gave the faster epoch (32 blocks were slower
+// than no overlap at all).
 constexpr int64_t kAsyncBlocksPerSM = 2;
 
 ffi::Error CudaFailed(const char* call, cudaError_t e) {

@@ -6,7 +6,8 @@
 //   host and every GPU marked as accessing it. Pages stay in host memory (no
 //   migration) and GPUs map them with 64 KB / 2 MB translation entries, so
 //   random row reads are not capped by translations as with pinned memory
-//   (4 KB entries): measured 3x-9x faster random gathers on an H200.
+//   (4 KB entries): measured faster random gathers on an H200
+//   (benchmarks/results/journal/LOG.md, 2026-11-22).
 // Pinned memory is not allocated here: jdirect/host_memory.py maps and
 // touches its pages, and ffi/pin_cuda.cu registers them.
 #include <cuda_runtime.h>

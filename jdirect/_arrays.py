@@ -7,9 +7,9 @@ whether a count or a size is an integer.
 
 Set operations by sorting: NumPy 2.3+ computes a plain `np.unique(a)` (and
 `np.union1d`, built on it) of integers through a hash table; on arrays of
-many distinct ids it ran ~150x slower than `np.sort` here (NumPy 2.5.5,
-22M random int64 ids: 20 s against 0.14 s), and it stalled layer-wise
-inference on a papers100M-sized graph for minutes. jdirect's host-side id
+many distinct ids it runs two orders of magnitude slower than `np.sort`
+(the journal, benchmarks/results/journal/LOG.md, 2026-11-26), and it
+stalled layer-wise inference on a papers100M-sized graph for minutes. jdirect's host-side id
 sets (cached rows, hottest rows, inference node sets, sampled frontiers)
 go through these helpers instead.
 """

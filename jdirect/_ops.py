@@ -161,10 +161,10 @@ def read_whole(shape: tuple[int, ...], dtype: np.dtype, idx: jax.Array,
                request: ReadRequest, cache: WholeCache) -> jax.Array:
     """jnp.take of a table of `shape` whose every row `cache` holds, read
     from the cache by XLA's own gather: XLA fuses it into the operations
-    that use the rows, where the FFI gather writes them out first (products'
-    GraphSAGE epoch on an H200, every row cached: 0.232 s through the FFI
-    gather, 0.192 s this way, 0.183 s with the table on the device;
-    benchmarks/RESULTS.md)."""
+    that use the rows, where the FFI gather writes them out first: with
+    every row cached, products' GraphSAGE epoch comes near the device
+    table's this way and not through the FFI gather (the journal,
+    benchmarks/results/journal/LOG.md, 2026-11-26, night)."""
     fill = _dtypes.fill_element(dtype, request.fill_value if request.mode == FILL else None)
     if idx.size == 0:
         return jnp.zeros(tuple(idx.shape) + tuple(shape[1:]), dtype)

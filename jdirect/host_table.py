@@ -284,9 +284,8 @@ class HostTable(RegisteredTable, WritableTable):
         CachedTable's copy), read by the device itself from this table (its
         own zero-copy read, ordered after pending writes), a piece of ids at
         a time: no host copy of the rows is made, and the copy runs at the
-        read's rate, not at NumPy's one-thread gather's (papers100m on an
-        H100, 2026-11-27: placing 58M cached rows of 256 B took most of
-        the run's 22.6 s of placement that way)."""
+        read's rate, not at NumPy's one-thread gather's (which took most of
+        papers100m's placement: the journal, 2026-11-27, fourth session)."""
         if self.shape[0] > np.iinfo(np.int32).max and not jax.config.jax_enable_x64:
             raise ValueError(f"caching rows of a table of {self.shape[0]:,} rows needs int64 "
                              "indices (enable jax_enable_x64)")
@@ -425,8 +424,8 @@ class HostTable(RegisteredTable, WritableTable):
     # again and refuses it there, before anything runs.
     def _tree_flatten(self):
         after = self._after
-        # The one check of every call taking the table (two flag reads,
-        # ~0.2 us): were its arrays donated by an earlier call?
+        # The one check of every call taking the table (two flag reads):
+        # were its arrays donated by an earlier call?
         if self._handle_id is not None and not isinstance(after, jax.core.Tracer) \
                 and (after.is_deleted() or self._handle.is_deleted()):
             self.restore_donated()

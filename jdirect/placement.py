@@ -97,8 +97,8 @@ def _result(sent: tuple[int, Any]) -> tuple[int, jax.Array]:
 
 
 # Threads that copy a host array's pieces to the device at once (`put`):
-# JAX's staging copy of each runs at one thread's memory rate (papers100M's
-# 12.9 GB CSR took 3.7 s for the device sampler one piece at a time).
+# JAX's staging copy of each runs at one thread's memory rate, so one piece
+# at a time leaves most of the host's memory bandwidth idle.
 PUT_THREADS = 8
 
 
@@ -148,8 +148,7 @@ def device_block_bytes() -> int | None:
 
     Less than `device_free_bytes` when the pool grew in pieces (JAX not
     preallocating): freed pieces stay in the pool, and a buffer cannot span
-    two: on an H100 a 57 GB buffer was refused with 72 GB free, after a
-    28 GB one was freed (benchmarks/results/journal/LOG.md, 2026-11-25).
+    two (seen on an H100: benchmarks/results/journal/LOG.md, 2026-11-25).
     This is the larger of the largest free block
     in the pool and what the pool may still grow by. Some allocators report
     the largest free block as 0 (never computed): then the pool's free bytes

@@ -108,8 +108,8 @@ def child_env(*paths: str | Path, **extra: str) -> dict[str, str]:
 def run_tests_on_cpu_devices(test_file: str, devices: int) -> subprocess.CompletedProcess:
     """Runs the tests of `test_file` with pytest in a subprocess on
     `devices` virtual CPU devices (for tests that need several devices).
-    The timeout guards against a hang only: the partitioned cache's module
-    takes ~190 s on the idle 2-core CI machine and over 240 s under load."""
+    The timeout guards against a hang only: a module of several-device
+    tests takes minutes on a loaded 2-core machine."""
     root = Path(__file__).resolve().parents[1]
     env = child_env(XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
                     + f" --xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")

@@ -20,6 +20,7 @@ from jdirect.checkpoint import read_metadata
 from jdirect.graph.training import parallel
 from jdirect.graph.training.trainer import Trainer
 
+from conftest import newest_only
 from test_cli import train_graphsage  # the CLI's module
 from test_loaders import write_ogb
 
@@ -53,6 +54,9 @@ def refused(capsys, *flags: str, code: int = 2) -> str:
     return err[0]
 
 
+# The run's report and files after a failed evaluation (JAX's version plays no
+# part); the oldest end runs the CLI's refusals below.
+@newest_only
 def test_an_error_in_evaluation_keeps_the_training(tmp_path, capsys, monkeypatch):
     # Regression: an out-of-memory full-split evaluation after 13 epochs printed
     # ~40 lines of traceback, and the run's results were lost.
@@ -124,6 +128,8 @@ def test_resume_under_another_row_encoding_is_refused_naming_it(tmp_path, capsys
     assert "row_encoding: saved 'float32', now 'bfloat16'" in line
 
 
+# A second source's runs for the refusal the test above makes at the oldest end.
+@newest_only
 def test_resume_where_auto_chooses_another_row_encoding_is_refused(tmp_path, capsys,
                                                                   monkeypatch):
     # Regression (issue 51): "auto" was stored as "auto", so a run trained on

@@ -1,6 +1,6 @@
 """Data-parallel training on two devices: the combined update is exactly
 one device's update on the whole global batch, both meshes train on the
-same global batches, and a two-device run learns like a one-device run.
+same global batches, and a two-device run learns and evaluates every node.
 
 With one device (the usual CPU run) the two-device tests run in a
 subprocess with two virtual CPU devices; with two or more (several GPUs)
@@ -127,24 +127,19 @@ def test_each_device_trains_on_its_columns_of_the_same_global_batches(graph):
 
 
 @two_devices
-def test_two_devices_learn_like_one(graph):
-    """Loss falls; accuracy matches one device's with the same global batch
-    (the samples differ: each device draws with its own keys). The
-    pipelined host-table path on two devices, 3 steps per call, with the
-    full-split evaluation; the one-program step on one, without (its
-    programs would compile for a reference figure only: 14 s of CI), so
-    the sampled test accuracies are compared."""
-    results = {}
-    for devices, features in ((1, "device"), (2, "jdirect")):
-        with Trainer(graph, config(devices=devices, features=features, epochs=4,
-                                   steps_per_call=3, full_eval=devices == 2)) as t:
-            out = t.fit(log=lambda s: None)
-            assert t.feed.overlap == (features == "jdirect")
-        assert out["devices"] == devices and out["processes"] == 1
-        losses = [m["loss"] for m in out["history"]]
-        assert losses[-1] < 0.7 * losses[0], losses
-        results[devices] = out["sampled_test_acc"]
-    assert abs(results[2] - results[1]) < 0.08, results
+def test_two_devices_learn_and_evaluate_every_node(graph):
+    """The pipelined host-table path on two devices, 3 steps per call, with
+    the full-split evaluation on the mesh: the loss falls and the test
+    accuracy is a learned one. That two devices learn as one does is the
+    exact update test above (one device's step on the global batch); a
+    second, one-device run here would compare sampled accuracies only."""
+    with Trainer(graph, config(devices=2, features="jdirect", epochs=4, steps_per_call=3,
+                               full_eval=True)) as t:
+        out = t.fit(log=lambda s: None)
+        assert t.feed.overlap
+    assert out["devices"] == 2 and out["processes"] == 1
+    losses = [m["loss"] for m in out["history"]]
+    assert losses[-1] < 0.7 * losses[0], losses
     assert out["test_acc"] > 0.7, out  # the two-device full split (0.855 on 2026-11-27)
 
 

@@ -252,7 +252,7 @@ def test_ogb_split_directories_and_a_random_split_of_the_labelled_nodes(tmp_path
     (["--layers", "2", "--batch", "sampled", "--fanouts", "5,5,5"], "layers 2 needs as many"),
     (["--model", "gat", "--hidden", "30", "--heads", "8"], "hidden must be a multiple of heads"),
     (["--batch", "whole"], "invalid choice: 'whole'"),
-    (["--attention-dropout", "1"], "outside [0, 1)"),
+    (["--attention-dropout", "1"], "expected a finite number in [0, 1), got '1'"),
 ])
 def test_bad_flags_are_refused_in_one_line(capsys, flags, message):
     from jdirect.graph import train

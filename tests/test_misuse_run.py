@@ -4,6 +4,7 @@ traceback was."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -13,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from jdirect.graph import synthetic
+from jdirect.graph import cli_args, synthetic
 from jdirect.graph.training.config import TrainConfig
 from jdirect.graph.training import runs as runs_module
 from jdirect.graph.training.epochs import TrainingDiverged
@@ -90,6 +91,27 @@ def test_bad_numbers_are_one_line_errors(flags, name, capsys):
     assert name in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("kind, low, high, ends, text, expected", [
+    (int, 1, None, {}, "3", 3), (int, 1, None, {}, "0", "an integer >= 1, got '0'"),
+    (int, 1, None, {}, "2.5", "an integer >= 1, got '2.5'"),
+    (int, 0, 7, {}, "7", 7), (int, 0, 7, {}, "8", "an integer in [0, 7], got '8'"),
+    (float, 0, None, {"open_low": True}, "0", "a finite number > 0, got '0'"),
+    (float, 0, None, {"open_low": True}, "nan", "a finite number > 0, got 'nan'"),
+    (float, 0, None, {"open_low": True}, "inf", "a finite number > 0, got 'inf'"),
+    (float, 0, 1, {"open_high": True}, "0", 0.0),
+    (float, 0, 1, {"open_high": True}, "1", "a finite number in [0, 1), got '1'"),
+])
+def test_a_number_flag_takes_its_range_and_names_it_otherwise(kind, low, high, ends, text,
+                                                               expected):
+    """The argparse type the command and the examples share."""
+    parse = cli_args.number(kind, low, high, **ends)
+    if isinstance(expected, str):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape("expected " + expected)):
+            parse(text)
+    else:
+        assert parse(text) == expected and type(parse(text)) is kind
+
+
 @pytest.fixture(scope="module")
 def tiny():
     return synthetic("tiny", progress=False)
@@ -135,6 +157,7 @@ def test_the_cli_reports_divergence_in_one_line_and_exits_1(tmp_path, capsys):
     assert "training diverged" in json.loads(metrics.read_text())["error"]  # strict JSON
 
 
+@newest_only  # the CLI's report; the oldest end trains through the CLI in test_cli.py
 def test_no_validation_nodes_says_so_instead_of_best_validation(tmp_path, capsys, monkeypatch):
     real = runs_module.load_graph
 
@@ -161,6 +184,7 @@ def test_a_preset_too_large_for_the_machine_is_one_line(tmp_path, capsys, monkey
     assert "needs 60.1 GB" in err and "Traceback" not in err
 
 
+@newest_only  # the CLI's report; the oldest end trains through the CLI in test_cli.py
 def test_the_cli_prints_where_the_time_goes_and_that_min_steps_raised_the_epochs(tmp_path,
                                                                               capsys):
     # One CLI run checks both (they were two tests of a run each).

@@ -179,7 +179,7 @@ def test_int8_table_fallback(mesh, host):
             assert_same(jax.jit(lambda t, i: jdirect.gather(t, i, mode=mode))(cache, idx),
                         jnp.take(decoded, np.asarray(idx), axis=0, mode=mode))
         idx = split(mesh, indices(rng, ROWS, (30 * DEVICES,), np.int32))
-        assert_same(jdirect.gather(cache, idx, fill_value=7.0),
+        assert_same(jax.jit(lambda t, i: jdirect.gather(t, i, fill_value=7.0))(cache, idx),
                     jnp.take(decoded, np.asarray(idx), axis=0, fill_value=7.0))
 
 
@@ -191,7 +191,7 @@ def test_empty_batches_and_an_empty_cache(mesh, host, table):
     assert np.asarray(cache.source_counts(np.zeros(0, np.int32))).sum() == 0
     none = jdirect.PartitionedCache.from_counts(table, np.ones(ROWS), 0, mesh)
     idx = np.arange(-ROWS, ROWS, 7, dtype=np.int32)
-    assert_same(jdirect.gather(none, idx), jnp.take(host, idx, axis=0))
+    assert_same(jax.jit(jdirect.gather)(none, idx), jnp.take(host, idx, axis=0))
 
 
 def expected_sources(cache, idx, valid, mode, peer_capacity=None) -> np.ndarray:
@@ -244,7 +244,7 @@ def test_source_counts_match_numpy(mesh, table, mode):
     got = np.asarray(cache.source_counts(split(mesh, idx), mode=mode, valid=split(mesh, valid)))
     np.testing.assert_array_equal(got, expected_sources(cache, idx, valid, mode))
     odd = idx[:-1].reshape(1, -1)  # padded: the pad counts nowhere
-    np.testing.assert_array_equal(cache.source_counts(odd, mode=mode),
+    np.testing.assert_array_equal(jax.jit(lambda t, i: t.source_counts(i, mode=mode))(cache, odd),
                                   expected_sources(cache, odd, None, mode))
     per_device = jax.jit(jax.shard_map(lambda t, i: t.source_counts(i, mode=mode)[None],
                                        mesh=mesh, in_specs=(cache.spec, P("d")),
@@ -262,7 +262,10 @@ def test_rows_are_dealt_hottest_first_and_the_table_is_a_pytree(mesh, table):
     leaves = jax.tree.leaves(cache)
     assert {x.sharding.device_set == set(mesh.devices.flat) for x in leaves} == {True}
     view = jax.tree.unflatten(jax.tree.structure(cache), leaves)
-    assert_same(jdirect.gather(view, np.arange(ROWS, dtype=np.int32)), table.numpy())
+    # Jitted (as elsewhere here but test_gather_matches_jnp_take, which also
+    # gathers eagerly: op by op, seconds a call): the view passes through
+    # jit's flattening as a pytree argument.
+    assert_same(jax.jit(jdirect.gather)(view, np.arange(ROWS, dtype=np.int32)), table.numpy())
     assert "3 rows on each of" in repr(cache)
 
 

@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import NoReturn
 
 import jax
 
 from .. import environment
 from ..checkpoint import CheckpointError, check_checkpoint_dir
+from .cli_args import Parser as _Parser, number as _number
 from .data import DATASETS, PRESETS
 from .hetero.presets import TYPED_PRESETS
 from .features import ENCODINGS, SOURCES
@@ -62,28 +61,6 @@ from .training.trainer import EvaluationFailed
 
 # Compiled programs are kept here between runs (JAX's persistent cache).
 COMPILATION_CACHE = environment.user_cache_dir() / "jax-compilation"
-
-
-def _number(kind: type, low: float, high: float | None = None, *, open_low: bool = False,
-            open_high: bool = False):
-    """An argparse type: `kind` within [low, high] (ends excluded if open)."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a{'n integer' if kind is int else ' number'}"
-                                             f", got {text!r}")
-        if not math.isfinite(value):  # nan passes every comparison below
-            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-        if value < low or (open_low and value == low) or (high is not None and (
-                value > high or (open_high and value == high))):
-            lo, hi = "(" if open_low else "[", ")" if open_high else "]"
-            raise argparse.ArgumentTypeError(
-                f"{text} is outside {lo}{low}, {'inf' if high is None else high}{hi}")
-        return value
-
-    return parse
 
 
 def _cache_fraction(text: str) -> float | str:
@@ -125,13 +102,6 @@ def start_processes(args: argparse.Namespace, p: argparse.ArgumentParser) -> Non
                             args.local_device_ids)
     except ValueError as e:
         p.error(str(e))
-
-
-class _Parser(argparse.ArgumentParser):
-    """Refusals in one line, without the usage block that --help shows."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,10 +3,9 @@
 on the GPU, sampling on the device. Needs a GPU machine with ~100 GB of RAM.
 
 One epoch is ~1,180 optimizer steps. The preset's features have unit
-variance per column (`unit_variance`): with the noise 6 of an earlier
-version and raw features of standard deviation ~6, both GraphSAGE and the
-MLP stayed on the uniform-prediction plateau (loss ln 172) for the whole
-first epoch.
+variance per column (`unit_variance`): on raw features of standard
+deviation ~6 both GraphSAGE and the MLP stay on the uniform-prediction
+plateau (loss ln 172) for the whole first epoch.
 
 The graph is calibrated (data/datasets.py, CALIBRATED) so that these
 defaults land near ogbn-papers100M's published test accuracies: MLP ~0.47,

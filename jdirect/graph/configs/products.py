@@ -10,10 +10,8 @@ from jdirect.graph.training import TrainConfig
 
 
 def get_config() -> TrainConfig:
-    # 3 epochs, as the GPU benchmark. GraphSAGE used to sit on the uniform-
-    # prediction plateau (loss ln 47) for 2 to 4 epochs here (the journal,
-    # benchmarks/results/journal/LOG.md, 2026-11-25): Flax's initialisation
-    # and the preset's features of standard deviation 7 then (noise 7; now
-    # unit variance) started it at loss ~16, which killed its second
-    # layer's ReLUs (models/base.py, `linear`).
+    # 3 epochs, as the GPU benchmark: enough because the preset's features
+    # have unit variance and the models start from PyTorch's initialisation
+    # (models/base.py, `linear`), so GraphSAGE leaves the uniform-prediction
+    # plateau (loss ln 47) in its first steps.
     return TrainConfig(dataset="products", batch_size=1024, epochs=3, eval_max=20_000)

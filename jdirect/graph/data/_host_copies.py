@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 # Threads copying staged chunks into host arrays: their pages' first
-# touch is most of the work (papers100m's features on an H200: 4 threads
-# 9.7 s, 8 threads 6.0 s, 16 threads 5.9 s).
+# touch is most of the work; more than 8 gained nothing on papers100m's
+# features (the journal, 2026-11-28, twelfth session).
 COPY_WORKERS = 8
 # Chunks of at most 16 MB: glibc serves them from its heap and reuses the
 # pages (larger ones are fresh mmaps, page-faulted again each time).

@@ -74,8 +74,7 @@ def generate(
 
     Memory: peak host memory is the returned arrays (features, indptr int64,
     indices int32, labels, splits) plus about 2 GB of copies in flight and
-    the JAX runtime; for the papers100m preset that is about 1.05x the bytes
-    of features + CSR (f32) and 1.1x (bf16). `indices` is a view of an array
+    the JAX runtime. `indices` is a view of an array
     sized for the edges drawn; its unused tail is never touched, so it takes
     no memory.
 
@@ -158,9 +157,9 @@ def generate(
     plan = _Plan.create(model, num_edges, passes, device_memory, name)
 
     clock = _Clock(timings)
-    # The sixth key is new (label noise); SeedSequence's words are a
-    # prefix-stable stream, so the first five, and graphs without label
-    # noise, are as before.
+    # The label noise's key comes last: SeedSequence's words are a
+    # prefix-stable stream, so the first five keys, and graphs without
+    # label noise, do not depend on it.
     k_nodes, k_split, k_edges, k_centroids, k_noise, k_labels = random.keys(seed, 6)
     classes, labels, perm, *splits = _nodes.nodes(model, k_nodes, k_split, k_labels,
                                                   np.float32(label_noise), sizes=sizes)

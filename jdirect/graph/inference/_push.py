@@ -160,8 +160,8 @@ class Push:
         if pairs_on_host:
             host_memory.check_host_room(host_bytes(dst), f"{what}: its sorted pairs")
             # Pinned: read in stored order, so 4 KB pages cost no rate, and
-            # pinned in 0.04 s a GB where managed memory would count
-            # against the device's free memory.
+            # quick to pin, where managed memory would count against the
+            # device's free memory.
             self.sources = self.targets = None
             try:
                 self.sources = HostTable.empty(size, np.int32, memory="pinned")
@@ -215,8 +215,8 @@ class Push:
                                          self.ids, at, window=self.window, slices=self.slices)
             return
         # The chunk's pairs: a range of each sorted slice, found on the host
-        # (keys of the slices' dtype: NumPy would convert the slice for
-        # others, 0.4 s a search of 2**27 entries against 11 us).
+        # (keys of the slices' dtype: for others NumPy converts the whole
+        # slice at every search; the journal, 2026-11-28, twelfth session).
         firsts = np.arange(self.slices, dtype=np.int32) * np.int32(self.length)
         bounds = np.array([np.searchsorted(self._host_sources[f : f + self.length], at)
                            for f in firsts], np.int32)

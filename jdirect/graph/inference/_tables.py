@@ -195,7 +195,7 @@ def span(a: int, b: int) -> np.ndarray:
 # take 4.7 GB at 256-wide rows (products' and papers100M's hidden layers,
 # and their 100- and 128-wide inputs) and 12.8 GB at 696 (GAT's last layer
 # at 172 classes): within WORKING_MAX, so a GPU with 9.4 GB free (26 GB for
-# GAT's) or more runs them unchanged, as before this budget existed.
+# GAT's) or more runs them unchanged.
 WORKING_MAX = 16 << 30
 WORKING_CPU = 1 << 30
 # XLA's GPU steps that call cuBLAS hold a fixed GEMM workspace beside their

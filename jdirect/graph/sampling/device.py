@@ -131,8 +131,8 @@ class DeviceSampler:
         if csr == "auto":
             csr = "device" if _fits_on_device(graph.csr_bytes32) else "host"
         if not self.fanouts:
-            # No hop reads the CSR (the MLP baseline): papers100M's 12.9 GB
-            # took 3 s to place, for nothing.
+            # No hop reads the CSR (the MLP baseline): placing it (12.9 GB
+            # for papers100M) would take seconds for nothing.
             csr = "none"
         self.placement = csr
         indptr, indices = place_csr(graph.indptr, graph.indices, csr, chunk_size)
