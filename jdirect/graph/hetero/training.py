@@ -25,6 +25,7 @@ homogeneous trainer's learned embedding does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import Any, Callable
@@ -43,7 +44,7 @@ from ..features import SourceOptions
 from ..io.checkpoint import resume_settings
 from ..models import dropout_masks
 from ..training.config import TrainConfig, as_dict, first_line, num_layers
-from ..training.epochs import TrainingDiverged, stops_early, warn_if_short
+from ..training.epochs import TrainingDiverged, end_epoch, warn_if_short
 from ..training.optimizer import optimizer as make_optimizer
 from ..training.reporting import best_of, fit_result, format_epoch
 from ..training.timing import Timings
@@ -304,17 +305,13 @@ class TypedRun:
                 if validated and (m["val_acc"] is None or m["val_acc"] >= best["score"]) \
                         or self.learned is not None:
                     best = dict(state=self.state, epoch=epoch, score=m["val_acc"] or 0.0)
-                self.history.append(m)
-                log(format_epoch(m, over_link=over_link) + type_traffic(m["types"], over_link))
-                if ckpt is not None and not cfg.checkpoint_read_only:
-                    ckpt.save(epoch, dict(state=self.state, best=best["state"],
-                                          tables=self.tables), self.history)
-                    self.checkpointed = epoch
-                if on_epoch is not None:
-                    on_epoch(self.history)
-                if stops_early(epoch, best["epoch"], cfg.patience):
-                    log(f"early stop after epoch {epoch}: no better validation accuracy in "
-                        f"{cfg.patience} epochs (the best: epoch {best['epoch']})")
+                line = format_epoch(m, over_link=over_link) + type_traffic(m["types"], over_link)
+                saves = ckpt is not None and not cfg.checkpoint_read_only
+                if end_epoch(epoch, m, self.history, line, log=log,
+                             save=functools.partial(self._save, ckpt, best["state"])
+                             if saves else None,
+                             on_epoch=on_epoch, best_epoch=best["epoch"],
+                             patience=cfg.patience, selects="val_acc"):
                     break
         finally:
             if ckpt is not None:
@@ -330,6 +327,11 @@ class TypedRun:
                           devices=1, steps_per_call=1, sampled_eval=True,
                           learned=self.learned is not None,
                           has_val=len(self.graph.val) > 0, report=None)
+
+    def _save(self, ckpt: Any, best: Any, epoch: int) -> None:
+        """Checkpoints epoch `epoch`'s step (`best`: the best state so far)."""
+        ckpt.save(epoch, dict(state=self.state, best=best, tables=self.tables), self.history)
+        self.checkpointed = epoch
 
     def close(self) -> None:
         """Closes the sources, the sampler's tables and the learned rows."""

@@ -87,9 +87,31 @@ def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
 
 def stops_early(epoch: int, best_epoch: int, patience: int) -> bool:
     """Whether training stops after `epoch`: `patience` > 0 epochs have
-    passed since `best_epoch`, the last with a better validation accuracy
+    passed since `best_epoch`, the last with a better validation figure
     (-1: none yet, which never stops)."""
     return patience > 0 and best_epoch >= 0 and epoch - best_epoch >= patience
+
+
+def end_epoch(epoch: int, metrics: dict[str, Any], history: list[dict[str, Any]], line: str,
+              *, log: Callable[[str], None], save: Callable[[int], None] | None,
+              on_epoch: Callable[[list], None] | None, best_epoch: int, patience: int,
+              selects: str) -> bool:
+    """The end of a training epoch, every trainer's: `metrics` joins
+    `history`, `line` is logged, `save(epoch)` checkpoints (None: no
+    checkpoint), `on_epoch(history)` is called; returns whether training
+    stops early (`stops_early`; said in the log, naming the `selects`
+    figure)."""
+    history.append(metrics)
+    log(line)
+    if save is not None:
+        save(epoch)
+    if on_epoch is not None:
+        on_epoch(history)
+    if not stops_early(epoch, best_epoch, patience):
+        return False
+    log(f"early stop after epoch {epoch}: no better {selects} in {patience} epochs (the best: "
+        f"epoch {best_epoch})")
+    return True
 
 
 def warn_if_short(epochs: int, per_epoch: int) -> None:

@@ -11,6 +11,7 @@ of `jdirect.graph.metrics`.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -27,7 +28,7 @@ from ..io.checkpoint import open_checkpoints, resolved_row_encoding
 from ..tasks import TASKS, Task
 from . import parallel
 from .config import TrainConfig, as_dict, first_line, model_options, num_layers
-from .epochs import stops_early, train_pass, warn_if_short
+from .epochs import end_epoch, train_pass, warn_if_short
 from .evaluation import (check_full_eval, full_accuracy, full_ranking, sampled_accuracy,
                          sampled_ranking)
 from .full_batch import FullBatchFeed
@@ -231,17 +232,14 @@ class Trainer:
                         and (m[selects] is None or m[selects] >= best["score"])
                         or learns):
                     best = dict(state=keep(), epoch=epoch, score=m[selects] or 0.0)
-                self.history.append(m)
-                log(format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu",
-                                 val_key=selects))
-                if ckpt is not None and lead and not cfg.checkpoint_read_only:
-                    ckpt.save(epoch, self._step_tree(best["state"]), self.history)
-                    self.checkpointed = epoch
-                if on_epoch is not None:
-                    on_epoch(self.history)
-                if stops_early(epoch, best["epoch"], cfg.patience):
-                    log(f"early stop after epoch {epoch}: no better {selects} in "
-                        f"{cfg.patience} epochs (the best: epoch {best['epoch']})")
+                line = format_epoch(m, over_link=self.mesh.devices.flat[0].platform != "cpu",
+                                    val_key=selects)
+                saves = ckpt is not None and lead and not cfg.checkpoint_read_only
+                if end_epoch(epoch, m, self.history, line, log=log,
+                             save=functools.partial(self._save, ckpt, best["state"])
+                             if saves else None,
+                             on_epoch=on_epoch, best_epoch=best["epoch"],
+                             patience=cfg.patience, selects=selects):
                     break
         finally:
             if ckpt is not None:
@@ -268,6 +266,11 @@ class Trainer:
         """`tree` placed as the model's state and every step's output are
         (one compilation per step kind)."""
         return replicated(tree, self.mesh)
+
+    def _save(self, ckpt: Any, best: Any, epoch: int) -> None:
+        """Checkpoints epoch `epoch`'s step (`best`: the best state so far)."""
+        ckpt.save(epoch, self._step_tree(best), self.history)
+        self.checkpointed = epoch
 
     def _step_tree(self, best: Any, restoring: bool = False) -> dict[str, Any]:
         """A step file's pytree: the step state and the best epoch's model
