@@ -67,9 +67,9 @@ def call_batches(sampler, arrays, at: Position, first: int,
 
     On a GPU (`groups_batches`) the n batches are sampled together at once
     (`DeviceSampler.sample_many`, in groups of at most its `max_group`):
-    one sort per hop for the group instead of one per batch. H200,
-    2026-11-26: a papers100M-sized batch (fanouts 15,10,5, 1,024 seeds)
-    0.75 ms sampled alone, 0.24 ms in a group of 8. Elsewhere each batch
+    one sort per hop for the group instead of one per batch, a third of
+    the time a batch (the journal, benchmarks/results/journal/LOG.md,
+    2026-11-26). Elsewhere each batch
     is sampled when asked for: XLA's CPU compiler (LLVM's loop vectorizer)
     ran for more than 10 minutes on a group of 4 batches of fanouts
     15,10,5, and a grouped step crashed in the two-CPU-device tests (jax

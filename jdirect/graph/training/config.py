@@ -161,10 +161,9 @@ class TrainConfig:
       gemm_search: the training programs are compiled with XLA's search
         over Triton GEMM fusions for their matrix products (a GPU's
         autotuning; the evaluation programs never search, `.._jit`). It
-        costs seconds of compiling a model and pays over long runs: H100,
-        2026-11-27, products' epoch 3.9 % faster with it, papers100m's the
-        same; H200, 2026-11-28, papers100m's two models compiled 6.4 s
-        less without it (benchmarks/results/journal/LOG.md).
+        costs seconds of compiling a model and pays over long runs where
+        it finds faster GEMMs (products' epoch, not papers100m's: the
+        journal, benchmarks/results/journal/LOG.md, 2026-11-27 and -28).
       checkpoint_dir: save after every epoch and resume from it.
       checkpoint_read_only: resume from checkpoint_dir without saving
         (for a directory this run may not write).
