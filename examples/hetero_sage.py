@@ -28,6 +28,7 @@ from flax import nnx
 from jdirect.graph.hetero import (HeteroGraph, HeteroSampler, RGraphSAGE, TypedInputs,
                                 typed_synthetic)
 from jdirect.graph import Loader, models
+from jdirect.graph.cli_args import Parser, number
 from jdirect.graph.hetero import to_homogeneous
 from jdirect.graph.models import MLP, dropout_masks
 
@@ -139,17 +140,12 @@ def train_and_test(graph: HeteroGraph, kind: str, *, epochs: int, fanouts=(5, 5)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                exit_on_error=False)
+    p = Parser(description=__doc__.splitlines()[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--small", action="store_true", help="600 papers instead of 3,000")
-    p.add_argument("--epochs", type=int, default=5, help="passes over the training papers")
-    try:
-        args = p.parse_args(argv)
-    except argparse.ArgumentError as e:  # one line, as the command's refusals
-        p.exit(2, f"{p.prog}: error: {e}\n")
-    if args.epochs < 1:
-        p.exit(2, f"{p.prog}: error: --epochs must be >= 1, got {args.epochs}\n")
+    p.add_argument("--epochs", type=number(int, 1), default=5,
+                   help="passes over the training papers")
+    args = p.parse_args(argv)
     scale = 5 if args.small else 1
     graph = typed_synthetic(papers=3000 // scale, authors=1500 // scale,
                             institutions=60 // scale, seed=0)

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jdirect.graph.cli_args import Parser, number
 from jdirect.graph import LinkLoader, synthetic
 from jdirect.graph.data import random_edge_split
 from jdirect.graph.sampling import LinkBatch
@@ -67,25 +68,14 @@ def train_step(model: MeanEncoder, optimizer: nnx.Optimizer, rows: jax.Array,
     return loss
 
 
-def at_least_one(text: str) -> int:
-    """An argparse type: an integer >= 1 (refused in one line, not a traceback)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return int(text)
-
-
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                exit_on_error=False)
+    p = Parser(description=__doc__.splitlines()[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--small", action="store_true",
                    help="the `tiny` graph (2,000 nodes: a test's size) instead of `small`")
-    p.add_argument("--epochs", type=at_least_one, default=4,
+    p.add_argument("--epochs", type=number(int, 1), default=4,
                    help="passes over the training edges")
-    try:
-        args = p.parse_args(argv)
-    except argparse.ArgumentError as e:  # one line, as the command's refusals
-        p.exit(2, f"{p.prog}: error: {e}\n")
+    args = p.parse_args(argv)
     graph = synthetic("tiny" if args.small else "small", seed=0, progress=False)
     split = random_edge_split(graph, seed=0, eval_negatives=1)
     print(split)

@@ -61,6 +61,7 @@ def _example(name: str):
     ("own_gnn.py", ["--epochs", "0"]), ("own_gnn.py", ["--epochs", "2.5"]),
     ("embeddings_mf.py", ["--epochs", "0"]), ("embeddings_mf.py", ["--dim", "0"]),
     ("embeddings_mf.py", ["--dim", "-3"]), ("link_prediction.py", ["--epochs", "0"]),
+    ("hetero_sage.py", ["--epochs", "0"]),
 ])
 def test_example_flags_are_refused_in_one_line(example, flags, capsys):
     """Regression (issue 51): --epochs 0 ended in an IndexError and --dim 0
@@ -74,7 +75,8 @@ def test_example_flags_are_refused_in_one_line(example, flags, capsys):
 
 @pytest.mark.parametrize("example, flags", [("own_gnn.py", ["--small", "--epochs"]),
                                             ("embeddings_mf.py", ["--small", "--dim", "--epochs"]),
-                                            ("link_prediction.py", ["--small", "--epochs"])])
+                                            ("link_prediction.py", ["--small", "--epochs"]),
+                                            ("hetero_sage.py", ["--small", "--epochs"])])
 def test_example_help_describes_every_flag_with_its_default(example, flags, capsys):
     with pytest.raises(SystemExit):
         _example(example).main(["--help"])
