@@ -351,3 +351,30 @@ def test_edge_split_shares_are_read_or_refused_in_one_line():
         with pytest.raises(ValueError, match="edge_split must be") as err:
             TrainConfig(task="link", edge_split=bad).validate()
         assert "\n" not in str(err.value)
+
+
+@newest_only  # three runs of the trainer
+@pytest.mark.filterwarnings("ignore:only .* optimizer steps")
+def test_an_interrupted_link_run_with_learned_rows_resumes_as_the_whole_run(tmp_path):
+    """A link run's step file (model, learned host rows, their optimizer's
+    slots, the split's draws) resumes to the losses and ranking of the run
+    never stopped."""
+    from jdirect.graph.training.config import TrainConfig
+    from jdirect.graph.training.trainer import Trainer
+
+    featureless = synthetic("tiny", seed=1, progress=False, feature_dim=0)
+    cfg = TrainConfig(dataset="tiny", task="link", model="sage", fanouts=(3,), batch_size=512,
+                      hidden=8, epochs=2, lr=1e-2, dropout=0.0, eval_negatives=10,
+                      features="none", embedding_dim=8, embedding_lr=0.05,
+                      embedding_optimizer="adam", progress=False, full_eval=False)
+    with Trainer(featureless, cfg) as t:
+        whole = t.fit(log=lambda line: None)
+    part = cfg.replace(checkpoint_dir=str(tmp_path))
+    with Trainer(featureless, part.replace(epochs=1)) as t:
+        t.fit(log=lambda line: None)
+    with Trainer(featureless, part) as t:
+        resumed = t.fit(log=lambda line: None)
+    assert [m["epoch"] for m in resumed["history"]] == [0, 1]
+    np.testing.assert_allclose([m["loss"] for m in resumed["history"]],
+                               [m["loss"] for m in whole["history"]], rtol=1e-5)
+    assert resumed["test_mrr"] == pytest.approx(whole["test_mrr"], rel=1e-4)
