@@ -44,8 +44,8 @@ def test_python_m_runs_the_cli(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, env=child_env(),
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "--features" in done.stdout and "one of citation2, default, papers100m" in " ".join(
-        done.stdout.split())
+    assert "--features" in done.stdout
+    assert "one of citation2, default, mag, mag240m, papers100m" in " ".join(done.stdout.split())
 
 
 def _example(name: str):
