@@ -59,13 +59,19 @@ def _owns_its_pages(array: np.ndarray) -> bool:
     return size >= _OWN_PAGES_BYTES
 
 
+def _host_copy(array: np.ndarray, memory: str = "auto") -> np.ndarray:
+    """A copy of `array` in `host_empty(..., memory=memory)`."""
+    out = host_memory.host_empty(array.shape, array.dtype, memory=memory)
+    np.copyto(out, array)
+    return out
+
+
 def _in_own_pages(array: np.ndarray) -> np.ndarray:
     """`array` itself where pinning it in place touches only its own pages;
-    else a copy in `host_empty` memory (as read-only as the array)."""
+    else `_host_copy(array)`, as read-only as the array."""
     if _owns_its_pages(array):
         return array
-    copy = host_memory.host_empty(array.shape, array.dtype)
-    np.copyto(copy, array)
+    copy = _host_copy(array)
     copy.flags.writeable = array.flags.writeable
     return copy
 
@@ -132,9 +138,9 @@ class HostTable(RegisteredTable, WritableTable):
     one, whose first and last pages may hold other objects, is copied once
     into `host_empty` memory, and `numpy()` is that copy: CUDA pins whole
     pages, and would then fail other libraries' copies to and from those
-    objects. On the CPU backend the array is used as it is. `HostTable.empty` and `HostTable.copy_of`
-    allocate the table in jdirect's memory, where random GPU reads are
-    fastest (see `host_empty`).
+    objects. On the CPU backend the array is used as it is.
+    `HostTable.empty` and `HostTable.copy_of` allocate the table in
+    jdirect's memory, where random GPU reads are fastest (see `host_empty`).
 
     The table keeps the array alive. `close()` (or leaving a `with` block)
     stops new gathers, waits for the GPU gathers already reading it and
@@ -236,9 +242,7 @@ class HostTable(RegisteredTable, WritableTable):
         array = np.asarray(array)
         if array.ndim < 1:
             raise ValueError("HostTable needs an array of rank >= 1 (rows along axis 0)")
-        out = host_memory.host_empty(array.shape, array.dtype, memory=memory)
-        np.copyto(out, array)
-        return cls(out)
+        return cls(_host_copy(array, memory))
 
     def numpy(self) -> np.ndarray:
         """The table's memory as a NumPy array (the wrapped array itself, or
