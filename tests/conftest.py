@@ -54,6 +54,7 @@ if tuple(int(p) for p in importlib.metadata.version("jaxlib").split(".")[:2]) >=
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 import jdirect
 
@@ -68,6 +69,11 @@ gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 # Left out at CI's oldest end (.ci/test_wheel.sh): a costlier variant of what
 # a test of its file runs there; each use says which.
 newest_only = pytest.mark.newest_only
+
+# Tests of two devices run in the suite's process where it has two (several
+# GPUs); with one, test_virtual_devices.py runs them on two virtual CPU devices.
+TWO_DEVICES = jax.device_count() >= 2
+two_devices = pytest.mark.skipif(not TWO_DEVICES, reason="runs in the two-device subprocess")
 
 # Every place a table can live; all are tested on every backend.
 PLACEMENTS = ("device", "pinned_host", "host_table")
@@ -95,6 +101,14 @@ def in_own_pages(array: np.ndarray) -> np.ndarray:
     return view
 
 
+@nnx.jit
+def forward(model: nnx.Module, *args):
+    """`model(*args)` as one compiled program. Called eagerly, a model
+    compiles each of its small operations apart: a typed model, with its
+    operations by relation and layer, spends seconds of CPU a call on it."""
+    return model(*args)
+
+
 def child_env(*paths: str | Path, **extra: str) -> dict[str, str]:
     """This process's environment for a child Python, with the repository
     (and `paths`) in front of PYTHONPATH: the caller's own PYTHONPATH stays
@@ -105,16 +119,17 @@ def child_env(*paths: str | Path, **extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
-def run_tests_on_cpu_devices(test_file: str, devices: int) -> subprocess.CompletedProcess:
-    """Runs the tests of `test_file` with pytest in a subprocess on
-    `devices` virtual CPU devices (for tests that need several devices).
-    The timeout guards against a hang only: a module of several-device
-    tests takes minutes on a loaded 2-core machine."""
+def run_tests_on_cpu_devices(test_file: str | list[str], devices: int) -> subprocess.CompletedProcess:
+    """Runs the tests of `test_file` (a pytest argument, or several) with
+    pytest in one subprocess on `devices` virtual CPU devices (for tests
+    that need several devices). The timeout guards against a hang only: a
+    module of several-device tests takes minutes on a loaded 2-core machine."""
     root = Path(__file__).resolve().parents[1]
     env = child_env(XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
                     + f" --xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    files = [test_file] if isinstance(test_file, str) else test_file
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           test_file], cwd=root, env=env, capture_output=True, text=True,
+                           *files], cwd=root, env=env, capture_output=True, text=True,
                           timeout=900)
 
 

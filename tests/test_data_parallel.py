@@ -2,9 +2,9 @@
 one device's update on the whole global batch, both meshes train on the
 same global batches, and a two-device run learns and evaluates every node.
 
-With one device (the usual CPU run) the two-device tests run in a
-subprocess with two virtual CPU devices; with two or more (several GPUs)
-they run here.
+With one device (the usual CPU run) the two-device tests run in
+test_virtual_devices.py's subprocess of two virtual CPU devices; with two
+or more (several GPUs) they run here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 import jdirect
-from conftest import newest_only, run_tests_on_cpu_devices
+from conftest import two_devices
 from jdirect.graph import DeviceSampler, synthetic
 from jdirect.graph.training import parallel, steps
 from jdirect.graph.training.config import TrainConfig
@@ -30,9 +30,6 @@ from jdirect.graph.training.trainer import Trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
-TWO = jax.device_count() >= 2
-two_devices = pytest.mark.skipif(not TWO, reason="runs in the two-device subprocess")
-
 
 def config(**kw) -> TrainConfig:
     base = dict(dataset="tiny", fanouts=(4, 3), batch_size=64, hidden=16, epochs=2,
@@ -43,17 +40,6 @@ def config(**kw) -> TrainConfig:
 @pytest.fixture(scope="module")
 def graph():
     return synthetic("tiny", seed=0, progress=False)
-
-
-# The oldest end trains on two devices in test_distributed.py (one process
-# of two devices, and two processes), the same data-parallel step.
-@newest_only
-@pytest.mark.skipif(TWO, reason="two devices present: the tests run in this process")
-def test_two_virtual_devices():
-    """Runs this module's two-device tests on two virtual CPU devices."""
-    run = run_tests_on_cpu_devices(__file__, 2)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "5 passed" in run.stdout, run.stdout[-1000:]
 
 
 @two_devices

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from conftest import forward
 from jdirect.graph.hetero.features import TypedInputs
 from jdirect.graph.hetero.inference import full_logits
 from jdirect.graph.hetero.models import RGraphSAGE
@@ -29,7 +30,7 @@ def test_full_inference_equals_a_sampled_forward_over_every_neighbour(aggr):
     try:
         seeds = jnp.arange(40, 80, dtype=jnp.int32)
         batch = jax.jit(sampler.sample)(sampler.arrays, seeds, sampler.key(0, 0))
-        sampled = model(inputs.read(inputs.tables, batch.input_nodes), batch)
+        sampled = forward(model, inputs.read(inputs.tables, batch.input_nodes), batch)
     finally:
         inputs.close()
         sampler.close()

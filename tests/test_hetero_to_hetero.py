@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import forward
 from jdirect.graph.batch import Batch
 from jdirect.graph.hetero import hetero_graph
 from jdirect.graph.hetero.sampling import HeteroSampler
@@ -37,7 +38,8 @@ def test_one_relation_is_the_homogeneous_model(name):
                              0))
     typed = ToHetero(name, 6, [rel], "n", 8, 3, 2, dropout=0.0, seed=7)
     plain = build(name, 6, 8, 3, 2, dropout=0.0, seed=7)
-    np.testing.assert_allclose(np.asarray(typed({"n": x}, hb)), np.asarray(plain(x, batch)),
+    np.testing.assert_allclose(np.asarray(forward(typed, {"n": x}, hb)),
+                               np.asarray(forward(plain, x, batch)),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -47,7 +49,7 @@ def test_typed_forward_and_refusals():
     hb = jax.jit(s.sample)(s.arrays, jnp.arange(8, dtype=jnp.int32), s.key(0, 0))
     x = {t: jnp.ones((v.shape[0], 5)) for t, v in hb.input_nodes.items()}
     model = ToHetero("sage", 5, list(g.relations), "paper", 8, 3, 2, aggr="mean", dropout=0.0)
-    assert model(x, hb).shape == (8, 3)
+    assert forward(model, x, hb).shape == (8, 3)
     with pytest.raises(ValueError, match=r"node types \['institution'\] have no relation into"):
         ToHetero("sage", 5, [r for r in g.relations if r[2] != "institution"], "paper", 8, 3, 2)
     with pytest.raises(ValueError, match="reads no neighbours"):

@@ -239,10 +239,11 @@ def test_link_preset_carries_graph_signal():
     from jdirect.graph.training.config import TrainConfig
     from jdirect.graph.training.runs import train_and_evaluate
 
-    cfg = TrainConfig(dataset="link-small", task="link", model="sage", fanouts=(10, 10),
-                      batch_size=512, hidden=64, epochs=6, lr=5e-3, dropout=0.0,
-                      eval_negatives=100, features="device", progress=False)
+    cfg = TrainConfig(dataset="link-small", task="link", model="sage", fanouts=(5, 5),
+                      batch_size=512, hidden=32, epochs=2, lr=5e-3, dropout=0.0,
+                      eval_negatives=50, features="device", progress=False)
     out = train_and_evaluate(cfg, baseline=True, log=lambda line: None)
+    # 0.339 against 0.103 on 2026-11-29 (CPU); chance is about 0.09.
     assert out["sage"]["test_mrr"] > out["mlp"]["test_mrr"] + 0.15
 
 

@@ -4,8 +4,8 @@ summed over both devices' edges and negatives, over the global count), and
 a two-device run learns to rank as a one-device run does. A learned table is refused
 on several devices, in one line with the reason.
 
-With one device (the usual CPU run) the two-device tests run in a
-subprocess with two virtual CPU devices (as tests/test_data_parallel.py).
+With one device (the usual CPU run) the two-device tests run in
+test_virtual_devices.py's subprocess of two virtual CPU devices.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 import jdirect
-from conftest import newest_only, run_tests_on_cpu_devices
+from conftest import two_devices
 from jdirect.graph import synthetic
 from jdirect.graph.features import SOURCES
 from jdirect.graph.tasks import open_link
@@ -30,22 +30,10 @@ from jdirect.graph.training.runs import train_and_evaluate
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
-TWO = jax.device_count() >= 2
-two_devices = pytest.mark.skipif(not TWO, reason="runs in the two-device subprocess")
-
 
 @pytest.fixture(scope="module")
 def graph():
     return synthetic("tiny", seed=1, progress=False)
-
-
-@newest_only  # the subprocess compiles the link programs for two devices
-@pytest.mark.skipif(TWO, reason="two devices present: the tests run in this process")
-def test_two_virtual_devices():
-    """Runs this module's two-device tests on two virtual CPU devices."""
-    run = run_tests_on_cpu_devices(__file__, 2)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "4 passed" in run.stdout, run.stdout[-1000:]
 
 
 @two_devices

@@ -21,15 +21,15 @@ from conftest import child_env, newest_only
 # the property tests (test_matches_jnp_take_x64, the x64 half of
 # test_every_kind_matches_jnp_take) and those named or parametrised by x64
 # (test_table_regressions.py's *_x64_on[False|True], *_with_x64).
-# Three groups, a subprocess each (a process starts in ~3 s of CPU), of about
-# equal time but the first, which CI's oldest end runs (table kinds, host
-# tables, inputs; test_gather.py's x64 property test runs there in its own
-# process): pytest-xdist deals them to several workers.
+# Two groups, a subprocess each (a process starts in ~3 s of CPU, and the
+# modules of a group share their compiling): the first, which CI's oldest end
+# runs (table kinds, host tables, inputs; test_gather.py's x64 property test
+# runs there in its own process), and the rest; pytest-xdist deals them to
+# two workers.
 GROUPS = [
     ("test_table_kinds.py", "test_host_table.py", "test_table_inputs.py"),
-    pytest.param(("test_gather.py", "test_replicated.py", "test_transfer.py"),
-                 marks=newest_only),
-    pytest.param(("test_table_regressions.py", "test_async_gather.py", "test_table_devices.py"),
+    pytest.param(("test_gather.py", "test_replicated.py", "test_transfer.py",
+                  "test_table_regressions.py", "test_async_gather.py", "test_table_devices.py"),
                  marks=newest_only),
 ]
 
