@@ -103,3 +103,15 @@ def test_cache_split_walk_equals_ranking_every_row(seed):
                *rng.integers(0, everything, 20)]
     for budget in budgets:
         assert split_cache(g, int(budget)) == _split_by_argsort(g, int(budget)), budget
+
+
+def test_derived_rows_in_a_16_bit_table_are_the_float32_means_rounded():
+    from jdirect.graph.hetero.derived import neighbour_mean
+
+    g = typed_synthetic(papers=60, authors=25, institutions=4, seed=2, feature_dtype="bfloat16")
+    rel = ("paper", "rev_writes", "author")
+    wide, narrow = neighbour_mean(g, rel), neighbour_mean(g, rel, dtype="bfloat16")
+    assert narrow.dtype.name == "bfloat16" and narrow.shape == wide.shape
+    np.testing.assert_array_equal(narrow, wide.astype(narrow.dtype))
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        neighbour_mean(g, rel, dtype="int8")

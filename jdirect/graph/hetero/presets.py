@@ -3,7 +3,8 @@
 datasets' node counts, relations, degrees, feature widths and label
 splits, the featureless types given derived rows (`with_derived`: an
 author is the mean of its papers, an institution of its authors, a field
-of its papers; MAG240M's baseline recipe).
+of its papers; MAG240M's baseline recipe), stored in the paper table's
+dtype.
 
   mag      736,389 papers (128 float32 features, 349 classes), 1,134,649
            authors, 8,740 institutions, 59,965 fields of study; writes,
@@ -14,9 +15,10 @@ of its papers; MAG240M's baseline recipe).
            classes), 122,383,112 authors, 25,721 institutions; writes,
            cites, affiliated_with (~1.8B edges) and reverses; only
            1,112,392 / 138,949 / 146,818 papers labelled in a split, as in
-           MAG240M. Derived author rows take 122M x 768 x 4 B = 376 GB more:
-           the full size needs a host of ~700 GB; `scale` (a fraction of
-           every type's nodes, degrees kept) sizes it for the host at hand.
+           MAG240M. Derived author rows take 122M x 768 x 2 B = 188 GB more
+           and the CSRs ~19 GB: the full size needs a host of ~400 GB;
+           `scale` (a fraction of every type's nodes, degrees kept) sizes
+           it for the host at hand.
 
 Labels: `typed_synthetic`'s latent classes, `label_noise` of them redrawn
 (a ceiling on every model). `CALIBRATION` holds the knobs: mag's `noise`
@@ -96,4 +98,5 @@ def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
     graph = typed_synthetic(**args, seed=seed, name=name, threads=threads)
     if not derived:
         return graph
-    return with_derived(graph, {t: r for t, r in DERIVED.items() if t in graph.num_nodes})
+    return with_derived(graph, {t: r for t, r in DERIVED.items() if t in graph.num_nodes},
+                        dtype=args["feature_dtype"])
