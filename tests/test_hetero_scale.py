@@ -115,3 +115,16 @@ def test_derived_rows_in_a_16_bit_table_are_the_float32_means_rounded():
     np.testing.assert_array_equal(narrow, wide.astype(narrow.dtype))
     with pytest.raises(ValueError, match="dtype must be one of"):
         neighbour_mean(g, rel, dtype="int8")
+
+
+def test_chunks_come_back_in_order_and_refuse_bad_sizes():
+    from jdirect._chunks import chunk_rng, map_chunks
+
+    def work(i, a, b):
+        return i, a, b, chunk_rng(3, 0, i).integers(0, 1 << 30)
+
+    one, three = (map_chunks(work, 10, 4, threads=t) for t in (1, 3))
+    assert one == three and [c[:3] for c in one] == [(0, 0, 4), (1, 4, 8), (2, 8, 10)]
+    assert map_chunks(work, 0, 4) == []
+    with pytest.raises(ValueError, match="chunk >= 1"):
+        map_chunks(work, 10, 0)
