@@ -306,9 +306,9 @@ def csr_from_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int
             r, c = r[r != c], c[r != c]
         return r * num_cols + c, (r >> shift).astype(np.uint8)
 
-    counts = np.stack([np.zeros(_BUCKETS, np.int64)] + map_chunks(
-        lambda i, *_: np.bincount(chunk(i)[1], minlength=_BUCKETS), len(spans), 1,
-        threads=threads))[1:]
+    counts = np.array(map_chunks(lambda i, *_: np.bincount(chunk(i)[1], minlength=_BUCKETS),
+                                 len(spans), 1, threads=threads), np.int64)
+    counts = counts.reshape(len(spans), _BUCKETS)  # [span, bucket]
     # Where each span's bucket k starts: after every bucket below k, then
     # bucket k of the spans before it.
     flat = counts.T.ravel()

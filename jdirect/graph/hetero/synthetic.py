@@ -26,8 +26,8 @@ depends on the seed alone, not on the thread count, and the feature
 table is written in place, a chunk's float32 rows at a time (a float16
 table of 10^8 rows never exists in float32 or float64 whole). The CSRs
 are sorted on the same threads (`hetero_graph`). The draws changed in the
-sixteenth session (chunked streams, Box-Muller normals in float32): a seed's graph is
-not the one earlier sessions drew.
+sixteenth session (chunked streams, Box-Muller normals in float32): a
+seed's graph is not the one earlier sessions drew.
 """
 
 from __future__ import annotations
@@ -160,9 +160,8 @@ def typed_synthetic(*, papers: int = 3000, authors: int = 1500, institutions: in
                     _members(author_class, num_classes), authors, author_affinity, threads),
               np.repeat(np.arange(papers), authors_per_paper))
     cites = (np.repeat(np.arange(papers), cites_per_paper),
-             _pick(seed, _CITES, paper_class, cites_per_paper,
-                   _members(paper_class, num_classes), papers,
-                   cite_affinity, threads))
+             _pick(seed, _CITES, paper_class, cites_per_paper, _members(paper_class, num_classes),
+                   papers, cite_affinity, threads))
     affiliated = (np.arange(authors), _pick(seed, _AFFILIATED, author_class, 1,
                                             _members(inst_class, num_classes), institutions,
                                             author_affinity, threads))
