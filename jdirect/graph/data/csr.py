@@ -285,8 +285,9 @@ def csr_from_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int
     sorted and deduplicated on its own thread. Memory: 8 bytes a pair of
     keys beside the input, then the result.
 
-    Ids must lie in [0, num_rows) / [0, num_cols): the caller checks them
-    (and words the error for its own data).
+    Ids must lie in [0, num_rows) / [0, num_cols), and num_rows * num_cols
+    below 2**63: the caller checks them (and words the error for its own
+    data).
 
     Raises:
       ValueError: a part's arrays differ in length.
