@@ -62,6 +62,13 @@ def settings(pairs: list[str]) -> dict:
     return out
 
 
+def show(figures: dict) -> None:
+    """One printed line of `figures` (each part as it ends: a call's time
+    limit then keeps what finished)."""
+    print(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in figures.items()), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default="citation2")
@@ -89,14 +96,15 @@ def main() -> None:
             row = dict(run=run, **changes, steps=m["batches"], seconds=m["epoch_s"],
                        edges_per_s=rate, epoch_s_at_rate=len(edges) / rate, loss=m["loss"],
                        source=t.source.describe())
+            show(row)
             if not args.no_ranking and i + 1 == len(args.runs):
                 for split in ("val", "test"):
                     start = time.perf_counter()
                     figures = t.ranking(t.state, split)
-                    row[f"{split}_ranking_s"] = time.perf_counter() - start
-                    row[f"{split}_mrr"] = figures["mrr"]
-        print(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                        for k, v in row.items()), flush=True)
+                    ranked = {f"{split}_ranking_s": time.perf_counter() - start,
+                              f"{split}_mrr": figures["mrr"]}
+                    show(ranked)
+                    row.update(ranked)
         results.append(row)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "link-epoch.json",

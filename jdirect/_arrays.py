@@ -66,16 +66,53 @@ def as_indices(idx: Any, name: str = "indices") -> jax.Array:
     return jnp.asarray(host)
 
 
+# Ids whose range [0, max] is at most this many times their count are
+# marked in a mask over the range (linear) instead of sorted (n log n): a
+# graph's node ids, e.g. the ~87M endpoints and negatives of a citation2
+# ranking, over 2.9M nodes.
+_DENSE_RANGE = 4
+
+
+def _id_mask(flat: np.ndarray) -> np.ndarray | None:
+    """A bool mask over [0, max] of the ids of 1-D `flat`, or None where a
+    sort serves better (no ids, a negative id, a range over _DENSE_RANGE x
+    their count)."""
+    if flat.size == 0 or flat.min() < 0 or flat.max() >= _DENSE_RANGE * flat.size:
+        return None
+    seen = np.zeros(int(flat.max()) + 1, bool)
+    seen[flat] = True
+    return seen
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """`np.unique(values)` for integer ids: the distinct values of the flattened array,
-    ascending, in its dtype, by one sort and one comparison pass."""
-    ordered = np.sort(np.ravel(values))
+    ascending, in its dtype: marked in a mask over their range where it is
+    dense, else by one sort and one comparison pass."""
+    flat = np.ravel(values)
+    seen = _id_mask(flat)
+    if seen is not None:
+        return np.flatnonzero(seen).astype(flat.dtype)
+    ordered = np.sort(flat)
     if ordered.size < 2:
         return ordered
     keep = np.empty(ordered.size, bool)
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def unique_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_inverse=True)` for integer ids, as
+    (`sorted_unique(values)`, each flattened value's position among them,
+    int64, 1-D): positions counted over the dense range's mask, else found
+    by a binary search of the distinct values."""
+    flat = np.ravel(values)
+    seen = _id_mask(flat)
+    if seen is None:
+        distinct = sorted_unique(flat)
+        return distinct, np.searchsorted(distinct, flat).astype(np.int64)
+    position = np.cumsum(seen, dtype=np.int64) - 1
+    return np.flatnonzero(seen).astype(flat.dtype), position[flat]
 
 
 def ascending(values: np.ndarray) -> bool:

@@ -272,6 +272,21 @@ class HostTable(RegisteredTable, WritableTable):
         return self._handle_id is not None
 
     @property
+    def table_id(self) -> int | None:
+        """The registration this version shares with every other version of
+        its table: equal ids are one table (None for a traced view whose
+        table was gone when it was handed in)."""
+        return self._handle_id
+
+    @property
+    def token(self) -> jax.Array:
+        """This version's ordering token: 0, computed by its latest write
+        (`after_writes`). A jitted function that writes a table may return
+        this instead of the table, which waits for the call when it is
+        rebuilt from the function's outputs."""
+        return self._after
+
+    @property
     def ndim(self) -> int:
         return len(self.shape)
 

@@ -1,17 +1,22 @@
-"""The sort-based set helpers equal NumPy's own (np.unique), on ids as the
-library meets them: empty, one, repeated, negative, int32 and int64."""
+"""The set helpers equal NumPy's own (np.unique), on ids as the library
+meets them: empty, one, repeated, negative, int32 and int64, dense (node
+ids: the mask's path) and sparse (the sort's)."""
 
 import numpy as np
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from jdirect._arrays import all_distinct, ascending, sorted_unique
+from jdirect._arrays import all_distinct, ascending, sorted_unique, unique_positions
 
 ids = hnp.arrays(st.sampled_from([np.int32, np.int64]), hnp.array_shapes(min_dims=1, max_dims=2,
                  min_side=0, max_side=40), elements=st.integers(-50, 50))
+# Non-negative ids over ranges dense and sparse for their count.
+node_ids = hnp.arrays(st.sampled_from([np.int32, np.int64]), hnp.array_shapes(
+    min_dims=1, max_dims=2, min_side=0, max_side=40), elements=st.one_of(
+        st.integers(0, 30), st.integers(0, 2**31 - 1)))
 
 
-@given(ids)
+@given(st.one_of(ids, node_ids))
 def test_sorted_unique_is_np_unique(values):
     got = sorted_unique(values)
     want = np.unique(values)
@@ -31,3 +36,13 @@ def test_ascending_is_sorted_and_distinct(values):
     assert ascending(values) == want
     # Sorted ids ascend exactly when they are distinct (a cache's rows).
     assert ascending(np.sort(flat)) == (np.unique(flat).size == flat.size)
+
+
+@given(st.one_of(ids, node_ids))
+def test_unique_positions_is_np_unique_with_its_inverse(values):
+    distinct, at = unique_positions(values)
+    want, inverse = np.unique(values, return_inverse=True)
+    assert distinct.dtype == values.dtype and at.dtype == np.int64
+    np.testing.assert_array_equal(distinct, want)
+    np.testing.assert_array_equal(at, inverse.ravel())
+    np.testing.assert_array_equal(distinct[at], values.ravel())

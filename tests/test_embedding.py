@@ -24,7 +24,7 @@ def test_create_table_is_a_function_of_the_seed(monkeypatch):
         assert not np.array_equal(a.numpy(), c.numpy())
         first = a.numpy().copy()
     # Blocks are the unit of randomness, not threads: fewer threads, same values.
-    monkeypatch.setattr(embedding_module.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(embedding_module, "default_threads", lambda: 1)
     with embeddings.create_table(1000, 16, seed=7) as again:
         np.testing.assert_array_equal(again.numpy(), first)
 

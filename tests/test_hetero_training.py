@@ -128,7 +128,8 @@ def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(flags, tm
     m = json.loads((tmp_path / "m.json").read_text())
     types = m["sage"]["history"][0]["types"]
     assert set(types) == {"paper", "author", "institution", "field_of_study"}
-    assert types["author"]["pcie_rows"] > 0
+    # the author rows were read, over PCIe or (a GPU's cache holds all of this small graph) cached
+    assert types["author"]["pcie_rows"] + types["author"]["cache_hits"] > 0
     assert m["sage"]["history"][0]["pcie_rows"] == sum(t["pcie_rows"] for t in types.values())
     m, out = _run(tmp_path, capsys, 2, flags)
     assert "after epoch 0" in out and "epoch 0:" not in out and "epoch 1:" in out

@@ -14,8 +14,6 @@ of zeros and contributes nothing to the gradient or the update.
 
 from __future__ import annotations
 
-import concurrent.futures
-import os
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -23,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._arrays import as_indices
+from .._chunks import chunk_rng, default_threads, map_chunks
 from ..gather import gather
 from ..host_table import HostTable
 
@@ -97,22 +96,16 @@ def each_block(rows: np.ndarray, fill: Callable[[int, np.ndarray], None]) -> Non
     """Calls `fill(i, block)` for the i-th block of 2**18 rows of `rows`, on
     several threads (NumPy releases the GIL while it fills an array; a
     table of tens of GB is not filled by one core)."""
-    starts = range(0, rows.shape[0], _INIT_BLOCK_ROWS)
-    with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
-        for done in [pool.submit(fill, i, rows[start:start + _INIT_BLOCK_ROWS])
-                     for i, start in enumerate(starts)]:
-            done.result()
+    map_chunks(lambda i, a, b: fill(i, rows[a:b]), rows.shape[0], _INIT_BLOCK_ROWS,
+               threads=min(8, default_threads()))
 
 
 def _fill(rows: np.ndarray, seed: int, init: str, scale: float) -> None:
-    blocks = -(-rows.shape[0] // _INIT_BLOCK_ROWS)
-    streams = np.random.SeedSequence(seed).spawn(blocks)
-
     def fill_block(i: int, block: np.ndarray) -> None:
         if init == "zeros":
             block.fill(0)
             return
-        rng = np.random.default_rng(streams[i])
+        rng = chunk_rng(seed, i)  # SeedSequence(seed).spawn(...)[i]
         # Drawn in float32 (NumPy's fast path), then stored in the table's dtype.
         draw = block if block.dtype == np.float32 else np.empty(block.shape, np.float32)
         if init == "uniform":

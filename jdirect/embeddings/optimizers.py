@@ -219,7 +219,7 @@ def _check_operands(table: Any, state: Any, ids: jax.Array, row_grads: Any, rows
     hosts = [t for t in (table, *state.slots.values()) if isinstance(t, HostTable)]
     for t in hosts:
         check_writable(t, what)
-    known = [t._handle_id for t in hosts if t._handle_id is not None]
+    known = [t.table_id for t in hosts if t.table_id is not None]
     if len(set(known)) != len(known):
         raise ValueError(f"{what}: the table and its slots must be distinct tables; one "
                          "HostTable is passed twice")

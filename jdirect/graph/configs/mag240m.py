@@ -6,9 +6,10 @@ does): R-GraphSAGE with the paper table larger than a GPU's memory, read
 from host memory. Published validation accuracies: R-GraphSAGE 0.6986,
 GraphSAGE 0.6679, MLP 0.5267.
 
-Full size needs ~700 GB of host memory (papers, derived authors in
-float32, CSRs): pass `--scale` (a share of every type's nodes) for the
-host at hand, e.g. `--scale 0.25` on a 512 GB machine."""
+Full size needs ~400 GB of host memory (papers and derived authors in
+bfloat16, CSRs): pass `--scale` (a share of every type's nodes) for the
+host at hand, e.g. `--scale 0.25` on a 128 GB machine; a 512 GB one holds
+it whole."""
 
 from jdirect.graph.training import TrainConfig
 

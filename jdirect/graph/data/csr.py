@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
+
+from ..._chunks import map_chunks
 
 # Element types a feature table may have: what every feature mode reads
 # without a conversion (loaders convert other dtypes once, to float32).
@@ -258,3 +260,83 @@ def _sort_rows_unique(indices: np.ndarray, indptr: np.ndarray, num_nodes: int,
     np.cumsum(out, out=out)
     indices.resize(write, refcheck=False)  # shrinks in place (realloc), no copy
     return out, indices
+
+
+# Pairs a thread buckets at a time, and the buckets (ranges of rows) that
+# threads then sort apart: both fixed, so the work never depends on the
+# thread count (the result is the sorted distinct pairs either way).
+_PAIR_CHUNK = 1 << 22
+_BUCKETS = 256
+
+
+def csr_from_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int,
+                   num_cols: int, *, drop_loops: bool = False,
+                   threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (indptr int64[num_rows + 1], indices int32, or int64 from 2**31
+    columns on) of the distinct pairs (rows[i], cols[i]) of every part (a
+    tuple of equal-length integer arrays): row r lists its columns in
+    ascending order, repeats dropped, and with `drop_loops` the pairs
+    (v, v) dropped too.
+
+    The in-memory, multi-threaded counterpart of `csr_from_edge_chunks`
+    (whose edge list may be a memory-mapped file): a counting sort of the
+    int64 keys row * num_cols + col into 256 ranges of rows (chunks of
+    pairs on `threads` threads, None: the CPU count), then each range
+    sorted and deduplicated on its own thread. Memory: 8 bytes a pair of
+    keys beside the input, then the result.
+
+    Ids must lie in [0, num_rows) / [0, num_cols), and num_rows * num_cols
+    below 2**63: the caller checks them (and words the error for its own
+    data).
+
+    Raises:
+      ValueError: a part's arrays differ in length.
+    """
+    parts = [(np.asarray(r).ravel(), np.asarray(c).ravel()) for r, c in parts]
+    if any(r.shape != c.shape for r, c in parts):
+        raise ValueError("each part's rows and columns must have one length")
+    shift = max(0, (max(num_rows, 1) - 1).bit_length() - 8)  # row >> shift < _BUCKETS
+    spans = [(p, a, min(a + _PAIR_CHUNK, r.size)) for p, (r, _) in enumerate(parts)
+             for a in range(0, r.size, _PAIR_CHUNK)]
+
+    def chunk(i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Span i's (keys, buckets), loops dropped."""
+        p, a, b = spans[i]
+        r, c = (x[a:b].astype(np.int64) for x in parts[p])
+        if drop_loops:
+            r, c = r[r != c], c[r != c]
+        return r * num_cols + c, (r >> shift).astype(np.uint8)
+
+    counts = np.array(map_chunks(lambda i, *_: np.bincount(chunk(i)[1], minlength=_BUCKETS),
+                                 len(spans), 1, threads=threads), np.int64)
+    counts = counts.reshape(len(spans), _BUCKETS)  # [span, bucket]
+    # Where each span's bucket k starts: after every bucket below k, then
+    # bucket k of the spans before it.
+    flat = counts.T.ravel()
+    starts = (np.cumsum(flat) - flat).reshape(_BUCKETS, len(spans)).T
+    keys = np.empty(int(flat.sum()), np.int64)
+
+    def place(i: int, *_) -> None:
+        k, bucket = chunk(i)
+        order = np.argsort(bucket, kind="stable")  # a radix sort of bytes
+        within = np.cumsum(counts[i]) - counts[i]
+        keys[np.repeat(starts[i] - within, counts[i]) + np.arange(k.size)] = k[order]
+
+    map_chunks(place, len(spans), 1, threads=threads)
+    bounds = np.concatenate([[0], np.cumsum(counts.sum(axis=0))])
+    degrees = np.zeros(num_rows, np.int64)
+    dtype = np.int32 if num_cols < 2**31 else np.int64
+
+    def sort(k: int, *_) -> np.ndarray:
+        part = unique_sorted(keys[bounds[k]:bounds[k + 1]])
+        rows, cols = np.divmod(part, num_cols)
+        lo = k << shift
+        degrees[lo:lo + (1 << shift)] = np.bincount(rows - lo, minlength=min(
+            1 << shift, max(num_rows - lo, 0)))
+        return cols.astype(dtype)
+
+    indices = np.concatenate([np.zeros(0, dtype)] + map_chunks(sort, _BUCKETS, 1,
+                                                                threads=threads))
+    indptr = np.zeros(num_rows + 1, np.int64)
+    np.cumsum(degrees, out=indptr[1:])
+    return indptr, indices

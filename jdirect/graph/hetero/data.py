@@ -6,7 +6,7 @@ A relation's CSR is keyed by its destination: row v of relation
 a d-type node's neighbours in that relation reads one row, and messages
 flow from source to destination as in PyG's `HeteroData` and DGL's
 heterographs. `hetero_graph` builds one from edge lists with the
-homogeneous graph's CSR builder (`data.csr.csr_from_edge_chunks`: rows
+in-memory CSR builder (`data.csr.csr_from_pairs`, on several threads: rows
 sorted, repeated edges dropped; self-loops dropped in relations between
 nodes of one type, as in `Graph`).
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..data.csr import FEATURE_DTYPES, check_splits, csr_from_edge_chunks
+from ..data.csr import FEATURE_DTYPES, check_splits, csr_from_pairs
 
 Relation = tuple[str, str, str]  # (source type, name, destination type)
 
@@ -146,8 +146,10 @@ def _validate(g: HeteroGraph) -> None:
 
 
 def relation_csr(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int, *,
-                 same_type: bool, symmetrize: bool = False) -> RelationCsr:
-    """The `RelationCsr` of edges src[i] -> dst[i] (integer arrays of one length).
+                 same_type: bool, symmetrize: bool = False,
+                 threads: int | None = None) -> RelationCsr:
+    """The `RelationCsr` of edges src[i] -> dst[i] (integer arrays of one length),
+    built on `threads` threads (None: the CPU count; `csr_from_pairs`).
 
     With `same_type` (source and destination types are one), self-loops
     are dropped and `symmetrize` stores every edge both ways, as
@@ -159,29 +161,19 @@ def relation_csr(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int, *
         or `symmetrize` between two types (a reverse relation is a relation
         of its own: `hetero_graph(..., reverse=True)`).
     """
-    src = np.asarray(src).astype(np.int64, copy=False).ravel()
-    dst = np.asarray(dst).astype(np.int64, copy=False).ravel()
+    src, dst = np.asarray(src).ravel(), np.asarray(dst).ravel()
     if src.shape != dst.shape:
         raise ValueError(f"edge lists differ in length: {src.size} sources, {dst.size} targets")
+    if symmetrize and not same_type:
+        raise ValueError("symmetrize joins nodes of one type; between two types add the "
+                         "reverse relation instead")
     for ids, count, side in ((src, num_src, "source"), (dst, num_dst, "destination")):
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= count):
             raise ValueError(f"{side} ids must lie in [0, {count}), found "
                              f"{int(ids.min())}..{int(ids.max())}")
-    if same_type:
-        indptr, indices = csr_from_edge_chunks(lambda: [(dst, src)], num_dst, symmetrize=symmetrize)
-        return RelationCsr(indptr, indices)
-    if symmetrize:
-        raise ValueError("symmetrize joins nodes of one type; between two types add the "
-                         "reverse relation instead")
-    # Sources numbered after the destinations, in one id space: the CSR
-    # builder's ids and self-loop rule then hold for a bipartite relation;
-    # rows past num_dst (the sources') stay empty and are cut off.
-    indptr, indices = csr_from_edge_chunks(lambda: [(dst, src + num_dst)], num_dst + num_src,
-                                           symmetrize=False)
-    indices -= indices.dtype.type(num_dst)
-    if num_src < 2**31 <= num_dst + num_src:
-        indices = indices.astype(np.int32)
-    return RelationCsr(indptr[:num_dst + 1], indices)
+    parts = [(dst, src)] + ([(src, dst)] if symmetrize else [])
+    return RelationCsr(*csr_from_pairs(parts, num_dst, num_src, drop_loops=same_type,
+                                       threads=threads))
 
 
 def relation_key(relation: Relation) -> str:
@@ -199,8 +191,9 @@ def hetero_graph(num_nodes: Mapping[str, int],
                  features: Mapping[str, np.ndarray], target: str, labels: np.ndarray,
                  train: np.ndarray, val: np.ndarray, test: np.ndarray,
                  num_classes: int | None = None, reverse: bool = False,
-                 name: str = "hetero") -> HeteroGraph:
-    """A `HeteroGraph` from edge lists: relation -> (src ids, dst ids).
+                 name: str = "hetero", threads: int | None = None) -> HeteroGraph:
+    """A `HeteroGraph` from edge lists: relation -> (src ids, dst ids),
+    each CSR built on `threads` threads (None: the CPU count).
 
     With `reverse`, each relation between two types gets its reverse
     (dst, "rev_" + name, src), and each relation within one type is stored
@@ -218,10 +211,10 @@ def hetero_graph(num_nodes: Mapping[str, int],
             raise ValueError(f"relation {rel} names a type not in {list(num_nodes)}")
         try:
             relations[rel] = relation_csr(src, dst, num_nodes[s], num_nodes[d], same_type=s == d,
-                                          symmetrize=reverse and s == d)
+                                          symmetrize=reverse and s == d, threads=threads)
             if reverse and s != d:
                 relations[(d, reversed_name(rel_name), s)] = relation_csr(
-                    dst, src, num_nodes[d], num_nodes[s], same_type=False)
+                    dst, src, num_nodes[d], num_nodes[s], same_type=False, threads=threads)
         except ValueError as e:
             raise ValueError(f"relation {rel}: {e}") from e
     labels = np.asarray(labels)

@@ -118,7 +118,12 @@ def split_cache(graph: HeteroGraph, cache_bytes: int) -> dict[str, float]:
     `cache_bytes` keeps when it takes the hottest rows of all types
     together: rows ranked by `HeteroGraph.degrees` (ties: type order, then
     id), each costing `cached_row_bytes` of its stored row, taken while
-    they fit.
+    they fit (a prefix of that ranking).
+
+    Only counts per type matter, so the ranking is walked by buckets, one
+    per (degree, type) from the highest degree down, each of rows of one
+    cost: every bucket that fits whole, then as many rows of the next as
+    fit. O(rows + types x max degree), no sort.
 
     Raises:
       ValueError: cache_bytes < 0.
@@ -128,11 +133,16 @@ def split_cache(graph: HeteroGraph, cache_bytes: int) -> dict[str, float]:
     types = list(graph.features)
     if not types:
         return {}
-    degrees = np.concatenate([graph.degrees(t) for t in types])
-    owner = np.repeat(np.arange(len(types)), [graph.num_nodes[t] for t in types])
+    degrees = [graph.degrees(t) for t in types]
+    top = max((int(d.max()) for d in degrees if d.size), default=0)
+    # rows[k, i]: type i's rows of degree top - k (buckets in ranking order, row-major).
+    rows = np.stack([np.bincount(d, minlength=top + 1)[::-1] for d in degrees], axis=1)
     cost = np.array([cached_row_bytes(row_bytes(STORED, graph.feature_dim(t),
                                                 graph.features[t].dtype)) for t in types])
-    order = np.argsort(-degrees, kind="stable")
-    taken = order[np.cumsum(cost[owner[order]]) <= cache_bytes]
-    counts = np.bincount(owner[taken], minlength=len(types))
-    return {t: counts[i] / max(graph.num_nodes[t], 1) for i, t in enumerate(types)}
+    spent = np.cumsum((rows * cost).ravel())
+    whole = int(np.searchsorted(spent, cache_bytes, side="right"))  # buckets that fit
+    taken = np.where(np.arange(rows.size) < whole, rows.ravel(), 0).reshape(rows.shape).sum(0)
+    if whole < rows.size:  # the first bucket that does not fit: its rows that do
+        left = cache_bytes - (int(spent[whole - 1]) if whole else 0)
+        taken[whole % len(types)] += left // cost[whole % len(types)]
+    return {t: taken[i] / max(graph.num_nodes[t], 1) for i, t in enumerate(types)}

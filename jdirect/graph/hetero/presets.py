@@ -3,7 +3,8 @@
 datasets' node counts, relations, degrees, feature widths and label
 splits, the featureless types given derived rows (`with_derived`: an
 author is the mean of its papers, an institution of its authors, a field
-of its papers; MAG240M's baseline recipe).
+of its papers; MAG240M's baseline recipe), stored in the paper table's
+dtype.
 
   mag      736,389 papers (128 float32 features, 349 classes), 1,134,649
            authors, 8,740 institutions, 59,965 fields of study; writes,
@@ -14,9 +15,10 @@ of its papers; MAG240M's baseline recipe).
            classes), 122,383,112 authors, 25,721 institutions; writes,
            cites, affiliated_with (~1.8B edges) and reverses; only
            1,112,392 / 138,949 / 146,818 papers labelled in a split, as in
-           MAG240M. Derived author rows take 122M x 768 x 4 B = 376 GB more:
-           the full size needs a host of ~700 GB; `scale` (a fraction of
-           every type's nodes, degrees kept) sizes it for the host at hand.
+           MAG240M. Derived author rows take 122M x 768 x 2 B = 188 GB more
+           and the CSRs ~19 GB: the full size needs a host of ~400 GB;
+           `scale` (a fraction of every type's nodes, degrees kept) sizes
+           it for the host at hand.
 
 Labels: `typed_synthetic`'s latent classes, `label_noise` of them redrawn
 (a ceiling on every model). `CALIBRATION` holds the knobs: mag's `noise`
@@ -25,7 +27,11 @@ published MLP figure (measured on a CPU at full size; the journal,
 benchmarks/results/journal/typed-presets-s15.md); the author, topic and
 citation affinities, which decide R-GraphSAGE and GraphSAGE, and all of
 mag240m's knobs are first guesses (mag240m's noise from the Bayes rule of
-its paper features alone) that GPU runs must measure (issue 55).
+its paper features alone) that GPU runs must measure (issue 55). The
+knobs hold across the sixteenth session's change of draws (chunked
+streams on threads, `typed_synthetic`): a seed's graph differs from
+before, its distribution does not (mag's MLP was calibrated on the old
+draws).
 """
 
 from __future__ import annotations
@@ -65,12 +71,15 @@ DERIVED = {
 
 
 def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
-                 feature_dtype: str | None = None, derived: bool = True) -> HeteroGraph:
+                 feature_dtype: str | None = None, derived: bool = True,
+                 threads: int | None = None) -> HeteroGraph:
     """The preset `name` (a key of TYPED_PRESETS) with every type's node
     count times `scale` (at least the class count for papers, 1 for the
     others), its featureless types' rows derived (module doc), or left
     featureless without `derived` (for learned rows, learned.py).
-    `feature_dtype` replaces the preset's paper table dtype.
+    `feature_dtype` replaces the preset's paper table dtype. `threads`
+    (None: the CPU count) generates it (`typed_synthetic`); the graph is
+    the same for any count.
 
     Raises:
       ValueError: an unknown name, scale outside (0, 1], or as `typed_synthetic`.
@@ -86,7 +95,8 @@ def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
             args[key] = max(floor.get(key, 1), round(args[key] * scale))
     if feature_dtype is not None:
         args["feature_dtype"] = feature_dtype
-    graph = typed_synthetic(**args, seed=seed, name=name)
+    graph = typed_synthetic(**args, seed=seed, name=name, threads=threads)
     if not derived:
         return graph
-    return with_derived(graph, {t: r for t, r in DERIVED.items() if t in graph.num_nodes})
+    return with_derived(graph, {t: r for t, r in DERIVED.items() if t in graph.num_nodes},
+                        dtype=args["feature_dtype"])

@@ -264,8 +264,8 @@ def _store_slice(sources: HostTable, targets: HostTable, piece: jax.Array, offse
     returned from jit would wait for the call)."""
     piece, row = _sort_pairs(piece, offsets)
     ids = k * piece.shape[0] + jnp.arange(piece.shape[0], dtype=jnp.int32)
-    return (sources.at[ids].set(piece, unique_indices=True)._after,
-            targets.at[ids].set(row, unique_indices=True)._after)
+    return (sources.at[ids].set(piece, unique_indices=True).token,
+            targets.at[ids].set(row, unique_indices=True).token)
 
 
 @functools.partial(jax.jit, donate_argnums=(0, 1))

@@ -92,7 +92,7 @@ def write_host(table: HostTable, rows: jax.Array, span: jax.Array) -> jax.Array:
     call when rebuilt (its handle is read), which would serialise the chunks."""
     ids = span[0] + jnp.arange(rows.shape[0], dtype=jnp.int32)
     ids = jnp.where(ids < span[1], ids, table.shape[0])  # padding rows: dropped
-    return table.at[ids].set(rows.astype(table.dtype), unique_indices=True)._after
+    return table.at[ids].set(rows.astype(table.dtype), unique_indices=True).token
 
 
 class Output:

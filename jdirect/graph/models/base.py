@@ -325,10 +325,15 @@ def linear(din: int, dout: int, *, rngs: nnx.Rngs, use_bias: bool = True) -> nnx
     return nnx.Linear(din, dout, use_bias=use_bias, kernel_init=_TORCH_LINEAR_INIT, rngs=rngs)
 
 
-def add_sums(state: tuple[jax.Array, jax.Array], edges: Edges) -> tuple[jax.Array, jax.Array]:
-    """`reduce` of a sum-and-count aggregate (mean aggregators): adds the
-    edges' float32 rows and their number per destination."""
-    return add_row_sums(state, edges.total(edges.rows.astype(jnp.float32)), edges.count())
+def add_sums(state: tuple[jax.Array, jax.Array], edges: Edges,
+             weight: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """`reduce` of a sum-and-count aggregate: adds the edges' float32 rows
+    (each times its `weight`, shaped as `edges.norm`, where given: the
+    symmetric normalisations) and their number per destination."""
+    rows = edges.rows.astype(jnp.float32)
+    if weight is not None:
+        rows = rows * weight[..., None]
+    return add_row_sums(state, edges.total(rows), edges.count())
 
 
 def add_row_sums(state: tuple[jax.Array, jax.Array], sums: jax.Array,

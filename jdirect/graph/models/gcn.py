@@ -65,9 +65,7 @@ class GCNConv(nnx.Module):
             raise ValueError("GCN's symmetric normalisation weighs each neighbour by its degree "
                              "in the whole graph, which only full-batch training has: use "
                              "--batch full, or --gcn-norm mean")
-        total, count = state
-        weighted = edges.rows.astype(jnp.float32) * edges.norm[..., None]
-        return total + edges.total(weighted), count + edges.count()
+        return add_sums(state, edges, edges.norm)
 
     def finish(self, state, h_dst: jax.Array, s_dst: jax.Array) -> jax.Array:
         total, count = state

@@ -73,9 +73,7 @@ class LightConv(nnx.Module):
         # Edges.norm is 1 / sqrt(deg_j + 1) (GCN's self-loop); LightGCN's
         # weight is 1 / sqrt(deg_j), from the same degree.
         deg = 1.0 / jnp.square(edges.norm) - 1.0
-        weighted = edges.rows.astype(jnp.float32) * jax.lax.rsqrt(jnp.maximum(deg, 1.0))[..., None]
-        total, count = state
-        return total + edges.total(weighted), count + edges.count()
+        return add_sums(state, edges, jax.lax.rsqrt(jnp.maximum(deg, 1.0)))
 
     def finish(self, state, h_dst: jax.Array, s_dst: jax.Array) -> jax.Array:
         total, count = state

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ..._arrays import sorted_unique
 from .. import models
 from ..data.csr import Graph
 from ..data.edge_split import (EdgeSplit, bipartite_edge_split, random_edge_split,
@@ -133,7 +134,7 @@ class LinkTask:
         """The endpoints and negatives of the held-out edges."""
         parts = [self.split.edges(p).ravel() for p in ("val", "test")]
         parts += [self.split.negatives(p).ravel() for p in ("val", "test")]
-        return np.unique(np.concatenate(parts))
+        return sorted_unique(np.concatenate(parts))
 
     def validate(self, trainer: Any) -> dict[str, float]:
         """{"val_mrr", "val_auc", ...}: `ranking.figures` on the validation

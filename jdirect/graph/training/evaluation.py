@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from ... import host_memory
+from ..._arrays import unique_positions
 from ...host_table import HostTable
 from .. import inference
 from ..data import Graph
@@ -160,7 +161,7 @@ def _endpoints(split: EdgeSplit, part: str) -> tuple[np.ndarray, tuple[np.ndarra
     """(the distinct nodes of `part`'s edges and negatives, ascending;
     (src, dst, neg) as positions among them)."""
     edges, neg = split.edges(part), split.negatives(part)
-    nodes, at = np.unique(np.concatenate([edges.ravel(), neg.ravel()]), return_inverse=True)
+    nodes, at = unique_positions(np.concatenate([edges.ravel(), neg.ravel()]))
     src, dst = at[:edges.size].reshape(-1, 2).T
     return nodes, (src, dst, at[edges.size:].reshape(neg.shape))
 
