@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import glob
 import importlib.metadata
 import os
 import shutil
@@ -17,12 +16,6 @@ from pathlib import Path
 # JAX starts. No effect on CPUs.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_gpu_deterministic_ops=true").strip()
-# Without a GPU, the suite's time is mostly XLA compiling small programs
-# that run for milliseconds: LLVM's optimisation passes off make the CPU
-# programs compile faster (test_learned_features.py: 85 -> 65 CPU seconds)
-# and compute the same. Not where a GPU may run: its kernels would be slower.
-if not glob.glob("/dev/nvidia[0-9]*"):
-    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
 # The suite runs in several pytest-xdist workers (the README's command):
 # on a GPU each worker takes device memory as it needs it, instead of the
