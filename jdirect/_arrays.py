@@ -84,21 +84,29 @@ def _id_mask(flat: np.ndarray) -> np.ndarray | None:
     return seen
 
 
+def unique_sorted(keys: np.ndarray, kind: str | None = None) -> np.ndarray:
+    """Sorts 1-D `keys` in place and drops repeats (no copy of the keys
+    before the result: the CSR builders' keys are the largest arrays they
+    hold). kind="stable" (timsort) merges pre-sorted runs, e.g. a sorted
+    array plus a sorted tail, in linear time."""
+    keys.sort(kind=kind)
+    if keys.size < 2:
+        return keys
+    keep = np.empty(keys.size, bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """`np.unique(values)` for integer ids: the distinct values of the flattened array,
     ascending, in its dtype: marked in a mask over their range where it is
-    dense, else by one sort and one comparison pass."""
+    dense, else by a sort of a copy (`unique_sorted`)."""
     flat = np.ravel(values)
     seen = _id_mask(flat)
     if seen is not None:
         return np.flatnonzero(seen).astype(flat.dtype)
-    ordered = np.sort(flat)
-    if ordered.size < 2:
-        return ordered
-    keep = np.empty(ordered.size, bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
+    return unique_sorted(np.array(flat))
 
 
 def unique_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from jdirect._arrays import all_distinct, ascending, sorted_unique, unique_positions
+from jdirect._arrays import (all_distinct, ascending, sorted_unique, unique_positions,
+                             unique_sorted)
 
 ids = hnp.arrays(st.sampled_from([np.int32, np.int64]), hnp.array_shapes(min_dims=1, max_dims=2,
                  min_side=0, max_side=40), elements=st.integers(-50, 50))
@@ -17,11 +18,11 @@ node_ids = hnp.arrays(st.sampled_from([np.int32, np.int64]), hnp.array_shapes(
 
 
 @given(st.one_of(ids, node_ids))
-def test_sorted_unique_is_np_unique(values):
-    got = sorted_unique(values)
+def test_sorted_unique_and_unique_sorted_are_np_unique(values):
     want = np.unique(values)
-    assert got.dtype == values.dtype
-    np.testing.assert_array_equal(got, want)
+    for got in (sorted_unique(values), unique_sorted(values.ravel().copy())):
+        assert got.dtype == values.dtype
+        np.testing.assert_array_equal(got, want)
 
 
 @given(ids)

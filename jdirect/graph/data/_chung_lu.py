@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _counter_random as random
-from .csr import unique_sorted
+from ..._arrays import unique_sorted
 
 _MAX_RANKS = 1 << 22  # ranks per cell that float32 positions resolve exactly
 PAD = np.iinfo(np.int32).max  # fills unused buffer entries; sorts last

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..._arrays import unique_sorted
 from ..._chunks import map_chunks
 
 # Element types a feature table may have: what every feature mode reads
@@ -151,16 +152,6 @@ def edge_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
     keep = src != dst
     return unique_sorted(src[keep] * num_nodes + dst[keep])
-
-
-def unique_sorted(keys: np.ndarray, kind: str | None = None) -> np.ndarray:
-    """Sorts `keys` in place and drops repeats. kind="stable" (timsort)
-    merges pre-sorted runs, e.g. a sorted array plus a sorted tail, in
-    linear time."""
-    keys.sort(kind=kind)
-    if keys.size:
-        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
-    return keys
 
 
 def csr_from_keys(keys: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from ._files import Npz, read_csv
-from .csr import Graph, csr_from_keys, unique_sorted
+from ..._arrays import unique_sorted
+from .csr import Graph, csr_from_keys
 
 SPLITS = ("train", "val", "test")
 _FILES = dict(train="train", val="valid", test="test")  # OGB's file names

@@ -34,7 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .csr import Graph, csr_from_keys, unique_sorted
+from ..._arrays import unique_sorted
+from .csr import Graph, csr_from_keys
 
 USER, ITEM = 0, 1  # the labels that mark a node's side
 _CHUNK = 1 << 24  # interactions drawn at a time (bounds the draws' scratch)
