@@ -167,6 +167,7 @@ def run_mode(graph, cfg: TrainConfig, args, memcpy: float | None,
                    steps_per_call=calls,
                    epoch_s=statistics.median(m["epoch_s"] for m in epochs),
                    loss=epochs[-1]["loss"], pcie_gb=epochs[-1].get("pcie_gb"),
+                   link_floor_s=epochs[-1].get("link_floor_s"),  # the trainer's own
                    sampled_val_acc=best[0],
                    sampled_test_acc=t.evaluate(graph.test, best[1]),
                    batches=t.batches_per_epoch)
