@@ -142,7 +142,7 @@ def torch_record(table: np.ndarray, ids: list[np.ndarray], reps: int) -> dict | 
                               **torch_peer.gather_copy_epoch(table, ids, reps=reps)),
                          labels=LABELS)
         except RuntimeError as e:  # torch's CUDA errors: the peer is not the run's subject
-            why = f"it failed: {str(e).splitlines()[0]}"
+            why = f"it failed: {(str(e).splitlines() or [type(e).__name__])[0]}"
     print(f"torch peer skipped: {why}", flush=True)
     return None
 

@@ -110,7 +110,8 @@ METRICS: dict[str, str] = {
     "input_rows": "unique input rows of the epoch's batches (each batch's once)",
     "feature_gb": "bytes of those rows, 1e9",
     "read_gbps": "feature_gb / epoch_s: the feature-read rate the epoch sustained",
-    "pcie_floor_s": "feature_gb over the pinned memcpy rate measured in the same run",
+    "pcie_floor_s": "link_floor_s of every input row: feature_gb over link_gbps, as if "
+                    "nothing were cached",
     "vs_device": "epoch_s over the device source's epoch_s with the same sampler",
     "gather_gbps": "feature_gb / gather_s: the rate of the feature read alone",
     "floor_s": "what the epoch can take at best: the larger of the device source's epoch_s "
