@@ -22,7 +22,7 @@
 // Every kernel's output is checked against a host gather of the same ids
 // (a position-weighted checksum), so a wrong kernel cannot look fast.
 //
-// Build and run (CUDA 12.8+ / 13, an sm_90 GPU; under 90 s on an H200):
+// Build and run (CUDA 13: its cudaMemAdvise; an sm_90 GPU; under 90 s on an H200):
 //   bash benchmarks/probes/run_sm_lean.sh          (finds cuBLAS; log in $OUT)
 //   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/probes/sm_lean_read.cu -lcublas -o /tmp/probe
 //   /tmp/probe [--table-gb 4] [--ids 2000000] [--gemms 40] [--n 8192]
@@ -40,58 +40,20 @@
 #include <thread>
 #include <vector>
 
-#include "../../ffi/gather_kernels.cuh"
+#include "sm_lean_reads.cuh"
 
-namespace {
+namespace probe {
 
-void Check(cudaError_t e, const char* what, int line) {
-  if (e != cudaSuccess) {
-    std::printf("FAILED line %d: %s: %s\n", line, what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void Check(cublasStatus_t s, const char* what, int line) {
+// Beside sm_lean_reads.cuh's Check of CUDA calls (one overload set, so
+// that CHECK takes either).
+inline void Check(cublasStatus_t s, const char* what, int line) {
   if (s != CUBLAS_STATUS_SUCCESS) {
     std::printf("FAILED line %d: %s: cuBLAS status %d\n", line, what, static_cast<int>(s));
     std::exit(1);
   }
 }
-#define CHECK(call) Check((call), #call, __LINE__)
 
-// ---- kernels ------------------------------------------------------------
-
-constexpr int kLeanRows = 8;      // rows in flight a warp
-constexpr int kLeanThreads = 512;
-
-// A warp takes kLeanRows consecutive output rows at a time; each lane holds
-// up to kItems vectors of them and issues all its loads before any store.
-template <typename V, int kItems>
-__global__ void LeanRead(const char* __restrict__ table, const int32_t* __restrict__ idx,
-                         int64_t n, int vpr, V* __restrict__ out) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  const int group = kLeanRows * vpr;  // vectors of kLeanRows rows
-  for (int64_t first = warp * kLeanRows; first < n; first += warps * kLeanRows) {
-    const int32_t my_row = (lane < kLeanRows && first + lane < n) ? idx[first + lane] : 0;
-    V vals[kItems];
-#pragma unroll
-    for (int u = 0; u < kItems; ++u) {
-      const int item = lane + 32 * u;
-      const int r = min(item / vpr, kLeanRows - 1);
-      const int64_t row = __shfl_sync(0xffffffffu, my_row, r);  // every lane shuffles
-      if (item < group && first + r < n) {
-        vals[u] = reinterpret_cast<const V*>(table + row * vpr * int64_t{sizeof(V)})[item - r * vpr];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kItems; ++u) {
-      const int item = lane + 32 * u;
-      const int r = item / vpr;
-      if (item < group && first + r < n) out[(first + r) * vpr + item - r * vpr] = vals[u];
-    }
-  }
-}
+namespace {
 
 // Position-weighted sum of 64-bit words, mod 2**64: rows in the wrong
 // place change it, and the order of the additions does not.
@@ -123,98 +85,11 @@ __global__ void FillBf16(__nv_bfloat16* x, int64_t n, uint32_t seed) {
   }
 }
 
-// ---- host side ----------------------------------------------------------
-
 uint64_t Mix(uint64_t x) {  // splitmix64: the table's word at word offset x
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
-}
-
-// ffi/gather_cuda.cu's VectorBytes: the widest access dividing the row and
-// both base addresses.
-int VectorBytes(int64_t row_bytes, const void* table, const void* out) {
-  const uint64_t bits = static_cast<uint64_t>(row_bytes) |
-                        reinterpret_cast<uintptr_t>(table) | reinterpret_cast<uintptr_t>(out);
-  for (int w : {16, 8, 4, 2}) {
-    if ((bits & static_cast<uint64_t>(w - 1)) == 0) return w;
-  }
-  return 1;
-}
-
-struct Read {
-  std::string name;
-  bool lean;
-  unsigned blocks;
-};
-
-struct Setup {
-  const char* table;
-  const int32_t* idx;
-  int64_t n, nrows, row_bytes;
-  char* out;
-};
-
-template <typename V>
-void LaunchJdirect(const Setup& s, unsigned cap, cudaStream_t stream) {
-  using jdirect::kThreads;
-  using jdirect::kUnroll;
-  const int64_t vpr = s.row_bytes / int64_t{sizeof(V)};
-  const int64_t total = s.n * vpr;  // fits 32 bits here, as LaunchGather's first branch
-  const int64_t blocks = std::min<int64_t>((total + kThreads * kUnroll - 1) / (kThreads * kUnroll),
-                                           cap);
-  jdirect::CallerRows<int32_t> rows{s.idx, s.nrows, jdirect::Mode::kFill};
-  jdirect::GatherKernel<V, uint32_t, jdirect::CallerRows<int32_t>>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          s.table, rows, static_cast<uint32_t>(vpr), static_cast<uint32_t>(total),
-          reinterpret_cast<V*>(s.out), jdirect::FillPattern{0, 0}, jdirect::DeviceCache{});
-}
-
-template <typename V, int kItems>
-void LaunchLeanItems(const Setup& s, unsigned blocks, cudaStream_t stream) {
-  const int vpr = static_cast<int>(s.row_bytes / int64_t{sizeof(V)});
-  LeanRead<V, kItems><<<blocks, kLeanThreads, 0, stream>>>(s.table, s.idx, s.n, vpr,
-                                                          reinterpret_cast<V*>(s.out));
-}
-
-template <typename V>
-void LaunchLean(const Setup& s, unsigned blocks, cudaStream_t stream) {
-  const int64_t vpr = s.row_bytes / int64_t{sizeof(V)};
-  switch ((kLeanRows * vpr + 31) / 32) {  // vectors a lane holds
-    case 1: return LaunchLeanItems<V, 1>(s, blocks, stream);
-    case 2: return LaunchLeanItems<V, 2>(s, blocks, stream);
-    case 3: return LaunchLeanItems<V, 3>(s, blocks, stream);
-    case 4: return LaunchLeanItems<V, 4>(s, blocks, stream);
-    case 5: return LaunchLeanItems<V, 5>(s, blocks, stream);
-    case 6: return LaunchLeanItems<V, 6>(s, blocks, stream);
-    case 7: return LaunchLeanItems<V, 7>(s, blocks, stream);
-    case 8: return LaunchLeanItems<V, 8>(s, blocks, stream);
-    default:
-      std::printf("FAILED: %lld-byte rows need more than 8 vectors a lane\n",
-                  static_cast<long long>(s.row_bytes));
-      std::exit(1);
-  }
-}
-
-template <typename V>
-void LaunchWith(const Read& r, const Setup& s, cudaStream_t stream) {
-  if (r.lean) {
-    LaunchLean<V>(s, r.blocks, stream);
-  } else {
-    LaunchJdirect<V>(s, r.blocks, stream);
-  }
-}
-
-void Launch(const Read& r, const Setup& s, cudaStream_t stream) {
-  switch (VectorBytes(s.row_bytes, s.table, s.out)) {
-    case 16: LaunchWith<uint4>(r, s, stream); break;
-    case 8: LaunchWith<uint2>(r, s, stream); break;
-    case 4: LaunchWith<uint32_t>(r, s, stream); break;
-    case 2: LaunchWith<uint16_t>(r, s, stream); break;
-    default: LaunchWith<uint8_t>(r, s, stream); break;
-  }
-  CHECK(cudaGetLastError());
 }
 
 float Ms(cudaEvent_t a, cudaEvent_t b) {
@@ -228,6 +103,7 @@ float Median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// A chain of bf16 GEMMs on one stream: compute that fills every SM.
 struct Gemms {
   cublasHandle_t handle;
   __nv_bfloat16 *a, *b, *c;
@@ -243,6 +119,186 @@ struct Gemms {
   }
 };
 
+// What a read did beside the chain.
+struct Beside {
+  float gbps;      // the reads that finished inside the chain (0: none did)
+  float chain_ms;  // the chain's time beside the reads
+  float covered;   // share of the chain's time that reads ran beside it
+};
+
+constexpr int kMaxReads = 128;  // reads enqueued beside one chain, at most
+
+// Streams, events, the gate and the GEMM chain, shared by every measurement.
+class Rig {
+ public:
+  Rig(int gemm_n, int gemm_count) : ev_(kMaxReads + 1) {
+    gemms_.n = gemm_n;
+    gemms_.count = gemm_count;
+    const int64_t elems = int64_t{gemm_n} * gemm_n;
+    for (auto** m : {&gemms_.a, &gemms_.b, &gemms_.c}) CHECK(cudaMalloc(m, elems * 2));
+    FillBf16<<<1024, 256>>>(gemms_.a, elems, 1);  // not zeros: a GEMM of zeros draws less power
+    FillBf16<<<1024, 256>>>(gemms_.b, elems, 2);
+    CHECK(cudaGetLastError());
+    CHECK(cublasCreate(&gemms_.handle));
+    for (auto* st : {&gate_, &gemm_, &read_}) {
+      CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    }
+    CHECK(cublasSetStream(gemms_.handle, gemm_));
+    CHECK(cudaHostAlloc(&flag_, sizeof(int), cudaHostAllocMapped));
+    CHECK(cudaHostGetDevicePointer(&flag_dev_, flag_, 0));
+    for (auto& e : ev_) CHECK(cudaEventCreate(&e));
+    for (auto* e : {&gate_ev_, &c0_, &c1_}) CHECK(cudaEventCreate(e));
+    CHECK(cudaMalloc(&sum_, sizeof(*sum_)));
+  }
+
+  ~Rig() {
+    for (auto& e : ev_) CHECK(cudaEventDestroy(e));
+    for (auto e : {gate_ev_, c0_, c1_}) CHECK(cudaEventDestroy(e));
+    for (auto st : {gate_, gemm_, read_}) CHECK(cudaStreamDestroy(st));
+    CHECK(cublasDestroy(gemms_.handle));
+    for (auto* m : {gemms_.a, gemms_.b, gemms_.c}) CHECK(cudaFree(m));
+    CHECK(cudaFreeHost(flag_));
+    CHECK(cudaFree(sum_));
+  }
+
+  // GB/s of a 64 MB pinned host -> device copy into `dst` (the link's rate).
+  float CopyGbps(void* dst) {
+    const size_t bytes = 64 << 20;
+    void* pinned = nullptr;
+    CHECK(cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault));
+    std::memset(pinned, 1, bytes);
+    std::vector<float> ms;
+    for (int i = 0; i < 6; ++i) {  // the first warms up
+      CHECK(cudaEventRecord(ev_[0], read_));
+      CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, read_));
+      CHECK(cudaEventRecord(ev_[1], read_));
+      CHECK(cudaEventSynchronize(ev_[1]));
+      if (i > 0) ms.push_back(Ms(ev_[0], ev_[1]));
+    }
+    CHECK(cudaFreeHost(pinned));
+    return bytes / Median(ms) / 1e6;
+  }
+
+  // The chain's time alone, median of 3.
+  float ChainMs() {
+    std::vector<float> ms;
+    for (int i = 0; i < 3; ++i) {
+      CHECK(cudaEventRecord(c0_, gemm_));
+      gemms_.Enqueue();
+      CHECK(cudaEventRecord(c1_, gemm_));
+      CHECK(cudaEventSynchronize(c1_));
+      ms.push_back(Ms(c0_, c1_));
+    }
+    return Median(ms);
+  }
+
+  // Whether read `r` writes the rows whose host checksum is `expected`; the
+  // output is poisoned first, so rows left from an earlier read fail.
+  bool Checked(const Read& r, const Setup& s, uint64_t expected) {
+    CHECK(cudaMemsetAsync(s.out, 0xFF, s.n * s.row_bytes, read_));
+    Launch(r, s, read_);
+    CHECK(cudaMemsetAsync(sum_, 0, sizeof(*sum_), read_));
+    Checksum<<<1024, 256, 0, read_>>>(reinterpret_cast<const uint64_t*>(s.out),
+                                      s.n * s.row_bytes / 8, sum_);
+    CHECK(cudaGetLastError());
+    unsigned long long got = 0;
+    CHECK(cudaMemcpyAsync(&got, sum_, sizeof(got), cudaMemcpyDeviceToHost, read_));
+    CHECK(cudaStreamSynchronize(read_));
+    return got == expected;
+  }
+
+  // One read's time alone, median of 5.
+  float AloneMs(const Read& r, const Setup& s) {
+    std::vector<float> ms;
+    for (int i = 0; i < 5; ++i) {
+      CHECK(cudaEventRecord(ev_[0], read_));
+      Launch(r, s, read_);
+      CHECK(cudaEventRecord(ev_[1], read_));
+      CHECK(cudaEventSynchronize(ev_[1]));
+      ms.push_back(Ms(ev_[0], ev_[1]));
+    }
+    return Median(ms);
+  }
+
+  // Reads launched back to back beside the chain, both released by the
+  // gate at once: enough to outlast the chain (alone `chain_ms`) even if
+  // each read (alone `read_ms`) slows 3x.
+  Beside Besides(const Read& r, const Setup& s, float read_ms, float chain_ms) {
+    const int count = std::min(kMaxReads, 2 + static_cast<int>(3 * chain_ms / read_ms));
+    *reinterpret_cast<volatile int*>(flag_) = 0;
+    Gate<<<1, 1, 0, gate_>>>(flag_dev_);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(gate_ev_, gate_));
+    CHECK(cudaStreamWaitEvent(gemm_, gate_ev_, 0));
+    CHECK(cudaStreamWaitEvent(read_, gate_ev_, 0));
+    CHECK(cudaEventRecord(c0_, gemm_));
+    gemms_.Enqueue();
+    CHECK(cudaEventRecord(c1_, gemm_));
+    for (int i = 0; i < count; ++i) {
+      CHECK(cudaEventRecord(ev_[i], read_));
+      Launch(r, s, read_);
+    }
+    CHECK(cudaEventRecord(ev_[count], read_));
+    *reinterpret_cast<volatile int*>(flag_) = 1;  // both streams start now
+    CHECK(cudaDeviceSynchronize());
+    Beside b{0, Ms(c0_, c1_), 0};
+    int inside = 0;  // reads that finished before the chain did
+    while (inside < count && Ms(c0_, ev_[inside + 1]) <= b.chain_ms) ++inside;
+    if (inside > 0) b.gbps = inside * s.n * s.row_bytes / (Ms(ev_[0], ev_[inside]) * 1e6f);
+    const float start = std::max(0.0f, Ms(c0_, ev_[0]));
+    const float end = std::min(Ms(c0_, ev_[count]), b.chain_ms);
+    b.covered = std::max(0.0f, end - start) / b.chain_ms;
+    return b;
+  }
+
+ private:
+  Gemms gemms_{};
+  cudaStream_t gate_, gemm_, read_;
+  int* flag_ = nullptr;  // raised by the host to open the gate
+  int* flag_dev_ = nullptr;
+  std::vector<cudaEvent_t> ev_;
+  cudaEvent_t gate_ev_, c0_, c1_;
+  unsigned long long* sum_ = nullptr;
+};
+
+// `bytes` of host-resident managed memory, allocated and advised as
+// jdirect's HostTable does (ffi/host_memory_cuda.cu), filled by CPU threads
+// with Mix(word offset).
+char* HostResidentTable(int64_t bytes, int device) {
+  char* table = nullptr;
+  CHECK(cudaMallocManaged(&table, bytes, cudaMemAttachGlobal));
+  CHECK(cudaMemAdvise(table, bytes, cudaMemAdviseSetPreferredLocation,
+                      cudaMemLocation{cudaMemLocationTypeHost, 0}));
+  CHECK(cudaMemAdvise(table, bytes, cudaMemAdviseSetAccessedBy,
+                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
+  uint64_t* words = reinterpret_cast<uint64_t*>(table);
+  const int64_t count = bytes / 8;
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([=] {
+      for (int64_t i = count * t / threads; i < count * (t + 1) / threads; ++i) {
+        words[i] = Mix(static_cast<uint64_t>(i));
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  return table;
+}
+
+// Checksum's value for the rows `ids` of `table` gathered on the host.
+uint64_t HostChecksum(const char* table, const std::vector<int32_t>& ids, int64_t row_bytes) {
+  const int64_t wpr = row_bytes / 8;
+  const uint64_t* words = reinterpret_cast<const uint64_t*>(table);
+  uint64_t sum = 0;
+  for (int64_t p = 0; p < static_cast<int64_t>(ids.size()); ++p) {
+    for (int64_t j = 0; j < wpr; ++j) {
+      sum += words[ids[p] * wpr + j] * (2 * static_cast<uint64_t>(p * wpr + j) + 1);
+    }
+  }
+  return sum;
+}
+
 int64_t Arg(int argc, char** argv, const char* name, int64_t fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
@@ -252,15 +308,16 @@ int64_t Arg(int argc, char** argv, const char* name, int64_t fallback) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // one line at a time, even into a pipe
   const int64_t table_bytes = Arg(argc, argv, "--table-gb", 4) << 30;
   const int64_t n = Arg(argc, argv, "--ids", 2'000'000);
   const int gemm_count = static_cast<int>(Arg(argc, argv, "--gemms", 40));
   const int gemm_n = static_cast<int>(Arg(argc, argv, "--n", 8192));
-  const std::vector<int64_t> widths = {200, 256, 400};
+  const std::vector<int64_t> widths = {200, 256, 400};  // bytes, each a multiple of 8
 
-  int device = 0, sms = 0;
+  const int device = 0;
+  int sms = 0;
   CHECK(cudaSetDevice(device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   cudaDeviceProp prop{};
@@ -269,191 +326,55 @@ int main(int argc, char** argv) {
               "chain of %d bf16 GEMMs of %d^3\n",
               prop.name, sms, table_bytes / double(1 << 30), static_cast<long long>(n),
               gemm_count, gemm_n);
-
-  // The table, as jdirect's HostTable allocates it, filled by CPU threads.
-  char* table = nullptr;
-  CHECK(cudaMallocManaged(&table, table_bytes, cudaMemAttachGlobal));
-  CHECK(cudaMemAdvise(table, table_bytes, cudaMemAdviseSetPreferredLocation,
-                      cudaMemLocation{cudaMemLocationTypeHost, 0}));
-  CHECK(cudaMemAdvise(table, table_bytes, cudaMemAdviseSetAccessedBy,
-                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
-  {
-    uint64_t* words = reinterpret_cast<uint64_t*>(table);
-    const int64_t count = table_bytes / 8;
-    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([=] {
-        for (int64_t i = count * t / threads; i < count * (t + 1) / threads; ++i) {
-          words[i] = Mix(static_cast<uint64_t>(i));
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-  }
-
+  char* table = HostResidentTable(table_bytes, device);
   int32_t* idx = nullptr;
   char* out = nullptr;
-  unsigned long long* sum = nullptr;
   CHECK(cudaMalloc(&idx, n * sizeof(int32_t)));
   CHECK(cudaMalloc(&out, n * widths.back()));
-  CHECK(cudaMalloc(&sum, sizeof(unsigned long long)));
-
-  Gemms gemms{};
-  gemms.n = gemm_n;
-  gemms.count = gemm_count;
-  const int64_t elems = int64_t{gemm_n} * gemm_n;
-  for (auto** m : {&gemms.a, &gemms.b, &gemms.c}) CHECK(cudaMalloc(m, elems * 2));
-  FillBf16<<<1024, 256>>>(gemms.a, elems, 1);  // not zeros: a GEMM of zeros draws less power
-  FillBf16<<<1024, 256>>>(gemms.b, elems, 2);
-  CHECK(cudaGetLastError());
-  CHECK(cublasCreate(&gemms.handle));
-
-  cudaStream_t gate_stream, gemm_stream, read_stream;
-  for (auto* st : {&gate_stream, &gemm_stream, &read_stream}) {
-    CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
-  }
-  CHECK(cublasSetStream(gemms.handle, gemm_stream));
-  int* flag = nullptr;
-  int* flag_dev = nullptr;
-  CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
-  CHECK(cudaHostGetDevicePointer(&flag_dev, flag, 0));
-  constexpr int kMaxReads = 512;
-  std::vector<cudaEvent_t> ev(kMaxReads + 1);
-  cudaEvent_t gate_ev, c0, c1;
-  for (auto& e : ev) CHECK(cudaEventCreate(&e));
-  for (auto* e : {&gate_ev, &c0, &c1}) CHECK(cudaEventCreate(e));
-
-  // Reference: a 64 MB pinned host -> device copy (the link's rate).
-  {
-    const size_t bytes = 64 << 20;
-    void* pinned = nullptr;
-    CHECK(cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault));
-    std::memset(pinned, 1, bytes);
-    std::vector<float> ms;
-    for (int i = 0; i < 6; ++i) {
-      CHECK(cudaEventRecord(ev[0], read_stream));
-      CHECK(cudaMemcpyAsync(out, pinned, bytes, cudaMemcpyHostToDevice, read_stream));
-      CHECK(cudaEventRecord(ev[1], read_stream));
-      CHECK(cudaEventSynchronize(ev[1]));
-      if (i > 0) ms.push_back(Ms(ev[0], ev[1]));
-    }
-    std::printf("pinned 64 MB host -> device copy: %.1f GB/s\n", bytes / Median(ms) / 1e6);
-    CHECK(cudaFreeHost(pinned));
-  }
-
-  auto chain_alone = [&] {
-    std::vector<float> ms;
-    for (int i = 0; i < 3; ++i) {
-      CHECK(cudaEventRecord(c0, gemm_stream));
-      gemms.Enqueue();
-      CHECK(cudaEventRecord(c1, gemm_stream));
-      CHECK(cudaEventSynchronize(c1));
-      ms.push_back(Ms(c0, c1));
-    }
-    return Median(ms);
-  };
-  chain_alone();  // warm-up: cuBLAS picks its kernels
-  const float chain_ms = chain_alone();
-  std::printf("GEMM chain alone: %.1f ms (%.0f TFLOP/s)\n", chain_ms,
-              2.0 * gemm_n * double(gemm_n) * gemm_n * gemm_count / (chain_ms * 1e9));
-
-  const std::vector<Read> reads = {
-      {"jdirect", false, static_cast<unsigned>(2 * sms)},
-      {"jdirect", false, static_cast<unsigned>(16 * sms)},
-      {"jdirect", false, 32},
-      {"lean", true, 16},
-      {"lean", true, 32},
-      {"lean", true, 66},
-  };
-  std::printf("%6s %-12s %7s %4s %11s %12s %15s %7s %8s %8s\n", "row", "read", "threads", "vec",
-              "alone GB/s", "beside GB/s", "chain beside ms", "GEMM x", "covered", "checked");
   bool all_right = true;
-  std::mt19937_64 rng(1);
-  for (const int64_t width : widths) {
-    const int64_t nrows = table_bytes / width;
-    std::vector<int32_t> ids(n);
-    std::uniform_int_distribution<int64_t> pick(0, nrows - 1);
-    for (auto& i : ids) i = static_cast<int32_t>(pick(rng));
-    CHECK(cudaMemcpy(idx, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
-    // The host gather's checksum of these rows (words in output order).
-    const int64_t wpr = width / 8;
-    const uint64_t* words = reinterpret_cast<const uint64_t*>(table);
-    uint64_t expected = 0;
-    for (int64_t p = 0; p < n; ++p) {
-      for (int64_t j = 0; j < wpr; ++j) {
-        expected += words[ids[p] * wpr + j] * (2 * static_cast<uint64_t>(p * wpr + j) + 1);
+  {
+    Rig rig(gemm_n, gemm_count);
+    std::printf("pinned 64 MB host -> device copy: %.1f GB/s\n", rig.CopyGbps(out));
+    rig.ChainMs();  // warm-up: cuBLAS picks its kernels
+    const float chain_ms = rig.ChainMs();
+    std::printf("GEMM chain alone: %.1f ms (%.0f TFLOP/s)\n", chain_ms,
+                2.0 * gemm_n * double(gemm_n) * gemm_n * gemm_count / (chain_ms * 1e9));
+    const std::vector<Read> reads = {
+        {"jdirect", false, static_cast<unsigned>(2 * sms)},
+        {"jdirect", false, static_cast<unsigned>(16 * sms)},
+        {"jdirect", false, 32},
+        {"lean", true, 16},
+        {"lean", true, 32},
+        {"lean", true, 66},
+    };
+    std::printf("%6s %-12s %7s %4s %11s %12s %15s %7s %8s %8s\n", "row", "read", "threads",
+                "vec", "alone GB/s", "beside GB/s", "chain beside ms", "GEMM x", "covered",
+                "checked");
+    std::mt19937_64 rng(1);
+    for (const int64_t width : widths) {
+      const int64_t nrows = table_bytes / width;
+      std::vector<int32_t> ids(n);
+      std::uniform_int_distribution<int64_t> pick(0, nrows - 1);
+      for (auto& i : ids) i = static_cast<int32_t>(pick(rng));
+      CHECK(cudaMemcpy(idx, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+      const uint64_t expected = HostChecksum(table, ids, width);
+      const Setup s{table, idx, n, nrows, width, out};
+      for (const Read& r : reads) {
+        const bool right = rig.Checked(r, s, expected);
+        all_right = all_right && right;
+        const float read_ms = rig.AloneMs(r, s);
+        const Beside b = rig.Besides(r, s, read_ms, chain_ms);
+        char beside[32] = "-";
+        if (b.gbps > 0) std::snprintf(beside, sizeof(beside), "%.1f", b.gbps);
+        std::printf("%4lldB %-12s %7u %3dB %11.1f %12s %15.1f %6.2fx %7.0f%% %8s\n",
+                    static_cast<long long>(width),
+                    (r.name + "/" + std::to_string(r.blocks)).c_str(),
+                    r.lean ? kLeanThreads : jdirect::kThreads, VectorBytes(width, table, out),
+                    n * double(width) / (read_ms * 1e6), beside, b.chain_ms,
+                    b.chain_ms / chain_ms, 100 * b.covered, right ? "ok" : "WRONG");
       }
-    }
-    const Setup s{table, idx, n, nrows, width, out};
-    const double gb = n * double(width) / 1e9;
-    for (const Read& r : reads) {
-      // Alone, checked: the output is poisoned first, so stale rows fail.
-      CHECK(cudaMemset(out, 0xFF, n * width));
-      Launch(r, s, read_stream);
-      CHECK(cudaMemsetAsync(sum, 0, sizeof(*sum), read_stream));
-      Checksum<<<1024, 256, 0, read_stream>>>(reinterpret_cast<const uint64_t*>(out),
-                                              n * wpr, sum);
-      CHECK(cudaGetLastError());
-      unsigned long long got = 0;
-      CHECK(cudaMemcpyAsync(&got, sum, sizeof(got), cudaMemcpyDeviceToHost, read_stream));
-      CHECK(cudaStreamSynchronize(read_stream));
-      const bool right = got == expected;
-      all_right = all_right && right;
-      std::vector<float> ms;
-      for (int i = 0; i < 5; ++i) {
-        CHECK(cudaEventRecord(ev[0], read_stream));
-        Launch(r, s, read_stream);
-        CHECK(cudaEventRecord(ev[1], read_stream));
-        CHECK(cudaEventSynchronize(ev[1]));
-        ms.push_back(Ms(ev[0], ev[1]));
-      }
-      const float read_ms = Median(ms);
-
-      // Beside: enough reads to outlast the chain even if slowed 3x.
-      const int count = std::min(kMaxReads, 2 + static_cast<int>(3 * chain_ms / read_ms));
-      *reinterpret_cast<volatile int*>(flag) = 0;
-      Gate<<<1, 1, 0, gate_stream>>>(flag_dev);
-      CHECK(cudaGetLastError());
-      CHECK(cudaEventRecord(gate_ev, gate_stream));
-      CHECK(cudaStreamWaitEvent(gemm_stream, gate_ev, 0));
-      CHECK(cudaStreamWaitEvent(read_stream, gate_ev, 0));
-      CHECK(cudaEventRecord(c0, gemm_stream));
-      gemms.Enqueue();
-      CHECK(cudaEventRecord(c1, gemm_stream));
-      for (int i = 0; i < count; ++i) {
-        CHECK(cudaEventRecord(ev[i], read_stream));
-        Launch(r, s, read_stream);
-      }
-      CHECK(cudaEventRecord(ev[count], read_stream));
-      *reinterpret_cast<volatile int*>(flag) = 1;  // both streams start now
-      CHECK(cudaDeviceSynchronize());
-      const float chain_beside = Ms(c0, c1);
-      int inside = 0;  // reads that finished before the chain did
-      while (inside < count && Ms(c0, ev[inside + 1]) <= chain_beside) ++inside;
-      const float start = std::max(0.0f, Ms(c0, ev[0]));
-      const float covered =
-          std::min(1.0f, std::max(0.0f, std::min(Ms(c0, ev[count]), chain_beside) - start) /
-                             chain_beside);
-      char beside[32] = "-";
-      if (inside > 0) std::snprintf(beside, sizeof(beside), "%.1f",
-                                    inside * gb / (Ms(ev[0], ev[inside]) / 1e3));
-      const unsigned threads = r.lean ? kLeanThreads : jdirect::kThreads;
-      std::printf("%4lldB %-12s %7u %3dB %11.1f %12s %15.1f %6.2fx %7.0f%% %8s\n",
-                  static_cast<long long>(width), (r.name + "/" + std::to_string(r.blocks)).c_str(),
-                  threads, VectorBytes(width, table, out), gb / (read_ms / 1e3), beside,
-                  chain_beside, chain_beside / chain_ms, 100 * covered,
-                  right ? "ok" : "WRONG");
     }
   }
-
-  for (auto& e : ev) CHECK(cudaEventDestroy(e));
-  for (auto e : {gate_ev, c0, c1}) CHECK(cudaEventDestroy(e));
-  for (auto st : {gate_stream, gemm_stream, read_stream}) CHECK(cudaStreamDestroy(st));
-  CHECK(cublasDestroy(gemms.handle));
-  for (auto* m : {gemms.a, gemms.b, gemms.c}) CHECK(cudaFree(m));
-  CHECK(cudaFreeHost(flag));
-  CHECK(cudaFree(sum));
   CHECK(cudaFree(out));
   CHECK(cudaFree(idx));
   CHECK(cudaFree(table));
@@ -461,3 +382,7 @@ int main(int argc, char** argv) {
                         : "WRONG rows: a read's checksum differs from the host gather's\n");
   return all_right ? 0 : 1;
 }
+
+}  // namespace probe
+
+int main(int argc, char** argv) { return probe::Main(argc, argv); }
