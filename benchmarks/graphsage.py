@@ -188,7 +188,7 @@ def run_mode(graph, cfg: TrainConfig, args, memcpy: float | None,
             rec["idle_s"] = (rec["epoch_s"] - rec["device_sample_s"] - rec["gather_s"]
                              - rec["compute_s"])
             rec["feature_gb"] = rec["input_rows"] * row_bytes / 1e9
-            rec["gather_gbps"] = rec["feature_gb"] / rec["gather_s"]
+            rec["gather_gbps"] = rec["feature_gb"] / rec["gather_s"] if rec["gather_s"] else None
             rec["pcie_floor_s"] = link_floor(rec["feature_gb"], memcpy)
     return check(rec, labels=LABELS), ids
 

@@ -12,8 +12,8 @@ import jax
 from ... import environment
 from ..inference import Report
 from ..io import MetricsFile
-from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
-from ..metrics import link_floor
+# FULL, SAMPLED: the metrics file's "protocol" of each accuracy.
+from ..metrics import FULL, SAMPLED, link_floor
 from .config import TrainConfig
 
 # Which epoch's model a run evaluates (its protocol's "best_epoch").
