@@ -138,7 +138,7 @@ class Rig {
     for (auto** m : {&gemms_.a, &gemms_.b, &gemms_.c}) CHECK(cudaMalloc(m, elems * 2));
     FillBf16<<<1024, 256>>>(gemms_.a, elems, 1);  // not zeros: a GEMM of zeros draws less power
     FillBf16<<<1024, 256>>>(gemms_.b, elems, 2);
-    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());  // the legacy stream does not order the streams below
     CHECK(cublasCreate(&gemms_.handle));
     for (auto* st : {&gate_, &gemm_, &read_}) {
       CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
@@ -161,11 +161,12 @@ class Rig {
     CHECK(cudaFree(sum_));
   }
 
-  // GB/s of a 64 MB pinned host -> device copy into `dst` (the link's rate).
-  float CopyGbps(void* dst) {
+  // GB/s of a 64 MB pinned host -> device copy (the link's rate).
+  float CopyGbps() {
     const size_t bytes = 64 << 20;
-    void* pinned = nullptr;
+    void *pinned = nullptr, *dst = nullptr;
     CHECK(cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault));
+    CHECK(cudaMalloc(&dst, bytes));
     std::memset(pinned, 1, bytes);
     std::vector<float> ms;
     for (int i = 0; i < 6; ++i) {  // the first warms up
@@ -176,6 +177,7 @@ class Rig {
       if (i > 0) ms.push_back(Ms(ev_[0], ev_[1]));
     }
     CHECK(cudaFreeHost(pinned));
+    CHECK(cudaFree(dst));
     return bytes / Median(ms) / 1e6;
   }
 
@@ -334,7 +336,7 @@ int Main(int argc, char** argv) {
   bool all_right = true;
   {
     Rig rig(gemm_n, gemm_count);
-    std::printf("pinned 64 MB host -> device copy: %.1f GB/s\n", rig.CopyGbps(out));
+    std::printf("pinned 64 MB host -> device copy: %.1f GB/s\n", rig.CopyGbps());
     rig.ChainMs();  // warm-up: cuBLAS picks its kernels
     const float chain_ms = rig.ChainMs();
     std::printf("GEMM chain alone: %.1f ms (%.0f TFLOP/s)\n", chain_ms,
