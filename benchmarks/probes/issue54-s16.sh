@@ -17,7 +17,7 @@ left() { local l=$((BUDGET - SECONDS)); echo $(( l < $1 ? l : $1 )); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u;
   python3 -c "import jax; print('jax', jax.__version__)";
   python3 -c "import torch; print('torch', torch.__version__)"; } > "$OUT/machine.txt" 2>&1
-timeout "$(left 150)" bash benchmarks/probes/run_sm_lean.sh > /dev/null 2>&1
+OUT="$OUT" timeout "$(left 150)" bash benchmarks/probes/run_sm_lean.sh > /dev/null 2>&1
 echo "probe: rc $?"; cat "$OUT/sm_lean_read.log"
 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$(left 90)" python3 -m pytest -q -p no:randomly \
   tests/test_link_floor.py tests/test_torch_peer.py > "$OUT/tests.log" 2>&1
