@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs sm_lean_read.cu (issue 54, item 3) on a GPU machine; the
-# table goes to stdout and $OUT/sm_lean_read.log, the kernels' register use
-# to $OUT/sm_lean_ptxas.log. cuBLAS: the CUDA toolkit's where nvcc has it,
+# table goes to stdout and $OUT/$LOG (default sm_lean_read.log), the
+# kernels' register use to $OUT/sm_lean_ptxas.log. cuBLAS: the CUDA toolkit's where nvcc has it,
 # else the nvidia-cublas wheel that JAX's CUDA plugin installs.
 #   bash benchmarks/probes/run_sm_lean.sh [--table-gb 4] [--ids 2000000] [--gemms 40] [--n 8192]
 set -euo pipefail
@@ -34,4 +34,4 @@ PY
 fi
 nvcc -O3 -std=c++17 -arch=sm_90 -Xptxas -v "$here/sm_lean_read.cu" "${blas[@]}" \
   -o "$build/probe" 2> "$out/sm_lean_ptxas.log"
-timeout 300 "$build/probe" "$@" 2>&1 | tee "$out/sm_lean_read.log"
+timeout 300 "$build/probe" "$@" 2>&1 | tee "$out/${LOG:-sm_lean_read.log}"
