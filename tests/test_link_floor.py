@@ -84,3 +84,16 @@ def test_metrics_file_carries_the_measured_floor_of_each_epoch(graph, tmp_path, 
         assert epoch["link_gbps"] == 40.0
         assert epoch["link_floor_s"] == pytest.approx(epoch["pcie_gb"] / (40.0 * out["devices"]))
         check(epoch)
+
+
+def test_a_typed_run_carries_the_floor_of_all_its_types_rows(tmp_path, monkeypatch):
+    from jdirect.graph import train
+
+    monkeypatch.setattr(environment, "link_gbps", lambda d: 40.0)
+    train.main(["--config", "mag", "--scale", "0.002", "--fanouts", "3", "--batch-size", "256",
+                "--hidden", "8", "--epochs", "1", "--no-baseline", "--no-full-eval", "--quiet",
+                "--metrics", str(tmp_path / "m.json")])
+    epoch = json.loads((tmp_path / "m.json").read_text())["sage"]["history"][0]
+    assert epoch["pcie_gb"] == pytest.approx(sum(t["pcie_gb"] for t in epoch["types"].values()))
+    assert epoch["pcie_gb"] > 0
+    assert epoch["link_floor_s"] == pytest.approx(epoch["pcie_gb"] / 40.0)
