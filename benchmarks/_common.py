@@ -12,6 +12,8 @@ from typing import Callable, Sequence
 
 import jax
 
+from jdirect.graph.metrics import link_floor
+
 
 def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0, calls: int = 1) -> float:
     """Median seconds of `fn()` run to completion, after one warm-up call.
@@ -34,13 +36,11 @@ def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0, calls: int
 
 
 def epoch_floor(device_s: float | None, pcie_gb: float | None,
-                memcpy_gbps: float | None) -> float | None:
-    """The least an epoch can take: max(the all-in-GPU epoch, its PCIe bytes
-    at the memcpy rate); None where neither term was measured (no device
-    run, or no GPU)."""
-    terms = [device_s] if device_s else []
-    if pcie_gb is not None and memcpy_gbps:
-        terms.append(pcie_gb / memcpy_gbps)
+                link_gbps: float | None) -> float | None:
+    """floor_s, the least an epoch can take: max(the all-in-GPU epoch, the
+    link floor of its PCIe bytes, `metrics.link_floor`); None where neither
+    term was measured (no device run, or no GPU)."""
+    terms = [t for t in (device_s, link_floor(pcie_gb, link_gbps)) if t]
     return max(terms) if terms else None
 
 

@@ -64,6 +64,7 @@ import numpy as np
 
 import jdirect
 from jdirect.cached_table import cached_row_bytes
+from jdirect.environment import link_gbps
 from _common import print_table, run_meta, timed, write_json
 from _profile import kernel_profile, print_profile
 
@@ -108,13 +109,6 @@ def make_indices(rng: np.random.Generator, dist: str, n: int, rows: int) -> np.n
     ranks = np.minimum(rng.zipf(1.1, n), rows) - 1
     # Scatter the hot ranks over the table so that popularity is not locality.
     return ((ranks.astype(np.int64) * 2_654_435_761) % rows).astype(np.int32)
-
-
-def memcpy_gbps(device: jax.Device, reps: int) -> float:
-    pinned = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
-    on_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
-    src = jax.device_put(np.ones(1 << 28, np.float32), pinned)
-    return src.nbytes / timed(lambda: jax.device_put(src, on_device), reps) / 1e9
 
 
 @jax.jit
@@ -202,7 +196,7 @@ def main() -> None:
     print(f"building a {total / 2**30:.1f} GiB table ...", flush=True)
     words = make_table(total)
     rng = np.random.default_rng(0)
-    memcpy = memcpy_gbps(device, args.reps) if on_gpu else None
+    memcpy = link_gbps(device)
     device_words = jax.device_put(words, device) if "device-jnp.take" in args.methods else None
     # One copy of the words in jdirect's default memory; each row size's
     # tables are views of it (wrapped in place, not pinned again).

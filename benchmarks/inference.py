@@ -46,13 +46,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import jdirect
+from jdirect.environment import link_gbps
 from jdirect.graph import load_dataset
 from jdirect.graph.inference import CHUNK_EDGES, CHUNK_NODES, layerwise
 from jdirect.graph.models import build
 from _common import (finish_figure, graph_bytes, host_memory_line, host_peak_gb, memory_peaks,
                      print_table, run_meta, timed, write_json)
 from _profile import kernel_profile, print_profile
-from gather import memcpy_gbps
 
 
 def parse_args() -> argparse.Namespace:
@@ -162,7 +162,7 @@ def main() -> None:
     generation_peak = host_peak_gb()
     print(f"{graph} [{time.perf_counter() - start:.1f}s]", flush=True)
     on_gpu = jax.default_backend() == "gpu"
-    link = args.link_gbps or (memcpy_gbps(jax.devices()[0], 5) if on_gpu else None)
+    link = args.link_gbps or link_gbps(jax.devices()[0])
     device = args.device_gbps or (copy_gbps(5) if on_gpu else None)
     records = []
     with jdirect.HostTable(graph.features) as features:

@@ -30,6 +30,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jdirect.environment import link_gbps
 from jdirect.graph.features import ENCODINGS
 from jdirect.graph.metrics import check
 from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
@@ -37,7 +38,6 @@ from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
 from _common import (add_graph_args, epoch_floor, finish_figure, host_peak_gb, load_graph_of,
                      memory_peaks, print_table, run_meta, write_json)
-from gather import memcpy_gbps
 
 LABELS = ("mode", "encoding", "cache", "rows", "part")  # a record's settings
 COUNTERS = ("cache_hits", "pcie_rows", "pcie_gb")
@@ -130,7 +130,7 @@ def main() -> None:
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in rec.items()), flush=True)
     device = next((r["epoch_s"] for r in records if r["mode"].startswith("device")), None)
-    memcpy = memcpy_gbps(jax.devices()[0], 5) if on_gpu else None
+    memcpy = link_gbps(jax.devices()[0])
     meta["memcpy_gbps"] = memcpy
     for r in records:
         r["vs_device"] = r["epoch_s"] / device if device else None

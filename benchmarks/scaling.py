@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 
 from _profile import kernel_profile, print_profile
-from jdirect.environment import leave_room_for_host_tables
+from jdirect.environment import leave_room_for_host_tables, link_gbps
 from jdirect.graph import load_graph
 from jdirect.graph.features import SOURCES
 from jdirect.graph.metrics import check
@@ -204,10 +204,9 @@ def main() -> None:
     jax.config.update("jax_num_cpu_devices", max(args.devices))
     from _common import (epoch_floor, host_peak_gb, memory_peaks, print_table, run_meta,
                          write_json)
-    from gather import memcpy_gbps
 
     cfg = run_config(args)
-    memcpy = memcpy_gbps(jax.devices()[0], 5) if jax.default_backend() == "gpu" else None
+    memcpy = link_gbps(jax.devices()[0])
     graph = load_graph(cfg)
     generation_peak = host_peak_gb()  # before any trainer allocates
     print(f"{graph}, {cfg.features}, cache_fraction {cfg.cache_fraction}, batch {cfg.batch_size}",

@@ -84,6 +84,13 @@ METRICS: dict[str, str] = {
                  "relative beyond",
     "pcie_gb": "pcie_rows x the stored row's bytes (an int8 row's packed d + 4), 1e9: the "
                "rows' payload over PCIe, not the link's transactions",
+    "link_gbps": "host -> device copy rate of a GPU's link, GB/s: a pinned 64 MB array "
+                 "copied to the device, measured once per process (jdirect.environment."
+                 "link_gbps; absent on the CPU backend)",
+    "link_floor_s": "the epoch's link floor: pcie_gb over link_gbps times the devices (each "
+                    "has its own link), the least time its PCIe rows can take; the epoch "
+                    "cannot run faster than this nor than its compute, of which the trainer "
+                    "knows nothing (absent where link_gbps or pcie_gb is)",
     "devices": "devices trained on, over all processes",
     "processes": "processes of the run",
     "steps_per_call": "optimizer steps per dispatch (the device sampler's loop; 1 with the "
@@ -103,11 +110,13 @@ METRICS: dict[str, str] = {
     "input_rows": "unique input rows of the epoch's batches (each batch's once)",
     "feature_gb": "bytes of those rows, 1e9",
     "read_gbps": "feature_gb / epoch_s: the feature-read rate the epoch sustained",
-    "pcie_floor_s": "feature_gb over the pinned memcpy rate measured in the same run",
+    "pcie_floor_s": "link_floor_s of every input row: feature_gb over link_gbps, as if "
+                    "nothing were cached",
     "vs_device": "epoch_s over the device source's epoch_s with the same sampler",
+    "gather_gbps": "feature_gb / gather_s: the rate of the feature read alone",
     "floor_s": "what the epoch can take at best: the larger of the device source's epoch_s "
-               "with the same sampler (all in GPU memory) and the epoch's pcie_gb over the "
-               "pinned memcpy rate, both of the same run",
+               "with the same sampler (all in GPU memory) and its link_floor_s, both of the "
+               "same run",
     "vs_floor": "epoch_s over floor_s",
     "val_acc_seeds": "val_acc of each training seed, in order (a list; the record's val_acc "
                      "is their mean)",
@@ -115,6 +124,16 @@ METRICS: dict[str, str] = {
     "acc_delta_pts": "val_acc minus float32 rows' val_acc of the same run, in points",
     "speedup": "the one-device epoch_s over this run's",
 }
+
+
+def link_floor(pcie_gb: float | None, link_gbps: float | None,
+               links: int = 1) -> float | None:
+    """link_floor_s: `pcie_gb` (GB over PCIe, summed over devices) at
+    `link_gbps` on each of `links` links; None without either figure (the
+    CPU backend, or a source that counts no PCIe rows)."""
+    if pcie_gb is None or not link_gbps:
+        return None
+    return pcie_gb / (link_gbps * links)
 
 
 def check(record: Mapping[str, Any], *, labels: tuple[str, ...] = ()) -> Mapping[str, Any]:

@@ -46,7 +46,7 @@ from ..models import dropout_masks
 from ..training.config import TrainConfig, as_dict, first_line, num_layers
 from ..training.epochs import TrainingDiverged, end_epoch, warn_if_short
 from ..training.optimizer import optimizer as make_optimizer
-from ..training.reporting import best_of, fit_result, format_epoch
+from ..training.reporting import best_of, fit_result, format_epoch, link_figures
 from ..training.timing import Timings
 from ..training.trainer import EvaluationFailed
 from .data import HeteroGraph
@@ -228,9 +228,10 @@ class TypedRun:
             types.update(self.learned.traffic(counts["learned"]))
         totals = {k: sum(m.get(k, 0) for m in types.values())
                   for k in ("cache_hits", "pcie_rows", "pcie_gb")}
+        epoch_s = time.perf_counter() - start
         return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=right / max(seen, 1),
-                    epoch_s=time.perf_counter() - start, batches=len(rows), **totals,
-                    types=types)
+                    epoch_s=epoch_s, batches=len(rows), **totals, types=types,
+                    **link_figures(totals["pcie_gb"], jax.devices()[0], 1))
 
     def accuracy(self, nodes: np.ndarray, state: Any = None) -> float | None:
         """Sampled accuracy over `nodes` (at most cfg.eval_max, a fixed

@@ -9,9 +9,11 @@ from typing import Any
 
 import jax
 
+from ... import environment
 from ..inference import Report
 from ..io import MetricsFile
-from ..metrics import FULL, SAMPLED  # the metrics file's "protocol" of each accuracy
+# FULL, SAMPLED: the metrics file's "protocol" of each accuracy.
+from ..metrics import FULL, SAMPLED, link_floor
 from .config import TrainConfig
 
 # Which epoch's model a run evaluates (its protocol's "best_epoch").
@@ -95,11 +97,24 @@ def accuracy_line(out: dict[str, Any], cfg: TrainConfig) -> str:
                else f"; sampled test {out['sampled_test_acc']:.4f}"))
 
 
+def link_figures(pcie_gb: float | None, device: jax.Device, devices: int) -> dict[str, float]:
+    """{link_gbps, link_floor_s} (`jdirect.graph.metrics`) of an epoch that
+    moved `pcie_gb` over PCIe on `devices` devices like `device`, whose link
+    is measured once per process (`environment.link_gbps`, after the
+    epoch's timing); {} on the CPU backend or for a source that counts no
+    PCIe rows (pcie_gb None)."""
+    rate = environment.link_gbps(device) if pcie_gb is not None else None
+    if rate is None:
+        return {}
+    return dict(link_gbps=rate, link_floor_s=link_floor(pcie_gb, rate, devices))
+
+
 def format_epoch(m: dict[str, Any], over_link: bool = True, val_key: str = "val_acc") -> str:
     """One log line for an epoch's metrics; `over_link`: the host table is
     read across PCIe (a GPU), else in place (the CPU backend: no cache, no
     link, so the rows are only "read"); `val_key`: the validation figure
-    shown (the task's `selects`)."""
+    shown (the task's `selects`). Where rows went over PCIe and the link
+    was measured, their link floor follows their bytes ("floor 0.141s")."""
     val = m.get(val_key)
     label = "val" if val_key == "val_acc" else val_key
     line = (f"epoch {m['epoch']}: loss {m['loss']:.4f} train {m['train_acc']:.3f} "
@@ -107,8 +122,10 @@ def format_epoch(m: dict[str, Any], over_link: bool = True, val_key: str = "val_
     if over_link and (m.get("pcie_rows") or m.get("cache_hits") or m.get("peer_rows")):
         peers = (f"{m['peer_rows']:,} from peer devices ({m['peer_gb']:.3g} GB), "
                  if "peer_rows" in m else "")
+        floor = (f", floor {m['link_floor_s']:.3g}s" if m.get("pcie_rows")
+                 and m.get("link_floor_s") is not None else "")
         line += (f" | rows: {m['cache_hits']:,} cached, {peers}{m['pcie_rows']:,} over PCIe "
-                 f"({m['pcie_gb']:.3g} GB)")
+                 f"({m['pcie_gb']:.3g} GB{floor})")
     elif m.get("pcie_rows"):
         line += f" | rows: {m['pcie_rows']:,} read ({m['pcie_gb']:.3g} GB)"
     if "wait_s" in m:

@@ -35,7 +35,7 @@ from .full_batch import FullBatchFeed
 from .inputs import make_mesh, open_input, sampler_kind
 from .learned import LearnedTable, model_input, split_state
 from .optimizer import optimizer as make_optimizer
-from .reporting import best_of, format_epoch
+from .reporting import best_of, format_epoch, link_figures
 from .timing import Timings
 
 class EvaluationFailed(RuntimeError):
@@ -118,7 +118,9 @@ class Trainer:
 
     # -- one epoch ---------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        """Trains one pass over the training seeds; returns its metrics.
+        """Trains one pass over the training seeds; returns its metrics
+        (`epochs.train_pass`'s and, on a GPU, the link floor of its PCIe rows:
+        `reporting.link_figures`).
 
         Raises:
           TrainingDiverged: the loss became NaN or infinite.
@@ -129,8 +131,9 @@ class Trainer:
             self.state, metrics = self.feed.train_step(self.state, metrics, inputs, at)
             return metrics
 
-        return train_pass(self.feed, self.source, self.train_seeds, epoch, step,
-                          log_every=self.cfg.log_every, progress=self._progress)
+        m = train_pass(self.feed, self.source, self.train_seeds, epoch, step,
+                       log_every=self.cfg.log_every, progress=self._progress)
+        return m | link_figures(m.get("pcie_gb"), self.mesh.local_devices[0], self.mesh.size)
 
     # -- evaluation --------------------------------------------------------
     def evaluate(self, nodes: np.ndarray, state: Any = None) -> float | None:
