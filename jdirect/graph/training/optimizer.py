@@ -15,6 +15,7 @@ Two kinds of weight decay, distinct in what Adam does with them:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -36,10 +37,18 @@ def l2_mask(params: Any, scope: str) -> Any:
 
 def optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
     """The optimizer of a run of `cfg`: AdamW(cfg.lr, cfg.weight_decay),
-    with the L2 term `cfg.l2` over `cfg.l2_scope` ahead of it where set."""
-    adamw = optax.adamw(cfg.lr, weight_decay=cfg.weight_decay)
-    if not cfg.l2:
+    with the L2 term `cfg.l2` over `cfg.l2_scope` ahead of it where set.
+    One object per setting: the optimizer is static in the step programs
+    (the model and optimizer's graphdef), so a new one per run would trace
+    and compile each of them again."""
+    return _optimizer(cfg.lr, cfg.weight_decay, cfg.l2, cfg.l2_scope)
+
+
+@functools.cache
+def _optimizer(lr: float, weight_decay: float, l2: float,
+               l2_scope: str) -> optax.GradientTransformation:
+    adamw = optax.adamw(lr, weight_decay=weight_decay)
+    if not l2:
         return adamw
     return optax.chain(
-        optax.add_decayed_weights(cfg.l2, mask=lambda params: l2_mask(params, cfg.l2_scope)),
-        adamw)
+        optax.add_decayed_weights(l2, mask=lambda params: l2_mask(params, l2_scope)), adamw)
