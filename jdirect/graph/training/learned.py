@@ -28,9 +28,10 @@ named by the token of each one's latest write: a step reads and writes
 the versions those tokens name and returns the new tokens, which the next
 step takes as inputs, so inside a call's loop of steps and from call to
 call a step's reads follow the previous step's writes (a data dependency
-the compiler keeps). Tables never leave a jitted call, only tokens (a
-HostTable returned from jit costs a wait for the call when it is
-rebuilt). Device tables are the state's leaves themselves, ordered as any
+the compiler keeps). The tables go into every step program as arguments
+(their handles are operands: one compilation serves every run of the
+same shapes) and never leave one, only tokens (`detached`): a handle a
+program returns is a copy that a GPU could read unwritten. Device tables are the state's leaves themselves, ordered as any
 array. The pipelined read (`overlap`) stays exact: it reads batch i + 1's
 given features ahead, never its embedding rows, which the update reads
 after batch i's write.
@@ -49,7 +50,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
 from typing import Any, Callable
 
 import jax
@@ -89,20 +89,23 @@ def _token(table: HostTable) -> jax.Array:
     return table.operands("the learned input", traced=True).token
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["leaves", "count"],
-                   meta_fields=["tables", "slots", "optimizer"])
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["tables", "leaves", "count"],
+                   meta_fields=["slots", "optimizer"])
 @dataclasses.dataclass(frozen=True)
 class LearnedRows:
     """The learned table's part of the step state (a pytree), and how a step
     reads and trains its rows.
 
     Attributes:
-      tables: static. In host memory: weak references to the HostTables
-        that own it, the embedding table first, then the optimizer's slots
-        (named by `slots`); weak, because JAX's compilation caches keep the
-        static part of every program's arguments and must not keep a closed
-        trainer's tables (GBs) alive: `LearnedTable` owns them. In device
-        memory: () (the leaves are the tables).
+      tables: in host memory: the HostTables, the embedding table first,
+        then the optimizer's slots (named by `slots`), as views placed like
+        the state (`LearnedTable.initial`; `LearnedTable` owns the tables).
+        Leaves of the state, not static: a step program takes their handles
+        as operands, so runs of equal shapes share its compilations (in
+        this process and in JAX's persistent cache). A training program's
+        outputs hold None in their place, the caller's views are put back
+        (`detached`, `attached`). In device memory: () (the leaves are the
+        tables).
       slots: static: the slots' names (`SparseState.slots` keys).
       optimizer: static: the row-wise sparse optimizer (`sparse_optimizer`).
       leaves: in host memory, each table's latest write token (int32
@@ -110,7 +113,7 @@ class LearnedRows:
       count: int32 scalar, the sparse optimizer's step count.
     """
 
-    tables: tuple[weakref.ref, ...]
+    tables: tuple[HostTable, ...] | None
     slots: tuple[str, ...]
     optimizer: embeddings.SparseOptimizer
     leaves: tuple[jax.Array, ...]
@@ -118,26 +121,14 @@ class LearnedRows:
 
     @property
     def on_device(self) -> bool:
-        return not self.tables
-
-    def owners(self) -> tuple[HostTable, ...]:
-        """The HostTables (the embedding table, then the slots).
-
-        Raises:
-          ValueError: their `LearnedTable` is gone.
-        """
-        owners = tuple(ref() for ref in self.tables)
-        if any(t is None for t in owners):
-            raise ValueError("the embedding tables of this state were freed: their "
-                             "LearnedTable (the Trainer) is gone")
-        return owners
+        return self.tables == ()
 
     def _versions(self) -> tuple[Any, embeddings.SparseState]:
         """Traced: the table and the optimizer state as of this state."""
         if self.on_device:
             table, *slots = self.leaves
         else:
-            table, *slots = (t.next_version(tok) for t, tok in zip(self.owners(), self.leaves))
+            table, *slots = (t.next_version(tok) for t, tok in zip(self.tables, self.leaves))
         return table, embeddings.SparseState(self.count, dict(zip(self.slots, slots)))
 
     def input(self, x: jax.Array, input_nodes: jax.Array) -> tuple[jax.Array, Any]:
@@ -168,6 +159,34 @@ def split_state(state: Any) -> tuple[Any, LearnedRows | None]:
     if isinstance(state, tuple):
         return state
     return state, None
+
+
+def _with_tables(out: tuple, tables: tuple[HostTable, ...] | None) -> tuple:
+    """A training program's outputs `(state, ...)` with the host tables of
+    the state's LearnedRows replaced by `tables`; as they are without."""
+    model_state, rows = split_state(out[0])
+    if not isinstance(rows, LearnedRows) or rows.on_device:
+        return out
+    return ((model_state, dataclasses.replace(rows, tables=tables)), *out[1:])
+
+
+def detached(out: tuple) -> tuple:
+    """Traced: a training program's outputs `(state, ...)` without the
+    state's host tables (None in their place): returned from a program, a
+    table's handle is a copy made in it, which a GPU handler, reading
+    handles on the host when a call is enqueued, could read before it is
+    written (`jdirect.write_rows`)."""
+    return _with_tables(out, None)
+
+
+def attached(out: tuple, state: Any) -> tuple:
+    """A training program's outputs `(state, ...)` with the host tables of
+    the step state `state` it was called with (the run's views, fixed for
+    the run); `out` itself where `state` carries none."""
+    rows = split_state(state)[1]
+    if not isinstance(rows, LearnedRows) or rows.on_device:
+        return out
+    return _with_tables(out, rows.tables)
 
 
 def embedding_memory(memory: str, nbytes: int) -> str:
@@ -247,8 +266,10 @@ class LearnedTable:
         self._names = tuple(sorted(self.sparse.slots))
 
     def initial(self, place: Callable[[Any], Any]) -> LearnedRows:
-        """The rows' state before the first step (count 0), device arrays
-        put by `place`; device memory: once (the state takes the arrays).
+        """The rows' state before the first step (count 0), placed by
+        `place` as the model's state is (host tables: views of them, which
+        the step programs take as arguments); device memory: once (the
+        state takes the arrays).
 
         Raises:
           ValueError: device memory, taken a second time.
@@ -259,16 +280,20 @@ class LearnedTable:
             if leaves is None:
                 raise ValueError("the initial state of device tables is taken once")
             return place(LearnedRows((), self._names, self.optimizer, leaves, count))
-        tables = (self.table, *(self.sparse.slots[n] for n in self._names))
-        return LearnedRows(tuple(weakref.ref(t) for t in tables), self._names, self.optimizer,
-                           tuple(_token(t) for t in tables), count)
+        tables = self._tables()
+        return place(LearnedRows(tables, self._names, self.optimizer,
+                                 tuple(_token(t) for t in tables), count))
+
+    def _tables(self) -> tuple[HostTable, ...]:
+        """Host memory: the tables owned here, in `LearnedRows.tables`' order."""
+        return (self.table, *(self.sparse.slots[n] for n in self._names))
 
     def settle(self, rows: LearnedRows) -> None:
         """Makes the owners follow `rows`' writes (a state a step returned):
         their `numpy()` and `close()` then wait for those writes. Device
         tables: nothing to do."""
         if not rows.on_device:
-            for table, token in zip(rows.owners(), rows.leaves):
+            for table, token in zip(self._tables(), rows.leaves):
                 table.next_version(token)
 
     def saved(self, rows: LearnedRows | None) -> dict[str, Any]:
@@ -293,7 +318,7 @@ class LearnedTable:
         host tables in place; device tables put by `place`)."""
         if self.memory == "host":
             rows = self.initial(place)
-            return dataclasses.replace(rows, count=jnp.asarray(saved["count"], jnp.int32))
+            return dataclasses.replace(rows, count=place(jnp.asarray(saved["count"], jnp.int32)))
         leaves = (saved["table"], *(saved["slots"][n] for n in self._names))
         return place(LearnedRows((), self._names, self.optimizer, leaves, saved["count"]))
 

@@ -33,6 +33,7 @@ import jax
 from ..batch import Batch
 from ..features import FeatureSource
 from .._jit import jit
+from . import learned
 from ._sharded import (ALL, POSITION, SPLIT, Position, call_batches, repeat, sample,
                        shard_map, share)
 from .parallel import AXIS
@@ -44,12 +45,20 @@ Ahead = tuple[jax.Array, Batch]  # rows read ahead and their batch, per device (
 def training(fun: Callable) -> Callable:
     """`fun(ctx, ...)` jitted with `ctx` static, compiled with XLA's search
     over Triton GEMM fusions where `ctx.gemm_search`, else with
-    `.._jit.jit`'s options (`TrainConfig.gemm_search`)."""
-    searched, plain = jax.jit(fun, static_argnums=0), jit(fun, static_argnums=0)
+    `.._jit.jit`'s options (`TrainConfig.gemm_search`). Where `fun` takes
+    and returns a step state first, the state's learned host tables go in
+    as arguments and come back as the caller's (`learned.detached`,
+    `learned.attached`)."""
+    @functools.wraps(fun)
+    def program(ctx, *args):
+        return learned.detached(fun(ctx, *args))
+
+    searched, plain = jax.jit(program, static_argnums=0), jit(program, static_argnums=0)
 
     @functools.wraps(fun)
     def call(ctx, *args):
-        return (searched if ctx.gemm_search else plain)(ctx, *args)
+        out = (searched if ctx.gemm_search else plain)(ctx, *args)
+        return learned.attached(out, args[0])
 
     call.searched, call.plain = searched, plain
     return call
