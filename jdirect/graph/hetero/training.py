@@ -98,6 +98,14 @@ def type_traffic(types: dict[str, dict[str, float]], over_link: bool) -> str:
     return " | by type: " + "; ".join(parts) if parts else ""
 
 
+def _committed(tree: Any) -> Any:
+    """`tree`'s arrays committed to the devices they are on, in their
+    memory kind, as a step's outputs and a restored checkpoint's arrays
+    are: one compilation of each step program, in a run and (from JAX's
+    persistent cache) in the run that resumes it."""
+    return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
+
+
 class TypedRun:
     """One typed run of `cfg` on `graph` (module doc): sampler, sources,
     model and optimizer state, history; `fit` trains and evaluates.
@@ -142,21 +150,29 @@ class TypedRun:
         self.tables = {} if self.learned is None else self.learned.tables
         self.graphdef, self.state = nnx.split(
             (model, nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)))
+        self.state, self.tables = _committed((self.state, self.tables))
         self.train_ids = jnp.asarray(graph.train, jnp.int32)
         self.batches_per_epoch = -(-len(graph.train) // self.sampler.batch_size)
         self.epochs = max(cfg.epochs, math.ceil(cfg.min_steps / self.batches_per_epoch))
         self.history: list[dict[str, Any]] = []
         self.checkpointed: int | None = None
+        # What every step reads, an argument of the programs rather than
+        # closed over: a table's handle is then an operand, not a constant,
+        # so a later run of the same shapes reuses the compiled programs
+        # (JAX's persistent cache).
+        self._data = (self.sampler.arrays, self.inputs.tables)
         self._step = jax.jit(self._train_step)
         self._correct = jax.jit(self._count_correct)
 
     # -- traced ------------------------------------------------------------
-    def _read(self, tables: Any, seeds: jax.Array, key: jax.Array):
+    def _read(self, data: Any, tables: Any, seeds: jax.Array, key: jax.Array):
         """(batch, the ids read per type, the sources' rows, the learned
-        rows) of one batch of `seeds`: one read a type."""
-        batch = self.sampler.sample(self.sampler.arrays, seeds, key)
+        rows) of one batch of `seeds` from `data` (`self._data`): one read
+        a type."""
+        arrays, sources = data
+        batch = self.sampler.sample(arrays, seeds, key)
         ids = batch.input_nodes if self.neighbours else batch.nodes[0]
-        rows = self.inputs.read(self.inputs.tables, ids)
+        rows = self.inputs.read(sources, ids)
         learned = {} if self.learned is None else self.learned.rows(tables, ids)
         return batch, ids, rows, learned
 
@@ -167,11 +183,11 @@ class TypedRun:
         keep = None if key is None else dropout_masks(model, batch, jax.random.fold_in(key, 1))
         return model(x, batch, keep)
 
-    def _train_step(self, state: Any, tables: Any, sums: dict[str, Any], seeds: jax.Array,
-                    epoch: jax.Array, step: jax.Array):
+    def _train_step(self, state: Any, data: Any, tables: Any, sums: dict[str, Any],
+                    seeds: jax.Array, epoch: jax.Array, step: jax.Array):
         model, optimizer = nnx.merge(self.graphdef, state)
         key = self.sampler.key(epoch, step)
-        batch, ids, rows, learned = self._read(tables, seeds, key)
+        batch, ids, rows, learned = self._read(data, tables, seeds, key)
 
         def loss_fn(model, learned):
             logits = self._logits(model, batch, rows, learned, key)
@@ -185,7 +201,7 @@ class TypedRun:
         (_, totals), (grads, row_grads) = nnx.value_and_grad(
             loss_fn, argnums=(0, 1), has_aux=True)(model, learned)
         optimizer.update(model, grads)
-        counts = dict(sources=self.inputs.count(self.inputs.tables, ids), learned={})
+        counts = dict(sources=self.inputs.count(data[1], ids), learned={})
         if self.learned is not None:
             tables = self.learned.apply(tables, ids, learned, row_grads)
             counts["learned"] = self.learned.count(ids)
@@ -193,10 +209,10 @@ class TypedRun:
                     counts=jax.tree.map(jnp.add, sums["counts"], counts))
         return nnx.state((model, optimizer)), tables, sums
 
-    def _count_correct(self, state: Any, tables: Any, seeds: jax.Array,
+    def _count_correct(self, state: Any, data: Any, tables: Any, seeds: jax.Array,
                        step: jax.Array) -> jax.Array:
         model, _ = nnx.merge(self.graphdef, state)
-        batch, _, rows, learned = self._read(tables, seeds,
+        batch, _, rows, learned = self._read(data, tables, seeds,
                                              self.sampler.key(jnp.int32(-1), step))
         logits = self._logits(model, batch, rows, learned, None)
         return ((logits.argmax(-1) == batch.labels) & batch.seed_mask).sum()
@@ -209,14 +225,14 @@ class TypedRun:
         Raises:
           TrainingDiverged: the loss became NaN or infinite.
         """
-        sums = dict(totals=jnp.zeros(3), counts=dict(
+        sums = _committed(dict(totals=jnp.zeros(3), counts=dict(
             sources={t: jnp.zeros(len(s.COUNTERS)) for t, s in self.inputs.sources.items()},
-            learned={t: jnp.zeros(1) for t in self.tables}))  # a learned type's rows read
+            learned={t: jnp.zeros(1) for t in self.tables})))  # a learned type's rows read
         start = time.perf_counter()
         rows = self.sampler.epoch_seeds(self.sampler.arrays, self.train_ids, epoch)
         for i, seeds in enumerate(rows):
-            self.state, self.tables, sums = self._step(self.state, self.tables, sums, seeds,
-                                                       jnp.int32(epoch), jnp.int32(i))
+            self.state, self.tables, sums = self._step(self.state, self._data, self.tables, sums,
+                                                       seeds, jnp.int32(epoch), jnp.int32(i))
         loss_sum, right, seen = (float(v) for v in jax.device_get(sums["totals"]))
         if not math.isfinite(loss_sum):
             raise TrainingDiverged(f"training diverged: the loss became {loss_sum} in epoch "
@@ -244,7 +260,7 @@ class TypedRun:
         rows = self.sampler.epoch_seeds(self.sampler.arrays, jnp.asarray(nodes, jnp.int32), 0,
                                         shuffle=False)
         state = self.state if state is None else state
-        right = sum(int(self._correct(state, self.tables, seeds, jnp.int32(i)))
+        right = sum(int(self._correct(state, self._data, self.tables, seeds, jnp.int32(i)))
                     for i, seeds in enumerate(rows))
         return right / len(nodes)
 
