@@ -254,6 +254,31 @@ def test_a_closed_trainer_frees_its_embedding_tables(graph):
     assert [r() for r in owned] == [None] * 3
 
 
+def test_a_second_run_reuses_the_compiled_steps_and_writes_its_own_tables(featureless):
+    """The host tables' handles are operands of the step programs, not
+    constants of them, and equal settings share their optimizers: a second
+    run of the same settings compiles no step program again, and its steps
+    read and write its own tables (the first run's are closed by then)."""
+    from jdirect import embeddings
+    from jdirect.graph.training import programs
+
+    # A seed no other test trains with: the cache sizes count this run's programs.
+    cfg = config(epochs=1, embedding_optimizer="adam", seed=11)
+    tables = []
+    for _ in range(2):
+        with Trainer(featureless, cfg) as t:
+            t.fit(log=lambda line: None)
+            tables.append(t.learned.table.numpy().copy())
+        sizes = (programs.train_step.searched._cache_size(), programs.eval_step._cache_size())
+        if len(tables) == 1:
+            first = sizes
+    assert sizes == first
+    with embeddings.create_table(featureless.num_nodes, cfg.embedding_dim,
+                                 seed=cfg.seed) as start:
+        assert not np.array_equal(tables[1], start.numpy())
+    np.testing.assert_array_equal(tables[1], tables[0])
+
+
 @newest_only  # the run's bookkeeping; the oldest end fits a learned run in the test above
 def test_a_learned_run_evaluates_its_last_epoch_even_when_validation_falls(featureless,
                                                                            monkeypatch):
