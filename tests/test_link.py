@@ -315,9 +315,9 @@ def test_sampled_ranking_with_whole_neighbourhoods_equals_the_full_one():
                       hidden=8, eval_negatives=10, features="jdirect", progress=False)
     with Trainer(graph, cfg) as trainer:
         split = trainer.task.split
-        sampled = sampled_ranking(trainer.feed, trainer.state, split, "val")
+        sampled = sampled_ranking(trainer.feed, trainer.state, split, ("val",))["val"]
         full = full_ranking(trainer.graphdef, trainer.state, trainer.graph, trainer.source, 8,
-                            split, "val", progress=False)
+                            split, ("val",), progress=False)["val"]
     assert sampled.keys() == full.keys()
     for key in full:
         assert sampled[key] == pytest.approx(full[key], abs=1e-4), key
@@ -333,7 +333,8 @@ def test_early_stopping_names_the_tasks_metric(graph):
                       progress=False, full_eval=False)
     with Trainer(graph, cfg) as t:
         mrr = iter([0.5, 0.4, 0.9, 0.9])  # validation after epochs 0 and 1, then the result's
-        t.ranking = lambda state, split: dict(mrr=next(mrr) if split == "val" else 0.0)
+        t.ranking = lambda state, parts: {p: dict(mrr=next(mrr) if p == "val" else 0.0)
+                                          for p in parts}
         lines = []
         out = t.fit(log=lines.append)
     assert len(out["history"]) == 2 and out["best_epoch"] == 0
