@@ -20,6 +20,8 @@ device) and figures_s (the negatives' sort and counts, then the figures).
 Prints a line a run; writes link-epoch.json under --out.
 GPU (H200):
   python benchmarks/link_epoch.py --config citation2 --out $OUT
+  python benchmarks/link_epoch.py --config citation2 --steps 0 --runs features=jdirect-cache \
+      --out $OUT  # the full ranking alone (of an untrained model)
   python benchmarks/link_epoch.py --config recsys --set dataset=recsys-medium \
       embedding_optimizer=adagrad edge_split=bipartite:0.001,0.001 \
       --runs embedding_memory=device embedding_memory=host --no-ranking --out $OUT
@@ -78,7 +80,8 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], help="KEY=VALUE settings of every run")
     p.add_argument("--runs", nargs="+", default=["features=jdirect-cache", "features=device"],
                    help="one KEY=VALUE[,KEY=VALUE] group a run")
-    p.add_argument("--steps", type=int, default=400, help="batches timed a run")
+    p.add_argument("--steps", type=int, default=400,
+                   help="batches timed a run (0: no training; the ranking's model is untrained)")
     p.add_argument("--no-ranking", action="store_true", help="skip the full ranking")
     p.add_argument("--out", type=Path, default=Path("."))
     args = p.parse_args()
@@ -91,14 +94,15 @@ def main() -> None:
     for i, run in enumerate(args.runs):
         changes = settings([run])
         with Trainer(graph, cfg.replace(**changes).validate(), task=task) as t:
-            edges = t.train_seeds
-            t.train_seeds = edges[:args.steps * cfg.batch_size]  # a leading slice of an epoch
-            t.train_epoch(0)
-            m = t.train_epoch(1)
-            rate = len(t.train_seeds) / m["epoch_s"]
-            row = dict(run=run, **changes, steps=m["batches"], seconds=m["epoch_s"],
-                       edges_per_s=rate, epoch_s_at_rate=len(edges) / rate, loss=m["loss"],
-                       source=t.source.describe())
+            row = dict(run=run, **changes, source=t.source.describe())
+            if args.steps:
+                edges = t.train_seeds
+                t.train_seeds = edges[:args.steps * cfg.batch_size]  # a leading slice of an epoch
+                t.train_epoch(0)
+                m = t.train_epoch(1)
+                rate = len(t.train_seeds) / m["epoch_s"]
+                row.update(steps=m["batches"], seconds=m["epoch_s"], edges_per_s=rate,
+                           epoch_s_at_rate=len(edges) / rate, loss=m["loss"])
             show(row)
             if not args.no_ranking and i + 1 == len(args.runs):
                 start = time.perf_counter()

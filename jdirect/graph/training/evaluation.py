@@ -184,17 +184,9 @@ def _endpoints(split: EdgeSplit,
                parts: Sequence[str]) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, ...]]]:
     """(the distinct nodes of `parts`' edges and negatives, ascending;
     {part: (src, dst, neg) as int32 positions among them})."""
-    edges = [split.edges(part) for part in parts]
-    negs = [split.negatives(part) for part in parts]
-    nodes, at = unique_positions(np.concatenate([a.ravel() for a in edges + negs]))
-    at = at.astype(np.int32)  # below the node count, an int32
-    bounds = np.cumsum([0] + [a.size for a in edges + negs])
-    ends = {}
-    for i, part in enumerate(parts):
-        src, dst = at[bounds[i]:bounds[i + 1]].reshape(-1, 2).T
-        j = len(parts) + i
-        ends[part] = (src, dst, at[bounds[j]:bounds[j + 1]].reshape(negs[i].shape))
-    return nodes, ends
+    ids = [split.edges(part) for part in parts] + [split.negatives(part) for part in parts]
+    nodes, at = unique_positions(ids)  # int32 positions below 2**31 nodes
+    return nodes, {part: (*at[i].T, at[len(parts) + i]) for i, part in enumerate(parts)}
 
 
 def _rank(model: nnx.Module, h: jax.Array, src: np.ndarray, dst: np.ndarray,
