@@ -11,9 +11,10 @@ of its own negatives and of all negatives score above, equal or below it,
 and the highest negatives. `tally` finds them with one sort of the
 negatives and a binary search per positive, in NumPy or, where the scores
 are on a device, in jax.numpy; `figures_of` turns them into the figures on
-the host, in float64. A sort of every (positive, negative) score pair, as
-the rank-based formulas are usually written, took minutes on the host for
-a citation2-sized part (86,646 positives x 1,000 negatives).
+the host, in float64. The rank-based formulas as usually written sort
+every score of a part (positives and negatives together) on the host: on
+citation2's parts (86,646 positives x 1,000 negatives) the slowest step of
+the ranking (the journal, benchmarks/results/journal/LOG.md, 2026-11-29).
 """
 
 from __future__ import annotations

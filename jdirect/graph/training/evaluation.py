@@ -198,8 +198,8 @@ def _rank(model: nnx.Module, h: jax.Array, src: np.ndarray, dst: np.ndarray,
     figures' counts (`ranking.tally`) come back. `times`: `full_ranking`'s."""
     m = len(src)
     pad = -m % SCORE_CHUNK
-    src, dst, neg = (np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (src, dst, neg))
     with _timed(times, "scores_s"):
+        src, dst, neg = (np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (src, dst, neg))
         scores = [_scores(model, h, *(jnp.asarray(a[i:i + SCORE_CHUNK]) for a in (src, dst, neg)))
                   for i in range(0, m + pad, SCORE_CHUNK)]
         pos, negs = (jnp.concatenate([s[j] for s in scores])[:m] for j in (0, 1))
