@@ -1,7 +1,6 @@
-// The CUDA gather kernels (GatherKernel; LeanGatherKernel, the started
-// read's alternative) and the sort-key kernel of the address-order path.
+// The CUDA gather kernel and the sort-key kernel of the address-order path.
 //
-// Each kernel serves both orders of access; a `Rows` policy says, for the
+// One kernel serves both orders of access; a `Rows` policy says, for the
 // k-th work row, which table row to read (-1: the fill value) and where in
 // the output it goes:
 // - CallerRows: row k is index k, written at position k (one pass);
