@@ -8,6 +8,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "gather_common.h"
 #include "gather_cuda.h"
@@ -69,19 +70,32 @@ void WithVector(const GatherArgs& a, Fn fn) {
   }
 }
 
+// Launches LeanGatherKernel over `rows` with vectors V: kItems is the
+// fewest of 1, 2, 4 and 8 loads a lane that hold a group's vectors (longer
+// rows take 8, in rounds).
+template <typename V, typename Rows>
+void LaunchLean(const GatherArgs& a, Rows rows, uint32_t vpr, const CudaRunner& run) {
+  const unsigned blocks =
+      Blocks(a.n, int64_t{kLeanRows} * (kLeanThreads / 32), run.max_blocks);
+  const auto launch = [&](auto items) {
+    LeanGatherKernel<V, decltype(items)::value, Rows><<<blocks, kLeanThreads, 0, run.stream>>>(
+        a.table, rows, a.n, vpr, reinterpret_cast<V*>(a.out), a.fill, a.cache);
+  };
+  const int64_t per_lane = (int64_t{kLeanRows} * vpr + 31) / 32;
+  if (per_lane <= 1) return launch(std::integral_constant<int, 1>{});
+  if (per_lane <= 2) return launch(std::integral_constant<int, 2>{});
+  if (per_lane <= 4) return launch(std::integral_constant<int, 4>{});
+  launch(std::integral_constant<int, 8>{});
+}
+
 // Launches the gather kernel over `n` rows taken from `rows`.
 template <typename Rows>
 void LaunchGather(const GatherArgs& a, Rows rows, const CudaRunner& run) {
   WithVector(a, [&](auto vec) {
     using V = decltype(vec);
     const int64_t vpr = a.row_bytes / static_cast<int64_t>(sizeof(V));
-    // The started read's lean kernel (gather_async_cuda.cu's ReadChoice),
-    // whose counter within a group of rows is 32 bits.
     if (run.lean && vpr * kLeanRows <= std::numeric_limits<int32_t>::max()) {
-      return LaunchLeanGather(Blocks(a.n, int64_t{kLeanRows} * (kLeanThreads / 32),
-                                     run.max_blocks),
-                              run.stream, a.table, rows, a.n, static_cast<uint32_t>(vpr),
-                              reinterpret_cast<V*>(a.out), a.fill, a.cache);
+      return LaunchLean<V>(a, rows, static_cast<uint32_t>(vpr), run);
     }
     const int64_t total = a.n * vpr;
     const unsigned blocks = Blocks(total, int64_t{kThreads} * kUnroll, run.max_blocks);

@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "index.h"
 
@@ -102,7 +101,7 @@ __global__ void GatherKernel(const char* __restrict__ table, Rows rows, T vecs_p
 // and RowAddress as GatherKernel), and every lane issues up to kItems loads
 // of the rows' vectors before any store. Rows longer than 32 * kItems
 // vectors a group go in several such rounds. `vecs_per_row` times kLeanRows
-// must fit 31 bits (gather_cuda.cu falls back to GatherKernel otherwise).
+// must fit 31 bits (the launch falls back to GatherKernel otherwise).
 constexpr int kLeanRows = 8;
 constexpr int kLeanThreads = 512;
 
@@ -151,23 +150,6 @@ __global__ void __launch_bounds__(kLeanThreads)
       }
     }
   }
-}
-
-// Launches LeanGatherKernel: kItems is the fewest of 1, 2, 4 and 8 loads a
-// lane that hold a group's vectors (longer rows take 8, in rounds).
-template <typename V, typename Rows>
-void LaunchLeanGather(unsigned blocks, cudaStream_t stream, const char* table, Rows rows,
-                      int64_t n, uint32_t vecs_per_row, V* out, FillPattern fill,
-                      DeviceCache cache) {
-  const auto launch = [&](auto items) {
-    LeanGatherKernel<V, decltype(items)::value, Rows><<<blocks, kLeanThreads, 0, stream>>>(
-        table, rows, n, vecs_per_row, out, fill, cache);
-  };
-  const int64_t per_lane = (int64_t{kLeanRows} * vecs_per_row + 31) / 32;
-  if (per_lane <= 1) return launch(std::integral_constant<int, 1>{});
-  if (per_lane <= 2) return launch(std::integral_constant<int, 2>{});
-  if (per_lane <= 4) return launch(std::integral_constant<int, 4>{});
-  launch(std::integral_constant<int, 8>{});
 }
 
 // Sort keys: the resolved row, or nrows (sorting last) for a fill.

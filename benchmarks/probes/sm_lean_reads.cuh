@@ -1,7 +1,6 @@
 // The reads sm_lean_read.cu compares, and how each is launched: jdirect's
-// GatherKernel and LeanGatherKernel (ffi/gather_kernels.cuh, themselves; the
-// lean one is the SM-lean read of issue 54's item 3) as ffi/gather_cuda.cu's
-// LaunchGather launches them.
+// GatherKernel (ffi/gather_kernels.cuh, itself) as ffi/gather_cuda.cu's
+// LaunchGather launches it, and the SM-lean read of issue 54's item 3.
 #ifndef JDIRECT_BENCHMARKS_PROBES_SM_LEAN_READS_CUH_
 #define JDIRECT_BENCHMARKS_PROBES_SM_LEAN_READS_CUH_
 
@@ -26,8 +25,38 @@ inline void Check(cudaError_t e, const char* what, int line) {
 }
 #define CHECK(call) Check((call), #call, __LINE__)
 
-using jdirect::kLeanRows;
-using jdirect::kLeanThreads;
+constexpr int kLeanRows = 8;      // rows in flight a warp
+constexpr int kLeanThreads = 512;
+
+// A warp takes kLeanRows consecutive output rows at a time; each lane holds
+// up to kItems vectors of them and issues all its loads before any store.
+template <typename V, int kItems>
+__global__ void LeanRead(const char* __restrict__ table, const int32_t* __restrict__ idx,
+                         int64_t n, int vpr, V* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int group = kLeanRows * vpr;  // vectors of kLeanRows rows
+  for (int64_t first = warp * kLeanRows; first < n; first += warps * kLeanRows) {
+    const int32_t my_row = (lane < kLeanRows && first + lane < n) ? idx[first + lane] : 0;
+    V vals[kItems];
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      const int item = lane + 32 * u;
+      const int r = min(item / vpr, kLeanRows - 1);
+      const int64_t row = __shfl_sync(0xffffffffu, my_row, r);  // every lane shuffles
+      if (item < group && first + r < n) {
+        vals[u] = reinterpret_cast<const V*>(table + row * vpr * int64_t{sizeof(V)})[item - r * vpr];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      const int item = lane + 32 * u;
+      const int r = item / vpr;
+      if (item < group && first + r < n) out[(first + r) * vpr + item - r * vpr] = vals[u];
+    }
+  }
+}
 
 // ffi/gather_cuda.cu's VectorBytes: the widest access dividing the row and
 // both base addresses.
@@ -70,13 +99,30 @@ void LaunchJdirect(const Setup& s, unsigned cap, cudaStream_t stream) {
           reinterpret_cast<V*>(s.out), jdirect::FillPattern{0, 0}, jdirect::DeviceCache{});
 }
 
+template <typename V, int kItems>
+void LaunchLeanItems(const Setup& s, unsigned blocks, cudaStream_t stream) {
+  const int vpr = static_cast<int>(s.row_bytes / int64_t{sizeof(V)});
+  LeanRead<V, kItems><<<blocks, kLeanThreads, 0, stream>>>(s.table, s.idx, s.n, vpr,
+                                                          reinterpret_cast<V*>(s.out));
+}
+
 template <typename V>
 void LaunchLean(const Setup& s, unsigned blocks, cudaStream_t stream) {
-  jdirect::LaunchLeanGather(blocks, stream, s.table,
-                            jdirect::CallerRows<int32_t>{s.idx, s.nrows, jdirect::Mode::kFill},
-                            s.n, static_cast<uint32_t>(s.row_bytes / int64_t{sizeof(V)}),
-                            reinterpret_cast<V*>(s.out), jdirect::FillPattern{0, 0},
-                            jdirect::DeviceCache{});
+  const int64_t vpr = s.row_bytes / int64_t{sizeof(V)};
+  switch ((kLeanRows * vpr + 31) / 32) {  // vectors a lane holds
+    case 1: return LaunchLeanItems<V, 1>(s, blocks, stream);
+    case 2: return LaunchLeanItems<V, 2>(s, blocks, stream);
+    case 3: return LaunchLeanItems<V, 3>(s, blocks, stream);
+    case 4: return LaunchLeanItems<V, 4>(s, blocks, stream);
+    case 5: return LaunchLeanItems<V, 5>(s, blocks, stream);
+    case 6: return LaunchLeanItems<V, 6>(s, blocks, stream);
+    case 7: return LaunchLeanItems<V, 7>(s, blocks, stream);
+    case 8: return LaunchLeanItems<V, 8>(s, blocks, stream);
+    default:
+      std::printf("FAILED: %lld-byte rows need more than 8 vectors a lane\n",
+                  static_cast<long long>(s.row_bytes));
+      std::exit(1);
+  }
 }
 
 template <typename V>
