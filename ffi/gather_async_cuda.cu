@@ -11,15 +11,9 @@
 // operands are all operands of the done (jdirect/_ops.py). The table's
 // memory is guarded as for any gather: the start records the table's read
 // event on the side stream, and close() waits for it.
-//
-// The read's kernel and default grid can be chosen for a whole process
-// from the environment, for A/B runs of the SM-lean read (issue 54, item
-// 3; `StartedRead` below): JDIRECT_READ_KERNEL=lean and JDIRECT_READ_BLOCKS.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -39,42 +33,6 @@ namespace {
 // kernels are small, 2 per SM gave the faster epoch (32 blocks were slower
 // than no overlap at all).
 constexpr int64_t kAsyncBlocksPerSM = 2;
-
-// The started read's kernel and default grid, read once a process:
-// JDIRECT_READ_KERNEL "lean" (LeanGatherKernel) or "default" (GatherKernel,
-// also when unset); JDIRECT_READ_BLOCKS a grid cap in place of
-// kAsyncBlocksPerSM blocks an SM (a gather_start's own max_blocks wins).
-struct ReadChoice {
-  bool lean = false;
-  int64_t blocks = 0;  // 0: kAsyncBlocksPerSM an SM
-  std::string error;   // a value not understood, else empty
-};
-
-ReadChoice ParseReadChoice() {
-  ReadChoice c;
-  if (const char* k = std::getenv("JDIRECT_READ_KERNEL"); k != nullptr && *k != '\0') {
-    c.lean = std::string(k) == "lean";
-    if (!c.lean && std::string(k) != "default") {
-      c.error = std::string("JDIRECT_READ_KERNEL must be 'lean' or 'default', got '") + k + "'";
-    }
-  }
-  if (const char* b = std::getenv("JDIRECT_READ_BLOCKS"); b != nullptr && *b != '\0') {
-    char* end = nullptr;
-    const long long v = std::strtoll(b, &end, 10);
-    if (*end != '\0' || v < 1 || v > std::numeric_limits<int32_t>::max()) {
-      c.error = std::string("JDIRECT_READ_BLOCKS must be an int in [1, 2**31 - 1], got '") + b +
-                "'";
-    } else {
-      c.blocks = v;
-    }
-  }
-  return c;
-}
-
-const ReadChoice& StartedRead() {
-  static const ReadChoice choice = ParseReadChoice();
-  return choice;
-}
 
 ffi::Error CudaFailed(const char* call, cudaError_t e) {
   cudaGetLastError();  // do not leave it for the next launch check
@@ -172,14 +130,7 @@ ffi::Error Start(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& out,
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
     return CudaFailed("cudaGetDevice", e);
   }
-  const ReadChoice& choice = StartedRead();
-  if (!choice.error.empty()) {
-    // FAILED_PRECONDITION: the same JaxRuntimeError on every dispatch path.
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "jdirect gather_start: " + choice.error);
-  }
-  const int64_t cap = max_blocks > 0      ? max_blocks
-                      : choice.blocks > 0 ? choice.blocks
-                                          : kAsyncBlocksPerSM * MultiprocessorCount();
+  const int64_t cap = max_blocks > 0 ? max_blocks : kAsyncBlocksPerSM * MultiprocessorCount();
   AsyncState& s = State();
   std::lock_guard<std::mutex> lock(s.mu);
   cudaStream_t side;
@@ -188,9 +139,7 @@ ffi::Error Start(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& out,
   // operands, and may have used the rows' and workspace's memory for
   // earlier buffers.
   if (auto e = Fork(s, device, stream, side); e.failure()) return e;
-  CudaRunner runner = Runner(side, workspace, cap);
-  runner.lean = choice.lean;
-  if (auto e = launch(runner); e.failure()) return e;
+  if (auto e = launch(Runner(side, workspace, cap)); e.failure()) return e;
   cudaEvent_t finished;
   if (auto e = TakeEvent(s, device, &finished); e.failure()) return e;
   if (cudaError_t e = cudaEventRecord(finished, side); e != cudaSuccess) {

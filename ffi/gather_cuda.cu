@@ -8,7 +8,6 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
 #include <string>
-#include <type_traits>
 
 #include "gather_common.h"
 #include "gather_cuda.h"
@@ -70,43 +69,22 @@ void WithVector(const GatherArgs& a, Fn fn) {
   }
 }
 
-// Launches LeanGatherKernel over `rows` with vectors V: kItems is the
-// fewest of 1, 2, 4 and 8 loads a lane that hold a group's vectors (longer
-// rows take 8, in rounds).
-template <typename V, typename Rows>
-void LaunchLean(const GatherArgs& a, Rows rows, uint32_t vpr, const CudaRunner& run) {
-  const unsigned blocks =
-      Blocks(a.n, int64_t{kLeanRows} * (kLeanThreads / 32), run.max_blocks);
-  const auto launch = [&](auto items) {
-    LeanGatherKernel<V, decltype(items)::value, Rows><<<blocks, kLeanThreads, 0, run.stream>>>(
-        a.table, rows, a.n, vpr, reinterpret_cast<V*>(a.out), a.fill, a.cache);
-  };
-  const int64_t per_lane = (int64_t{kLeanRows} * vpr + 31) / 32;
-  if (per_lane <= 1) return launch(std::integral_constant<int, 1>{});
-  if (per_lane <= 2) return launch(std::integral_constant<int, 2>{});
-  if (per_lane <= 4) return launch(std::integral_constant<int, 4>{});
-  launch(std::integral_constant<int, 8>{});
-}
-
 // Launches the gather kernel over `n` rows taken from `rows`.
 template <typename Rows>
-void LaunchGather(const GatherArgs& a, Rows rows, const CudaRunner& run) {
+void LaunchGather(const GatherArgs& a, Rows rows, cudaStream_t stream, int64_t max_blocks) {
   WithVector(a, [&](auto vec) {
     using V = decltype(vec);
     const int64_t vpr = a.row_bytes / static_cast<int64_t>(sizeof(V));
-    if (run.lean && vpr * kLeanRows <= std::numeric_limits<int32_t>::max()) {
-      return LaunchLean<V>(a, rows, static_cast<uint32_t>(vpr), run);
-    }
     const int64_t total = a.n * vpr;
-    const unsigned blocks = Blocks(total, int64_t{kThreads} * kUnroll, run.max_blocks);
+    const unsigned blocks = Blocks(total, int64_t{kThreads} * kUnroll, max_blocks);
     // 32-bit items while the counter cannot wrap (the grid's stride times
     // kUnroll is far below 2**31).
     if (total <= std::numeric_limits<int32_t>::max()) {
-      GatherKernel<V, uint32_t, Rows><<<blocks, kThreads, 0, run.stream>>>(
+      GatherKernel<V, uint32_t, Rows><<<blocks, kThreads, 0, stream>>>(
           a.table, rows, static_cast<uint32_t>(vpr), static_cast<uint32_t>(total),
           reinterpret_cast<V*>(a.out), a.fill, a.cache);
     } else {
-      GatherKernel<V, uint64_t, Rows><<<blocks, kThreads, 0, run.stream>>>(
+      GatherKernel<V, uint64_t, Rows><<<blocks, kThreads, 0, stream>>>(
           a.table, rows, static_cast<uint64_t>(vpr), static_cast<uint64_t>(total),
           reinterpret_cast<V*>(a.out), a.fill, a.cache);
     }
@@ -152,25 +130,26 @@ int64_t SortWorkspaceBytes(int64_t n, int64_t nrows) {
 }
 
 template <typename I, typename K>
-ffi::Error LaunchAddressOrder(const GatherArgs& a, const CudaRunner& run) {
+ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws,
+                              int64_t max_blocks) {
   const int64_t n = a.n;
-  char* ws = run.workspace;
   const SortLayout<K> layout(n, a.nrows);
   K* keys_in = reinterpret_cast<K*>(ws + layout.keys_in);
   K* keys_out = reinterpret_cast<K*>(ws + layout.keys_out);
   int32_t* pos_in = reinterpret_cast<int32_t*>(ws + layout.pos_in);
   int32_t* pos_out = reinterpret_cast<int32_t*>(ws + layout.pos_out);
-  ResolveKeysKernel<I, K><<<Blocks(n, kThreads, run.max_blocks), kThreads, 0, run.stream>>>(
+  ResolveKeysKernel<I, K><<<Blocks(n, kThreads, max_blocks), kThreads, 0, stream>>>(
       static_cast<const I*>(a.idx), n, a.nrows, a.mode, keys_in, pos_in);
   size_t temp_bytes = static_cast<size_t>(layout.temp_bytes);
   cudaError_t err = cub::DeviceRadixSort::SortPairs(ws + layout.temp, temp_bytes, keys_in,
                                                     keys_out, pos_in, pos_out, n, 0,
-                                                    layout.end_bit, run.stream);
+                                                    layout.end_bit, stream);
   if (err != cudaSuccess) {
     return ffi::Error::Internal(std::string("jdirect gather: cub SortPairs failed: ") +
                                 cudaGetErrorString(err));
   }
-  LaunchGather(a, SortedRows<K>{keys_out, pos_out, static_cast<K>(a.nrows)}, run);
+  LaunchGather(a, SortedRows<K>{keys_out, pos_out, static_cast<K>(a.nrows)}, stream,
+               max_blocks);
   sorted_gathers.fetch_add(1, std::memory_order_relaxed);
   return ffi::Error::Success();
 }
@@ -186,17 +165,17 @@ ffi::Error CudaRunner::operator()(const GatherArgs& a) const {
                       workspace_bytes >= SortWorkspaceBytes(a.n, a.nrows);
   const bool narrow = NarrowKeys(a.nrows);
   if (sorted && a.idx64) {
-    status = narrow ? LaunchAddressOrder<int64_t, uint32_t>(a, *this)
-                    : LaunchAddressOrder<int64_t, uint64_t>(a, *this);
+    status = narrow ? LaunchAddressOrder<int64_t, uint32_t>(a, stream, workspace, max_blocks)
+                    : LaunchAddressOrder<int64_t, uint64_t>(a, stream, workspace, max_blocks);
   } else if (sorted) {
-    status = narrow ? LaunchAddressOrder<int32_t, uint32_t>(a, *this)
-                    : LaunchAddressOrder<int32_t, uint64_t>(a, *this);
+    status = narrow ? LaunchAddressOrder<int32_t, uint32_t>(a, stream, workspace, max_blocks)
+                    : LaunchAddressOrder<int32_t, uint64_t>(a, stream, workspace, max_blocks);
   } else if (a.idx64) {
     LaunchGather(a, CallerRows<int64_t>{static_cast<const int64_t*>(a.idx), a.nrows, a.mode},
-                 *this);
+                 stream, max_blocks);
   } else {
     LaunchGather(a, CallerRows<int32_t>{static_cast<const int32_t*>(a.idx), a.nrows, a.mode},
-                 *this);
+                 stream, max_blocks);
   }
   if (status.failure()) return status;
   // May also report an earlier launch's error on this thread: the message

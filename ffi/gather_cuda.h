@@ -21,16 +21,14 @@ int MultiprocessorCount();
 unsigned Blocks(int64_t work, int64_t per_block, int64_t max_blocks);
 
 // Enqueues a gather on `stream`: the address-order sort when `workspace`
-// is large enough for it, then the gather kernel (LeanGatherKernel where
-// `lean`, else GatherKernel), then the table's read event (table_events.h)
-// on the same stream. Every kernel's grid is capped at `max_blocks` (<= 0:
-// 16 blocks per SM).
+// is large enough for it, then the gather kernel, then the table's read
+// event (table_events.h) on the same stream. Every kernel's grid is capped
+// at `max_blocks` (<= 0: 16 blocks per SM).
 struct CudaRunner {
   cudaStream_t stream;
   char* workspace;
   int64_t workspace_bytes;
   int64_t max_blocks;
-  bool lean = false;
 
   ffi::Error operator()(const GatherArgs& a) const;
 };

@@ -93,65 +93,6 @@ __global__ void GatherKernel(const char* __restrict__ table, Rows rows, T vecs_p
   }
 }
 
-// The SM-lean read (issue 54, item 3), selectable for the started read
-// (gather_async_cuda.cu): fewer, larger blocks that keep more rows in flight
-// each, so that a few blocks fill the link and the update keeps the other
-// SMs. A warp takes kLeanRows work rows at a time; lanes 0..kLeanRows-1
-// resolve one each (row, cache slot, output position: the same Rows policy
-// and RowAddress as GatherKernel), and every lane issues up to kItems loads
-// of the rows' vectors before any store. Rows longer than 32 * kItems
-// vectors a group go in several such rounds. `vecs_per_row` times kLeanRows
-// must fit 31 bits (the launch falls back to GatherKernel otherwise).
-constexpr int kLeanRows = 8;
-constexpr int kLeanThreads = 512;
-
-template <typename V, int kItems, typename Rows>
-__global__ void __launch_bounds__(kLeanThreads)
-    LeanGatherKernel(const char* __restrict__ table, Rows rows, int64_t n,
-                     uint32_t vecs_per_row, V* __restrict__ out, FillPattern fill,
-                     DeviceCache cache) {
-  constexpr unsigned kAll = 0xffffffffu;
-  const int lane = threadIdx.x & 31;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  const int64_t row_bytes = static_cast<int64_t>(vecs_per_row) * sizeof(V);
-  for (int64_t first = warp * kLeanRows; first < n; first += warps * kLeanRows) {
-    // Lane k's row of the group: its bytes (null: the fill value) and the
-    // first vector of its output row.
-    const char* src = nullptr;
-    int64_t dst = 0;
-    if (lane < kLeanRows && first + lane < n) {
-      const int64_t r = rows.row(first + lane);
-      src = r >= 0 ? RowAddress(table, r, row_bytes, cache) : nullptr;
-      dst = rows.position(first + lane) * static_cast<int64_t>(vecs_per_row);
-    }
-    const int64_t live = n - first < kLeanRows ? n - first : kLeanRows;
-    const uint32_t items = static_cast<uint32_t>(live) * vecs_per_row;  // warp-uniform
-    for (uint32_t base = 0; base < items; base += 32 * kItems) {
-      V vals[kItems];
-#pragma unroll
-      for (int u = 0; u < kItems; ++u) {
-        const uint32_t item = base + lane + 32 * u;
-        // Every lane shuffles (a full-warp shuffle); only live items load.
-        const uint32_t k = min(item / vecs_per_row, static_cast<uint32_t>(kLeanRows - 1));
-        const char* s = reinterpret_cast<const char*>(
-            __shfl_sync(kAll, reinterpret_cast<unsigned long long>(src), k));
-        if (item < items) {
-          const uint32_t v = item - k * vecs_per_row;
-          vals[u] = s != nullptr ? reinterpret_cast<const V*>(s)[v] : FillVector<V>(fill, v);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kItems; ++u) {
-        const uint32_t item = base + lane + 32 * u;
-        const uint32_t k = min(item / vecs_per_row, static_cast<uint32_t>(kLeanRows - 1));
-        const int64_t d = __shfl_sync(kAll, dst, k);
-        if (item < items) out[d + (item - k * vecs_per_row)] = vals[u];
-      }
-    }
-  }
-}
-
 // Sort keys: the resolved row, or nrows (sorting last) for a fill.
 template <typename I, typename K>
 __global__ void ResolveKeysKernel(const I* __restrict__ idx, int64_t n,

@@ -3,11 +3,7 @@ with work between the two, several reads in flight, ordering, errors."""
 
 from __future__ import annotations
 
-import functools
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +12,7 @@ import numpy as np
 import pytest
 
 import jdirect
-from conftest import ON_GPU, child_env, gpu_only
+from conftest import ON_GPU, gpu_only
 from test_gather import MODES, assert_same, indices, random_table
 
 DTYPES = [np.float32, ml_dtypes.bfloat16, np.int8, np.uint16, np.bool_, np.complex64]
@@ -54,37 +50,6 @@ def test_matches_gather_for_dtypes_and_modes(dtype):
                 jitted = jax.jit(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i, **kw)))
                 assert_same(jitted(table, idx), ref)
                 assert_same(jdirect.gather_done(jdirect.gather_start(table, idx, **kw)), ref)
-
-
-# Row widths, beside DTYPES' 5-element rows, for the lean kernel a started
-# read may take on a GPU (JDIRECT_READ_KERNEL=lean): 1-byte loads (odd
-# widths), a group of 8 rows in one load a lane, in a few (products' 200 B
-# rows: 8-byte loads) and in several rounds (rows past 32 loads).
-WIDTHS = [(np.int8, 3), (np.int8, 1001), (ml_dtypes.bfloat16, 100), (np.float32, 64),
-          (np.float32, 250)]
-
-
-@functools.partial(jax.jit, static_argnames=("mode", "locality"))
-def _started(table, idx, mode, locality):
-    return jdirect.gather_done(jdirect.gather_start(
-        table, idx, mode=mode, fill_value=5, locality=locality, max_blocks=3))
-
-
-@pytest.mark.parametrize("dtype,width", WIDTHS)
-def test_row_widths_with_and_without_a_cache(dtype, width):
-    """Fill and wrap modes, caller and address order, rows from the host
-    and from a cache; 1029 indices, not a multiple of 8 rows, on a grid of
-    3 blocks that loops."""
-    rng = np.random.default_rng(width)
-    host = random_table(rng, (900, width), dtype)
-    idx = jnp.asarray(indices(rng, 900, (1029,), np.int32))
-    with jdirect.HostTable(host) as table, \
-            jdirect.CachedTable(table, rng.choice(900, 200, replace=False)) as cached:
-        for mode in ("fill", "wrap"):
-            ref = jnp.take(jnp.asarray(host), idx, axis=0, mode=mode, fill_value=5)
-            for t in (table, cached):
-                for locality in (False, True):
-                    assert_same(_started(t, idx, mode, locality), ref)
 
 
 def test_cached_table_locality_and_grid_caps(host_table):
@@ -352,25 +317,3 @@ def test_gpu_done_without_start_is_an_error(host_table):
     pending = jax.jit(jdirect.gather_start)(table, jnp.arange(100))
     with pytest.raises(jax.errors.JaxRuntimeError, match="without a matching gather_start"):
         jax.block_until_ready(jax.jit(jdirect.gather_done)(pending))
-
-
-@gpu_only
-def test_gpu_lean_kernel_chosen_by_the_environment():
-    """JDIRECT_READ_KERNEL=lean (read once a process, so in subprocesses):
-    this file's value tests pass on the lean kernel at a 16-block default
-    grid; a value not understood is an error of the start."""
-    root = Path(__file__).resolve().parents[1]
-    lean = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-k", "widths or dtypes_and_modes or grid_caps or in_flight or between_programs",
-         __file__], cwd=root, capture_output=True, text=True, timeout=600,
-        env=child_env(JDIRECT_READ_KERNEL="lean", JDIRECT_READ_BLOCKS="16"))
-    assert lean.returncode == 0, lean.stdout[-3000:] + lean.stderr[-3000:]
-    assert " passed" in lean.stdout and "deselected" in lean.stdout
-    bad = subprocess.run(
-        [sys.executable, "-c", "import numpy as np, jdirect; t = jdirect.HostTable(np.ones((4, 2), np.float32)); "
-         "print(jdirect.gather_done(jdirect.gather_start(t, np.arange(3))))"],
-        cwd=root, capture_output=True, text=True, timeout=300,
-        env=child_env(JDIRECT_READ_KERNEL="fast"))
-    assert bad.returncode != 0
-    assert "JDIRECT_READ_KERNEL must be 'lean' or 'default', got 'fast'" in bad.stderr
