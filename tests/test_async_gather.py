@@ -3,6 +3,7 @@ with work between the two, several reads in flight, ordering, errors."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -50,6 +51,34 @@ def test_matches_gather_for_dtypes_and_modes(dtype):
                 jitted = jax.jit(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i, **kw)))
                 assert_same(jitted(table, idx), ref)
                 assert_same(jdirect.gather_done(jdirect.gather_start(table, idx, **kw)), ref)
+
+
+# Row widths, beside DTYPES' 5-element rows: 1-byte loads (odd widths) and
+# rows of a few and of many wide loads (products' 200 B bfloat16 rows).
+WIDTHS = [(np.int8, 3), (np.int8, 1001), (ml_dtypes.bfloat16, 100), (np.float32, 64),
+          (np.float32, 250)]
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "locality"))
+def _started(table, idx, mode, locality):
+    return jdirect.gather_done(jdirect.gather_start(
+        table, idx, mode=mode, fill_value=5, locality=locality, max_blocks=3))
+
+
+@pytest.mark.parametrize("dtype,width", WIDTHS)
+def test_row_widths_with_and_without_a_cache(dtype, width):
+    """Fill and wrap modes, caller and address order, rows from the host
+    and from a cache; 1029 indices on a grid of 3 blocks that loops."""
+    rng = np.random.default_rng(width)
+    host = random_table(rng, (900, width), dtype)
+    idx = jnp.asarray(indices(rng, 900, (1029,), np.int32))
+    with jdirect.HostTable(host) as table, \
+            jdirect.CachedTable(table, rng.choice(900, 200, replace=False)) as cached:
+        for mode in ("fill", "wrap"):
+            ref = jnp.take(jnp.asarray(host), idx, axis=0, mode=mode, fill_value=5)
+            for t in (table, cached):
+                for locality in (False, True):
+                    assert_same(_started(t, idx, mode, locality), ref)
 
 
 def test_cached_table_locality_and_grid_caps(host_table):
