@@ -11,12 +11,17 @@ programs' shapes), the second is timed: edges a second, and the epoch
 that rate gives. A pass of a few hundred steps
 times the epoch's rate without its minutes (a citation2 epoch is ~7,500
 steps of 4,096 edges). After the last run, the full ranking of the
-validation and test edges (layer-wise inference of every endpoint and
-negative, then the scores; the first includes its compiling), timed.
+validation and test edges (`Trainer.ranking`: one layer-wise inference of
+every endpoint and negative of both, then each part's scores and figures),
+timed whole and by stage, each with its compiling: endpoints_s (host: the
+node set and positions), inference_s, scores_s (the decoder's, on the
+device) and figures_s (the negatives' sort and counts, then the figures).
 
 Prints a line a run; writes link-epoch.json under --out.
 GPU (H200):
   python benchmarks/link_epoch.py --config citation2 --out $OUT
+  python benchmarks/link_epoch.py --config citation2 --steps 0 --runs features=jdirect-cache \
+      --out $OUT  # the full ranking alone (of an untrained model)
   python benchmarks/link_epoch.py --config recsys --set dataset=recsys-medium \
       embedding_optimizer=adagrad edge_split=bipartite:0.001,0.001 \
       --runs embedding_memory=device embedding_memory=host --no-ranking --out $OUT
@@ -75,7 +80,8 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], help="KEY=VALUE settings of every run")
     p.add_argument("--runs", nargs="+", default=["features=jdirect-cache", "features=device"],
                    help="one KEY=VALUE[,KEY=VALUE] group a run")
-    p.add_argument("--steps", type=int, default=400, help="batches timed a run")
+    p.add_argument("--steps", type=int, default=400,
+                   help="batches timed a run (0: no training; the ranking's model is untrained)")
     p.add_argument("--no-ranking", action="store_true", help="skip the full ranking")
     p.add_argument("--out", type=Path, default=Path("."))
     args = p.parse_args()
@@ -88,23 +94,24 @@ def main() -> None:
     for i, run in enumerate(args.runs):
         changes = settings([run])
         with Trainer(graph, cfg.replace(**changes).validate(), task=task) as t:
-            edges = t.train_seeds
-            t.train_seeds = edges[:args.steps * cfg.batch_size]  # a leading slice of an epoch
-            t.train_epoch(0)
-            m = t.train_epoch(1)
-            rate = len(t.train_seeds) / m["epoch_s"]
-            row = dict(run=run, **changes, steps=m["batches"], seconds=m["epoch_s"],
-                       edges_per_s=rate, epoch_s_at_rate=len(edges) / rate, loss=m["loss"],
-                       source=t.source.describe())
+            row = dict(run=run, **changes, source=t.source.describe())
+            if args.steps:
+                edges = t.train_seeds
+                t.train_seeds = edges[:args.steps * cfg.batch_size]  # a leading slice of an epoch
+                t.train_epoch(0)
+                m = t.train_epoch(1)
+                rate = len(t.train_seeds) / m["epoch_s"]
+                row.update(steps=m["batches"], seconds=m["epoch_s"], edges_per_s=rate,
+                           epoch_s_at_rate=len(edges) / rate, loss=m["loss"])
             show(row)
             if not args.no_ranking and i + 1 == len(args.runs):
-                for split in ("val", "test"):
-                    start = time.perf_counter()
-                    figures = t.ranking(t.state, split)
-                    ranked = {f"{split}_ranking_s": time.perf_counter() - start,
-                              f"{split}_mrr": figures["mrr"]}
-                    show(ranked)
-                    row.update(ranked)
+                start = time.perf_counter()
+                parts = t.ranking(t.state, ("val", "test"))
+                ranked = dict(ranking_s=time.perf_counter() - start,
+                              **t.ranking_times,  # by stage (full neighbourhoods)
+                              val_mrr=parts["val"]["mrr"], test_mrr=parts["test"]["mrr"])
+                show(ranked)
+                row.update(ranked)
         results.append(row)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "link-epoch.json",

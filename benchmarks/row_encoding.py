@@ -13,9 +13,10 @@ where the source can). Per run, with `jdirect.graph.metrics` names:
   floor_s, vs_floor         the epoch's floor (on a GPU): the larger of the
                             device source's epoch and pcie_gb at the pinned
                             memcpy rate of the same run; epoch_s over it
-and, per encoding, over --seeds training seeds (same graph, --acc-epochs
-epochs each): val_acc (mean), val_acc_seeds, val_acc_std, acc_delta_pts
-(mean minus float32's, points). Prints tables, writes JSON and a PNG.
+and, per encoding of --encodings, over --seeds training seeds (same graph,
+--acc-epochs epochs each): val_acc (mean), val_acc_seeds, val_acc_std,
+acc_delta_pts (mean minus the first encoding's, float32's by default,
+points). Prints tables, writes JSON and a PNG.
 Example (GPU machine):
   python benchmarks/row_encoding.py --dataset products --json $OUT/row_encoding.json
 """
@@ -62,11 +63,12 @@ def epoch_run(graph, cfg: TrainConfig, epochs: int) -> dict:
     return check(rec, labels=LABELS)
 
 
-def accuracy_runs(graph, cfg: TrainConfig, seeds: int, epochs: int) -> list[dict]:
-    """Sampled validation accuracy after `epochs` epochs for each encoding
-    and seed, summarised per encoding."""
+def accuracy_runs(graph, cfg: TrainConfig, encodings: list[str], seeds: int,
+                  epochs: int) -> list[dict]:
+    """Sampled validation accuracy after `epochs` epochs for each of
+    `encodings` and seed, summarised per encoding."""
     records = []
-    for encoding in ("float32", "bfloat16", "int8"):
+    for encoding in encodings:
         accs = []
         for seed in range(seeds):
             with Trainer(graph, cfg.replace(row_encoding=encoding, seed=seed)) as t:
@@ -99,6 +101,10 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3, help="accuracy: training seeds (0: skip)")
     p.add_argument("--acc-epochs", type=int, default=3, help="accuracy: epochs per seed")
     p.add_argument("--skip-epochs", action="store_true", help="only the accuracy runs")
+    p.add_argument("--skip-uncached", action="store_true",
+                   help="no jdirect (uncached) epoch runs")
+    p.add_argument("--skip-defaults", action="store_true",
+                   help="no epoch run with the trainer's defaults (auto rows, auto cache)")
     p.add_argument("--eval-max", type=int, default=20_000)
     p.add_argument("--json", type=Path, default=Path("benchmarks/out/row_encoding.json"))
     args = p.parse_args()
@@ -115,12 +121,14 @@ def main() -> None:
     runs = []
     if not args.skip_epochs:
         runs = [base.replace(features="device")]
-        runs += [base.replace(features="jdirect", row_encoding=e) for e in args.encodings]
+        if not args.skip_uncached:
+            runs += [base.replace(features="jdirect", row_encoding=e) for e in args.encodings]
         runs += [base.replace(features="jdirect-cache", row_encoding=e,
                               cache_fraction=args.cache_fraction) for e in args.encodings]
-        # The trainer's defaults: auto rows, auto cache (every row, as
-        # stored, when they fit).
-        runs.append(base.replace(features="jdirect-cache"))
+        if not args.skip_defaults:
+            # The trainer's defaults: auto rows, auto cache (every row, as
+            # stored, when they fit).
+            runs.append(base.replace(features="jdirect-cache"))
     meta = run_meta(dataset=graph.name, graph=repr(graph), dataset_s=made_s,
                     config=vars(args) | {"json": str(args.json)})
     records = []
@@ -138,8 +146,8 @@ def main() -> None:
         r["vs_floor"] = r["epoch_s"] / r["floor_s"] if r["floor_s"] else None
     if args.seeds:
         write_json(args.json, meta, records)  # the epochs kept if the seeds run out of time
-        records += accuracy_runs(graph, base.replace(features="jdirect-cache"), args.seeds,
-                                 args.acc_epochs)
+        records += accuracy_runs(graph, base.replace(features="jdirect-cache"),
+                                 args.encodings, args.seeds, args.acc_epochs)
 
     epochs = [r for r in records if r["part"] == "epoch"]
     for r in epochs:
@@ -156,8 +164,8 @@ def main() -> None:
     for r in records:
         if r["part"] == "accuracy":
             print(f"accuracy {r['encoding']}: {r['val_acc']:.4f} +- {r['val_acc_std']:.4f} "
-                  f"({r['acc_delta_pts']:+.2f} points vs float32, {len(r['val_acc_seeds'])} "
-                  f"seeds)")
+                  f"({r['acc_delta_pts']:+.2f} points vs {args.encodings[0]}, "
+                  f"{len(r['val_acc_seeds'])} seeds)")
     meta.update(memory_peaks(graph, generation_peak))
     write_json(args.json, meta, records)
     if epochs:

@@ -22,7 +22,7 @@
 #                (the partitioned cache on one GPU). Log: pytest-GROUP.log.
 #   sanitize     compute-sanitizer memcheck over every CUDA kernel:
 #                benchmarks/sanitize_kernels.py, one process per group of
-#                SANITIZE_GROUPS (default: all eight, managed:reads ...
+#                SANITIZE_GROUPS (default: all ten, managed:reads ...
 #                pinned:sums), each under SANITIZE_TIMEOUT (240 s); the tool
 #                itself crashed when groups shared a process.
 #   sanitize-tests  memcheck over the gather and table test files (pytest)
@@ -293,7 +293,7 @@ for stage in "$@"; do
     # memcheck over the pytest files crashed the tool under JAX; the
     # standalone script drives the same kernels.
     # shellcheck disable=SC2086
-    sanitize ${SANITIZE_GROUPS:-managed:reads managed:writes managed:fused managed:sums pinned:reads pinned:writes pinned:fused pinned:sums}
+    sanitize ${SANITIZE_GROUPS:-managed:reads managed:started managed:writes managed:fused managed:sums pinned:reads pinned:started pinned:writes pinned:fused pinned:sums}
     ;;
   sanitize-tests)
     XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck --print-limit 20 \

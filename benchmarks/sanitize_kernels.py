@@ -2,7 +2,8 @@
 
 compute-sanitizer's memcheck crashed (the tool itself) when run over the whole
 pytest files under JAX; this script drives the kernels in one short process
-instead: `jdirect.gather` (plain, sorted, cached, int8, asynchronous),
+instead: `jdirect.gather` (plain, sorted, cached, int8), `gather_start`
+(its side-stream read, on the kernel JDIRECT_READ_KERNEL chooses),
 `jdirect.write_rows` set/add, the fused sparse optimizer steps (SGD,
 Adagrad, Adam) and `jdirect.neighbor_sum` (rows in device arrays, in host
 tables and in a cache over them; the CSR in arrays or in host tables),
@@ -25,6 +26,7 @@ alone (SANITIZE_GROUPS="pinned:writes ..." picks them).
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -66,9 +68,6 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
                             got = jax.jit(lambda i: jdirect.gather(
                                 table, i, mode="fill", fill_value=0, locality=locality))(ids)
                             np.testing.assert_array_equal(np.asarray(got), want)
-                        pending = jdirect.gather_start(table, ids, mode="fill", fill_value=0)
-                        np.testing.assert_array_equal(np.asarray(jdirect.gather_done(pending)),
-                                                      want)
     floats = rng.standard_normal((ROWS, 40)).astype(np.float32)
     with jdirect.Int8Table(floats, memory=memory) as packed:
         ids = _ids(rng, 3000)
@@ -77,7 +76,32 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
         with jdirect.CachedTable(packed, np.arange(0, ROWS, 5)) as cached:
             got = jax.jit(lambda i: jdirect.gather(cached, jnp.clip(i, -ROWS, ROWS - 1)))(ids)
             np.testing.assert_array_equal(np.asarray(got), want)
-    print(f"gather ({memory}): plain, sorted, cached, async and int8 match jnp.take")
+    print(f"gather ({memory}): plain, sorted, cached and int8 match jnp.take")
+
+
+# Beside KINDS, the widths of the started read's lean kernel's edges
+# (JDIRECT_READ_KERNEL=lean): 1-byte loads, products' 200 B rows (8-byte
+# loads, a warp's 8 rows in 7 loads a lane), rows past 32 loads (rounds).
+STARTED_KINDS = KINDS + ((np.int8, 3), (jnp.bfloat16, 100), (np.float32, 250))
+
+
+def check_started(rng: np.random.Generator, memory: str) -> None:
+    for dtype, dim in STARTED_KINDS:
+        values = (rng.standard_normal((ROWS, dim)) * 8).astype(dtype)
+        with jdirect.HostTable(jdirect.host_empty(values.shape, dtype, memory=memory)) as t:
+            t.numpy()[...] = values  # before the cache copies its rows
+            with jdirect.CachedTable(t, np.arange(0, ROWS, 7)) as cached:
+                for n in (0, 1, 3000):
+                    ids = _ids(rng, n)
+                    want = np.asarray(jnp.take(jnp.asarray(values), jnp.asarray(ids), axis=0,
+                                               mode="fill", fill_value=0))
+                    # Caller and address order (3000 ids sort when asked).
+                    for table, locality in itertools.product((t, cached), (False, True)):
+                        pending = jdirect.gather_start(table, ids, mode="fill", fill_value=0,
+                                                       locality=locality, max_blocks=5)
+                        np.testing.assert_array_equal(np.asarray(jdirect.gather_done(pending)),
+                                                      want)
+    print(f"gather_start ({memory}): plain and cached, caller and address order, match jnp.take")
 
 
 def check_writes(rng: np.random.Generator, memory: str) -> None:
@@ -183,8 +207,8 @@ def check_sums(rng: np.random.Generator, memory: str) -> None:
           "match NumPy")
 
 
-CHECKS = {"reads": check_reads, "writes": check_writes, "fused": check_fused,
-          "sums": check_sums}
+CHECKS = {"reads": check_reads, "started": check_started, "writes": check_writes,
+          "fused": check_fused, "sums": check_sums}
 
 
 def main() -> None:

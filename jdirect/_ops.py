@@ -11,6 +11,7 @@ jdirect.gather_start / gather_done).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -111,11 +112,15 @@ def read_array(table: jax.Array, memory: str, idx: jax.Array,
     return _cached_call(_ffi.GATHER, **prep.static)(table, idx)
 
 
-class Pending(NamedTuple):
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["rows", "keep_alive"],
+                   meta_fields=["decode"])
+@dataclasses.dataclass(frozen=True)
+class Pending:
     """A read started by jdirect.gather_start; pass it to jdirect.gather_done.
 
-    A pytree of arrays. Its fields are opaque: until gather_done, `rows` may
-    still be written on a side stream.
+    A pytree of arrays (`rows`, `keep_alive`) and one static field
+    (`decode`). Its fields are opaque: until gather_done, `rows` may still
+    be written on a side stream.
     """
 
     rows: jax.Array
@@ -125,6 +130,11 @@ class Pending(NamedTuple):
     # buffer after its last use on its own stream, which the side stream
     # does not order). Empty for a read that is already complete.
     keep_alive: tuple[jax.Array, ...] = ()
+    # What the done applies to `rows` to give the read's result (an
+    # Int8Table's decode of its packed rows), or None: the rows are the
+    # result. The pytree's static data, so hashable and compared by value:
+    # equal reads then share a compilation.
+    decode: Callable[[jax.Array], jax.Array] | None = None
 
 
 class DeviceCache(NamedTuple):
@@ -254,20 +264,39 @@ def _with_cache(operands: tuple[jax.Array, ...], empty_cache: bool,
 
 def finish_read(pending: Pending) -> jax.Array:
     """The rows of a started read, once the read is done (gather_done)."""
-    if not pending.keep_alive:
-        return pending.rows
-    return _done(pending.rows, *pending.keep_alive)
+    rows = pending.rows
+    if pending.keep_alive:
+        done = _done if pending.decode is None else _done_copy
+        rows = done(rows, *pending.keep_alive)
+    return rows if pending.decode is None else pending.decode(rows)
 
 
-# Donates the rows: between two programs (eagerly) their buffer must reach
-# the done itself, which is aliased to it; a non-donated argument would be
-# copied first, on XLA's stream, before the done waits for the read. Inside
-# a jitted function the donation is moot and the rows are a temporary.
-@functools.partial(jax.jit, donate_argnums=0)
-def _done(rows: jax.Array, *keep_alive: jax.Array) -> jax.Array:
-    ffi = jax.ffi.ffi_call(_ffi.GATHER_DONE, jax.ShapeDtypeStruct(rows.shape, rows.dtype),
-                           input_output_aliases={0: 0})
-    return ffi(rows, *keep_alive)
+def _make_done(aliased: bool) -> Callable[..., jax.Array]:
+    """The done's call: the rows after the read, in place (`aliased`) or
+    copied by the done into a new buffer after its wait."""
+
+    def done(rows: jax.Array, *keep_alive: jax.Array) -> jax.Array:
+        ffi = jax.ffi.ffi_call(_ffi.GATHER_DONE, jax.ShapeDtypeStruct(rows.shape, rows.dtype),
+                               input_output_aliases={0: 0} if aliased else None)
+        return ffi(rows, *keep_alive)
+
+    return jax.jit(done, donate_argnums=0 if aliased else ())
+
+
+# In place, the rows donated: between two programs (eagerly) their buffer
+# must reach the done itself, which is aliased to it; a non-donated
+# argument would be copied first, on XLA's stream, before the done waits
+# for the read. Inside a jitted function the donation is moot and the rows
+# are a temporary.
+_done = _make_done(aliased=True)
+# Copied, for rows that are decoded after the done (an Int8Table's): a
+# jitted function that takes their Pending returns the decoded rows, of
+# another shape and dtype, so the donated rows cannot alias any of its
+# results; JAX then does not donate them, and an aliased done would get
+# XLA's copy of them, made before the read has finished. Not aliased, the
+# done reads the rows where the start wrote them and copies them after its
+# wait (one copy of the packed rows, on the device).
+_done_copy = _make_done(aliased=False)
 
 
 def _results(idx: jax.Array, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,

@@ -33,10 +33,12 @@ def gather_start(
     stream: it waits for what XLA enqueued before the start, and kernels
     enqueued between the start and the done run alongside it; the done makes
     XLA's stream wait for the read. The read's grid is small (`max_blocks`),
-    so that the concurrent compute keeps most SMs. On the CPU, and for other
-    tables (device arrays, `Int8Table`, ...), the start is the ordinary
-    gather and the done returns its result. (A kind says it can start a
-    read by defining `start_rows`: see `jdirect.table.Table`.)
+    so that the concurrent compute keeps most SMs. An `Int8Table` (or a
+    `CachedTable` of one) starts the read of its packed rows the same way;
+    the done decodes them. On the CPU, and for other tables (device and
+    pinned_host arrays), the start is the ordinary gather and the done
+    returns its result. (A kind says it can start a read by defining
+    `start_rows`: see `jdirect.table.Table`.)
 
     XLA orders independent operations as it likes and may move the done
     before the work it should overlap. To pin the order start -> work ->
@@ -54,7 +56,10 @@ def gather_start(
       - A Pending passed into another jitted function (e.g. started in one
         step, finished in the next) must be donated to it
         (`donate_argnums`); otherwise XLA copies its rows before the done
-        waits, and gather_done raises.
+        waits, and gather_done raises. (An Int8Table's Pending works either
+        way: its decoded rows differ from its packed ones in shape, so JAX
+        could not donate those, and its done reads them where the start
+        wrote them and copies them after its wait.)
       - Eagerly, keep `idx` and the table's cache alive and undonated until
         the done (the Pending references them); a Pending dropped without
         its done leaves its buffers to the allocator while the GPU may still

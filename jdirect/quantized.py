@@ -3,6 +3,7 @@ of float32's bytes cross PCIe; gathers decode them on the device."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -10,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _dtypes
-from ._ops import FILL, DeviceCache, ReadRequest
+from ._ops import FILL, DeviceCache, Pending, ReadRequest
 from ._table_base import RegisteredTable
 from .host_table import HostTable
 
@@ -112,6 +113,26 @@ def decode_rows(packed: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
     return (values.astype(jnp.float32) * scale[..., None]).astype(dtype)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Decode:
+    """An Int8Table read's last step: packed rows -> `dtype` rows
+    (`decode_rows`), and in "fill" mode the rows that `_FILL_BYTE` filled
+    (their scale a NaN) set to the fill element, whose bytes are `fill`
+    (None outside "fill" mode). A started read's `Pending.decode`, so
+    hashable and compared by value."""
+
+    dtype: str
+    fill: bytes | None
+
+    def __call__(self, packed: jax.Array) -> jax.Array:
+        rows = decode_rows(packed, self.dtype)
+        if self.fill is None:
+            return rows
+        scale = jax.lax.bitcast_convert_type(packed[..., -4:], jnp.float32)
+        fill = np.frombuffer(self.fill, self.dtype).reshape(())
+        return jnp.where(jnp.isnan(scale)[..., None], fill, rows)
+
+
 class Int8Table(RegisteredTable):
     """A float table quantized to int8 rows with a per-row scale, in host memory.
 
@@ -187,15 +208,28 @@ class Int8Table(RegisteredTable):
 
     def read_cached(self, idx: jax.Array, request: ReadRequest,
                     cache: DeviceCache | None) -> jax.Array:
+        packed_request, decode = self._packed(request)
+        return decode(self.table.read_cached(idx, packed_request, cache))
+
+    def start_cached(self, idx: jax.Array, request: ReadRequest, cache: DeviceCache | None,
+                     max_blocks: int) -> Pending:
+        """The packed rows' read, started as the HostTable's (on a GPU, on
+        its side stream); the done decodes them."""
+        packed_request, decode = self._packed(request)
+        pending = self.table.start_cached(idx, packed_request, cache, max_blocks)
+        return dataclasses.replace(pending, decode=decode)
+
+    def _packed(self, request: ReadRequest) -> tuple[ReadRequest, _Decode]:
+        """The read of packed rows that serves `request`, and the decode of
+        its rows. In "fill" mode the packed read fills rows out of range
+        with _FILL_BYTE, whose scale bytes are a NaN that no packed row
+        holds; their decoded rows become the fill element, byte for byte as
+        jnp.take converts it."""
         if request.mode != FILL:
-            return decode_rows(self.table.read_cached(idx, request, cache), self.dtype)
-        # The packed read fills rows out of range with _FILL_BYTE, whose
-        # scale bytes are a NaN that no packed row holds; their decoded rows
-        # become the fill element, byte for byte as jnp.take converts it.
-        packed = self.table.read_cached(idx, request._replace(fill_value=_FILL_BYTE), cache)
-        scale = jax.lax.bitcast_convert_type(packed[..., -4:], jnp.float32)
+            return request, _Decode(self.dtype.name, None)
         fill = _dtypes.fill_element(self.dtype, request.fill_value)
-        return jnp.where(jnp.isnan(scale)[..., None], fill, decode_rows(packed, self.dtype))
+        return (request._replace(fill_value=_FILL_BYTE),
+                _Decode(self.dtype.name, fill.tobytes()))
 
     def __repr__(self) -> str:
         return f"Int8Table(shape={self.shape}, {self.table!r})"

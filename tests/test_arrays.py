@@ -39,11 +39,15 @@ def test_ascending_is_sorted_and_distinct(values):
     assert ascending(np.sort(flat)) == (np.unique(flat).size == flat.size)
 
 
-@given(st.one_of(ids, node_ids))
-def test_unique_positions_is_np_unique_with_its_inverse(values):
-    distinct, at = unique_positions(values)
-    want, inverse = np.unique(values, return_inverse=True)
-    assert distinct.dtype == values.dtype and at.dtype == np.int64
+@given(st.lists(st.one_of(ids, node_ids), min_size=1, max_size=3))
+def test_unique_positions_is_np_unique_with_its_inverse(arrays):
+    distinct, at = unique_positions(arrays)
+    together = np.concatenate([a.ravel() for a in arrays])
+    want, inverse = np.unique(together, return_inverse=True)
+    assert distinct.dtype == np.result_type(*arrays)
     np.testing.assert_array_equal(distinct, want)
-    np.testing.assert_array_equal(at, inverse.ravel())
-    np.testing.assert_array_equal(distinct[at], values.ravel())
+    bounds = np.cumsum([0] + [a.size for a in arrays])
+    for a, got, lo, hi in zip(arrays, at, bounds, bounds[1:]):
+        assert got.dtype == np.int32 and got.shape == a.shape
+        np.testing.assert_array_equal(got.ravel(), inverse.ravel()[lo:hi])
+        np.testing.assert_array_equal(distinct[got], a)

@@ -3,6 +3,7 @@ with work between the two, several reads in flight, ordering, errors."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -50,6 +51,34 @@ def test_matches_gather_for_dtypes_and_modes(dtype):
                 jitted = jax.jit(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i, **kw)))
                 assert_same(jitted(table, idx), ref)
                 assert_same(jdirect.gather_done(jdirect.gather_start(table, idx, **kw)), ref)
+
+
+# Row widths, beside DTYPES' 5-element rows: 1-byte loads (odd widths) and
+# rows of a few and of many wide loads (products' 200 B bfloat16 rows).
+WIDTHS = [(np.int8, 3), (np.int8, 1001), (ml_dtypes.bfloat16, 100), (np.float32, 64),
+          (np.float32, 250)]
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "locality"))
+def _started(table, idx, mode, locality):
+    return jdirect.gather_done(jdirect.gather_start(
+        table, idx, mode=mode, fill_value=5, locality=locality, max_blocks=3))
+
+
+@pytest.mark.parametrize("dtype,width", WIDTHS)
+def test_row_widths_with_and_without_a_cache(dtype, width):
+    """Fill and wrap modes, caller and address order, rows from the host
+    and from a cache; 1029 indices on a grid of 3 blocks that loops."""
+    rng = np.random.default_rng(width)
+    host = random_table(rng, (900, width), dtype)
+    idx = jnp.asarray(indices(rng, 900, (1029,), np.int32))
+    with jdirect.HostTable(host) as table, \
+            jdirect.CachedTable(table, rng.choice(900, 200, replace=False)) as cached:
+        for mode in ("fill", "wrap"):
+            ref = jnp.take(jnp.asarray(host), idx, axis=0, mode=mode, fill_value=5)
+            for t in (table, cached):
+                for locality in (False, True):
+                    assert_same(_started(t, idx, mode, locality), ref)
 
 
 def test_cached_table_locality_and_grid_caps(host_table):
@@ -127,11 +156,95 @@ def test_other_table_kinds_fall_back_to_gather():
     rng = np.random.default_rng(6)
     values = rng.standard_normal((50, 6)).astype(np.float32)
     idx = jnp.array([0, 49, -1, 50, 7])
+    for table in (jnp.asarray(values), values):
+        pending = jdirect.gather_start(table, idx, mode="clip")
+        assert pending.keep_alive == ()
+        assert_same(jdirect.gather_done(pending), jdirect.gather(table, idx, mode="clip"))
+
+
+@pytest.fixture(params=["int8", "cached-int8", "whole-int8"])
+def int8_table(request):
+    """An Int8Table, a CachedTable of some of its rows, or of every row
+    (read through XLA's gather at the start), and its decoded rows."""
+    rng = np.random.default_rng(6)
+    values = (rng.standard_normal((300, 6)) * np.exp(rng.uniform(-3, 3, (300, 1))))
+    decoded = jdirect.decode_rows(jnp.asarray(jdirect.quantize_rows(values)))
     with jdirect.Int8Table(values) as quantized:
-        for table in (jnp.asarray(values), values, quantized):
-            pending = jdirect.gather_start(table, idx, mode="clip")
-            assert pending.keep_alive == ()
-            assert_same(jdirect.gather_done(pending), jdirect.gather(table, idx, mode="clip"))
+        rows = {"int8": None, "cached-int8": np.arange(0, 300, 3), "whole-int8": np.arange(300)}
+        cached = rows[request.param]
+        yield (quantized if cached is None else jdirect.CachedTable(quantized, cached)), decoded
+
+
+FILLS = [None, -2.5, 7, np.nan, float("-inf"), -0.0]
+
+
+def test_int8_start_equals_gather_for_every_mode_and_fill(int8_table):
+    """The packed rows' read started, decoded at the done: jnp.take of the
+    decoded table, out-of-range ids and their fills byte for byte, under
+    jit and eagerly, with and without a cache."""
+    table, decoded = int8_table
+    rng = np.random.default_rng(7)
+    for idx in (jnp.asarray(indices(rng, 300, (40, 50), np.int32)),  # sorted on a GPU
+                jnp.array([0, 299, -1, -300, 300, -301, 2**31 - 1, 7, 7], jnp.int32),
+                jnp.zeros((0, 3), jnp.int32)):
+        for mode in MODES:
+            for fill in FILLS if mode in (None, "fill") else [None]:
+                kw = dict(mode=mode, fill_value=fill)
+                ref = jnp.take(decoded, idx, axis=0, **kw)
+                assert_same(jdirect.gather(table, idx, **kw), ref)
+                jitted = jax.jit(lambda t, i: jdirect.gather_done(jdirect.gather_start(t, i, **kw)))
+                assert_same(jitted(table, idx), ref)
+                assert_same(jdirect.gather_done(jdirect.gather_start(table, idx, **kw)), ref)
+
+
+def test_int8_start_is_a_started_read_of_packed_rows(int8_table):
+    """Not the ordinary gather at the start: the Pending holds the packed
+    rows (d + 4 bytes) and what the done needs (its static decode), which
+    compares by value, so equal reads share one compilation."""
+    table, _ = int8_table
+    idx = jnp.arange(20, dtype=jnp.int32)
+    first = jdirect.gather_start(table, idx, fill_value=np.nan)
+    assert first.rows.shape == (20, 10) and first.rows.dtype == np.uint8
+    assert first.decode is not None
+    if not getattr(table, "all_cached", False):
+        assert first.keep_alive  # the done waits for the read
+    again = jdirect.gather_start(table, idx + 1, fill_value=np.nan)
+    assert jax.tree.structure(first) == jax.tree.structure(again)
+    assert jax.tree.structure(first) != jax.tree.structure(
+        jdirect.gather_start(table, idx, fill_value=1.0))
+    for pending in (first, again):
+        jdirect.gather_done(pending)
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+def test_int8_pending_carried_between_programs(int8_table):
+    """Started in one jitted function and finished in another, as
+    gather_start documents (donated; the decode travels as the Pending's
+    static part), several in turn."""
+    table, decoded = int8_table
+    rng = np.random.default_rng(8)
+    start = jax.jit(lambda t, i: jdirect.gather_start(t, i, fill_value=0))
+    done = jax.jit(jdirect.gather_done, donate_argnums=0)
+    for _ in range(3):
+        batch = jnp.asarray(rng.integers(-5, 305, 2000), jnp.int32)
+        assert_same(done(start(table, batch)), jnp.take(decoded, batch, axis=0, fill_value=0))
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+def test_int8_done_reads_the_packed_rows_where_the_start_wrote_them():
+    """The done finds a read by its rows' address, so XLA must not copy the
+    rows before it. A function finishing an Int8Table's Pending returns
+    decoded rows (another shape and dtype), so JAX cannot donate the packed
+    ones and an in-place done would take XLA's copy of them (on a GPU:
+    "gather_done without a matching gather_start"): the done reads the
+    parameter itself."""
+    with jdirect.Int8Table(np.ones((50, 6), np.float32)) as table:
+        pending = jax.jit(jdirect.gather_start)(table, jnp.arange(10))
+        for finish in (jdirect.gather_done, lambda p: jdirect.gather_done(p).sum()):
+            text = jax.jit(finish, donate_argnums=0).lower(pending).compile().as_text()
+            [done] = [line for line in text.splitlines() if "jdirect_gather_done" in line]
+            operand = re.search(r"custom-call\(%?([\w.]+)", done).group(1)
+            assert not re.search(rf"%?{re.escape(operand)} = [^=]*\bcopy\(", text), done
 
 
 def test_empty_indices_and_zero_width_rows(host_table):

@@ -1,5 +1,5 @@
-"""Link prediction: edge splits, negatives, the seed-edge sampler, OGB's
-ranking figures against NumPy references, and a tiny training run."""
+"""Link prediction: edge splits, negatives, the seed-edge sampler, the
+losses, and tiny training runs (the ranking: test_link_ranking.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from jdirect.graph import synthetic
 from jdirect.graph.data.edge_split import (per_source_negatives, random_edge_split,
                                            read_edge_split, undirected_keys)
 from jdirect.graph.sampling import EdgeSampler
-from jdirect.graph.tasks import ranking
 
 
 @pytest.fixture(scope="module")
@@ -160,43 +159,6 @@ def test_degree_biased_negatives_follow_deg_075(split):
     assert scipy.stats.chisquare(uniform, expected).pvalue < 1e-6  # the test tells them apart
 
 
-# -- figures against NumPy references of OGB's and scikit-learn's formulas --
-def reference(pos, neg):
-    m, k = neg.shape
-    rank = np.array([1 + sum(0.5 * (int(n > p) + int(n >= p)) for n in row)
-                     for p, row in zip(pos, neg)])
-    allneg = np.sort(neg.ravel())[::-1]
-    hits = {K: 1.0 if allneg.size < K else float(np.mean(pos > allneg[K - 1]))
-            for K in (20, 50, 100)}
-    auc = np.mean([int(p > n) + 0.5 * int(p == n) for p in pos for n in neg.ravel()])
-    scores = np.concatenate([pos, neg.ravel()])
-    truth = np.concatenate([np.ones(m), np.zeros(m * k)])
-    ap, last_recall = 0.0, 0.0
-    for t in np.unique(scores)[::-1]:
-        chosen = scores >= t
-        precision = truth[chosen].mean()
-        recall = truth[chosen].sum() / m
-        ap += (recall - last_recall) * precision
-        last_recall = recall
-    return dict(mrr=np.mean(1 / rank), **{f"hits@{K}": v for K, v in hits.items()}, auc=auc, ap=ap)
-
-
-@pytest.mark.parametrize("ties", [False, True])
-def test_figures_equal_the_reference(ties):
-    rng = np.random.default_rng(0)
-    pos, neg = rng.normal(1, 1, 40), rng.normal(0, 1, (40, 7))
-    if ties:  # few distinct scores: every rule about equal scores is exercised
-        pos, neg = np.round(pos), np.round(neg)
-    got, want = ranking.figures(pos, neg), reference(pos, neg)
-    assert got.keys() == want.keys()
-    for key in want:
-        assert got[key] == pytest.approx(want[key], abs=1e-12), key
-
-
-def test_hits_with_fewer_negatives_than_k():
-    assert ranking.hits_at(np.array([0.0]), np.zeros((1, 5)), 20) == 1.0
-
-
 # -- training --------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:only .* optimizer steps")
 def test_tiny_link_training_beats_chance(graph):
@@ -296,33 +258,6 @@ def test_link_losses_equal_the_reference(split, loss):
     assert float(task.count(batch)) == 4 * (4 if loss == "bce" else 3)
 
 
-def test_sampled_ranking_with_whole_neighbourhoods_equals_the_full_one():
-    # Fanouts at least the largest degree sample every neighbour: the
-    # sampled embeddings are layer-wise inference's, up to rounding.
-    from jdirect.graph.data.csr import Graph, csr_from_edges
-    from jdirect.graph.training.config import TrainConfig
-    from jdirect.graph.training.evaluation import full_ranking, sampled_ranking
-    from jdirect.graph.training.trainer import Trainer
-
-    n, rng = 300, np.random.default_rng(0)
-    ring = np.arange(n)
-    indptr, indices = csr_from_edges(np.r_[ring, ring], np.r_[(ring + 1) % n, (ring + 7) % n], n,
-                                     symmetrize=True)  # every degree 4
-    none = np.zeros(0, np.int64)
-    graph = Graph(indptr, indices, rng.normal(size=(n, 8)).astype(np.float32),
-                  np.zeros(n, np.int32), np.arange(n, dtype=np.int64), none, none, 1)
-    cfg = TrainConfig(dataset="tiny", task="link", model="sage", fanouts=(4, 4), batch_size=16,
-                      hidden=8, eval_negatives=10, features="jdirect", progress=False)
-    with Trainer(graph, cfg) as trainer:
-        split = trainer.task.split
-        sampled = sampled_ranking(trainer.feed, trainer.state, split, "val")
-        full = full_ranking(trainer.graphdef, trainer.state, trainer.graph, trainer.source, 8,
-                            split, "val", progress=False)
-    assert sampled.keys() == full.keys()
-    for key in full:
-        assert sampled[key] == pytest.approx(full[key], abs=1e-4), key
-
-
 @pytest.mark.filterwarnings("ignore:only .* optimizer steps")
 def test_early_stopping_names_the_tasks_metric(graph):
     from jdirect.graph.training.config import TrainConfig
@@ -333,7 +268,8 @@ def test_early_stopping_names_the_tasks_metric(graph):
                       progress=False, full_eval=False)
     with Trainer(graph, cfg) as t:
         mrr = iter([0.5, 0.4, 0.9, 0.9])  # validation after epochs 0 and 1, then the result's
-        t.ranking = lambda state, split: dict(mrr=next(mrr) if split == "val" else 0.0)
+        t.ranking = lambda state, parts: {p: dict(mrr=next(mrr) if p == "val" else 0.0)
+                                          for p in parts}
         lines = []
         out = t.fit(log=lines.append)
     assert len(out["history"]) == 2 and out["best_epoch"] == 0

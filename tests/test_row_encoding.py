@@ -12,14 +12,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jdirect import CachedTable, HostTable
+from jdirect import CachedTable, HostTable, Pending
 from jdirect.cached_table import AUTO_SHARE, SLOT_BYTES
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
 from jdirect.graph.features.encoding import STORED, RowPlan, plan_rows, row_bytes
 from jdirect.graph.training.trainer import Trainer
 from jdirect.quantized import decode_rows, quantize_rows
-from test_train import config, graph  # noqa: F401 (graph: a fixture)
+from test_train import config, graph, losses  # noqa: F401 (graph: a fixture)
 from conftest import newest_only
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
@@ -73,6 +73,24 @@ def test_every_encoding_and_cache_reads_its_encoded_rows(graph, encoding, name, 
         assert (np.abs(got - exact) <= scale / 2 + 1e-6 * np.abs(exact)).all()
     else:
         np.testing.assert_allclose(got, exact, rtol=2 ** -8 if encoding == "bfloat16" else 0)
+
+
+@newest_only  # the oldest end starts int8 reads in test_async_gather.py
+def test_int8_rows_are_read_ahead_and_train_like_serial_steps(graph):
+    """The trainer's pipelined read of int8 rows is a started read of the
+    packed rows (on a GPU, on jdirect's side stream), decoded at the
+    finish: it changes the schedule, not the arithmetic."""
+    kw = dict(sampler="device", features="jdirect-cache", cache_fraction=0.3,
+              row_encoding="int8")
+    serial = losses(graph, epochs=2, overlap=False, **kw)
+    with Trainer(graph, config(overlap=True, **kw)) as t:
+        assert t.feed.overlap
+        pending = t.source.start(t.source.table, jnp.asarray(batch_ids(graph)))
+        assert isinstance(pending, Pending) and pending.keep_alive
+        assert pending.rows.dtype == np.uint8 and pending.decode is not None
+        t.source.finish(pending)
+        overlapped = [t.train_epoch(e)["loss"] for e in range(2)]
+    np.testing.assert_allclose(overlapped, serial, rtol=1e-6)
 
 
 def test_an_encoding_that_is_the_tables_dtype_opens_it_in_place(graph):

@@ -51,8 +51,9 @@ class HostTableSource(FeatureSource):
     (jdirect_cache.py).
 
     Its reads can overlap an update: `start`/`finish` are
-    `jdirect.gather_start`/`gather_done` (a side stream on a GPU; an int8
-    table's read is not started ahead, see `jdirect.gather_start`).
+    `jdirect.gather_start`/`gather_done` (a side stream on a GPU, for every
+    encoding: an int8 table's packed rows are read ahead and decoded at
+    the finish).
 
     Args:
       row_plan: the plan whose encoding to store the rows in (`plan`: a

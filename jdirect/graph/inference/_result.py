@@ -53,6 +53,25 @@ class Result:
                              f"(layerwise(..., nodes=...) did not ask for them)")
         return logits_of(self.logits, at)
 
+    def take(self) -> jax.Array:
+        """The logits as one device array, row i node `nodes[i]`'s (node i's
+        where `nodes` is None), handed over: no copy of logits already on
+        the device; a HostTable's rows are copied there. The Result is
+        closed after (`logits` None).
+
+        Raises:
+          ValueError: the Result was closed.
+        """
+        if self.logits is None:
+            raise ValueError("this Result was closed: its logits are freed")
+        logits, self.logits = self.logits, None
+        if isinstance(logits, jax.Array):
+            return logits
+        try:
+            return jnp.asarray(logits_of(logits, np.arange(logits.shape[0])))
+        finally:
+            tables.release(logits, True)
+
     def close(self) -> None:
         """Frees the logits (a HostTable's host memory, once no one else
         holds the table; a device array's buffer); `logits` becomes None."""

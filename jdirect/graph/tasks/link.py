@@ -139,20 +139,20 @@ class LinkTask:
     def validate(self, trainer: Any) -> dict[str, float]:
         """{"val_mrr", "val_auc", ...}: `ranking.figures` on the validation
         edges (`Trainer.ranking`: full neighbourhoods, or sampled)."""
-        return _named("val", trainer.ranking(trainer.state, "val"))
+        return _named("val", trainer.ranking(trainer.state, ("val",))["val"])
 
     def result(self, trainer: Any, state: Any, best_epoch: int, last: bool) -> dict[str, Any]:
         """`Trainer.fit`'s result: the ranking figures of `state`'s model
-        on the validation and test edges (`Trainer.ranking`), the history,
-        and where it trained."""
+        on the validation and test edges (`Trainer.ranking`, one inference
+        for both), the history, and where it trained."""
         full = trainer.cfg.full_eval
         if last and full:  # layer-wise inference takes the feed's device memory
             trainer.feed.close()
         out = dict(history=trainer.history, best_epoch=best_epoch, epochs=trainer.epochs,
                    devices=trainer.mesh.size, processes=jax.process_count(),
                    steps_per_call=getattr(trainer.feed, "steps_per_call", 1))
-        for part in ("val", "test"):
-            out.update(_named(part, trainer.ranking(state, part)))
+        for part, figures in trainer.ranking(state, ("val", "test")).items():
+            out.update(_named(part, figures))
         out["protocol"] = dict(test_mrr=RANKED if full else SAMPLED,
                                best_epoch=f"best validation {self.metric}")
         return out

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterator
+import time
+from typing import Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -106,44 +107,50 @@ def _full_input(graphdef: Any, state: Any, graph: Graph, source: FeatureSource, 
             own.close()
 
 
-# Positives scored at a time against their negatives (bounds the [chunk, K, dim] rows).
+# Positives scored at a time against their negatives (bounds the [chunk, K, dim]
+# rows); every part is padded to whole chunks, so one program scores them all.
 SCORE_CHUNK = 4096
 
 
 def full_ranking(graphdef: Any, state: Any, graph: Graph, source: FeatureSource, given: int,
-                 split: EdgeSplit, part: str, progress: bool,
+                 split: EdgeSplit, parts: Sequence[str], progress: bool,
                  report: inference.Report | None = None, *,
-                 learned: LearnedTable | None = None) -> dict[str, float]:
-    """`tasks.ranking.figures` of the link model of (`graphdef`, `state`) on
-    `split`'s `part` ("val" or "test"): the encoder's embeddings of the
-    part's endpoints and negatives with full neighbourhoods (layer-wise
-    inference on `graph`, the message-passing graph, input rows as
-    `full_accuracy`'s), then the decoder's scores (`_rank`). NaN figures
-    for a part of no edges."""
-    nodes, ends = _endpoints(split, part)
+                 learned: LearnedTable | None = None,
+                 times: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
+    """{part: `tasks.ranking.figures`} of the link model of (`graphdef`,
+    `state`) on each of `split`'s `parts` ("val", "test"): the encoder's
+    embeddings of the parts' endpoints and negatives with full
+    neighbourhoods (one layer-wise inference on `graph`, the
+    message-passing graph, for all parts; input rows as `full_accuracy`'s),
+    then the decoder's scores (`_rank`). NaN figures for a part of no
+    edges. `times`, if given, gets the seconds of each stage, with its
+    compiling: "endpoints_s" (host: the parts' node set and positions),
+    "inference_s", "scores_s" (the decoder's, on the device) and
+    "figures_s" (the negatives' sort and counts, then the figures)."""
+    with _timed(times, "endpoints_s"):
+        nodes, ends = _endpoints(split, parts)
     if not nodes.size:
-        return ranking.figures(np.zeros(0), np.zeros((0, 1)))
+        return {part: _no_figures() for part in parts}
     with _full_input(graphdef, state, graph, source, given, learned) as (model, table):
-        result = inference.layerwise(model.encoder, graph, table, nodes=nodes,
-                                     table_dtype=graph.features.dtype, progress=progress)
-        try:
-            h = jax.device_put(result.rows(nodes))
-        finally:
-            result.close()
-        if report is not None:
-            vars(report).update(vars(result.report))
-        return _rank(model, h, *ends)
+        with _timed(times, "inference_s"):
+            result = inference.layerwise(model.encoder, graph, table, nodes=nodes,
+                                         table_dtype=graph.features.dtype, progress=progress)
+            if report is not None:
+                vars(report).update(vars(result.report))
+            h = result.take()  # `nodes` ascend without repeats: row i is nodes[i]'s
+        return {part: _rank(model, h, *ends[part], times) for part in parts}
 
 
-def sampled_ranking(feed: Any, state: Any, split: EdgeSplit, part: str) -> dict[str, float]:
+def sampled_ranking(feed: Any, state: Any, split: EdgeSplit,
+                    parts: Sequence[str]) -> dict[str, dict[str, float]]:
     """`full_ranking`'s figures with the embeddings sampled as in training:
-    the endpoints and negatives of `split`'s `part` in node batches of the
+    the endpoints and negatives of `split`'s `parts` in node batches of the
     link feed's edge sampler (`DeviceFeed` of the link task; the evaluation
     key `EVAL_EPOCH`), read from its source (`programs.sample_outputs`);
     for graphs whose every node layer-wise inference would visit."""
-    nodes, ends = _endpoints(split, part)
+    nodes, ends = _endpoints(split, parts)
     if not nodes.size:
-        return ranking.figures(np.zeros(0), np.zeros((0, 1)))
+        return {part: _no_figures() for part in parts}
     ctx, cap = feed.ctx, feed.sampler.node_batch_size
     rows = []
     for i, first in enumerate(range(0, nodes.size, cap)):
@@ -154,27 +161,55 @@ def sampled_ranking(feed: Any, state: Any, split: EdgeSplit, part: str) -> dict[
                                    np.int32(i)))
     h = jnp.concatenate(rows)[:nodes.size]
     model, _ = nnx.merge(feed.ctx.graphdef, split_state(state)[0])
-    return _rank(model, h, *ends)
+    return {part: _rank(model, h, *ends[part]) for part in parts}
 
 
-def _endpoints(split: EdgeSplit, part: str) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """(the distinct nodes of `part`'s edges and negatives, ascending;
-    (src, dst, neg) as positions among them)."""
-    edges, neg = split.edges(part), split.negatives(part)
-    nodes, at = unique_positions(np.concatenate([edges.ravel(), neg.ravel()]))
-    src, dst = at[:edges.size].reshape(-1, 2).T
-    return nodes, (src, dst, at[edges.size:].reshape(neg.shape))
+@contextlib.contextmanager
+def _timed(times: dict[str, float] | None, stage: str) -> Iterator[None]:
+    """Adds the block's wall time to `times[stage]` (if `times` is given)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if times is not None:
+            times[stage] = times.get(stage, 0.0) + time.perf_counter() - start
+
+
+def _no_figures() -> dict[str, float]:
+    """The figures of a part of no edges (NaN)."""
+    return ranking.figures(np.zeros(0), np.zeros((0, 1)))
+
+
+def _endpoints(split: EdgeSplit,
+               parts: Sequence[str]) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, ...]]]:
+    """(the distinct nodes of `parts`' edges and negatives, ascending;
+    {part: (src, dst, neg) as int32 positions among them})."""
+    ids = [split.edges(part) for part in parts] + [split.negatives(part) for part in parts]
+    nodes, at = unique_positions(ids)  # int32 positions below 2**31 nodes
+    return nodes, {part: (*at[i].T, at[len(parts) + i]) for i, part in enumerate(parts)}
 
 
 def _rank(model: nnx.Module, h: jax.Array, src: np.ndarray, dst: np.ndarray,
-          neg: np.ndarray) -> dict[str, float]:
+          neg: np.ndarray, times: dict[str, float] | None = None) -> dict[str, float]:
     """`ranking.figures` of the decoder's scores of rows (src, dst) of
-    embeddings `h` against rows (src, neg[i]), SCORE_CHUNK positives at a time."""
-    scores = [_scores(model, h, jnp.asarray(src[i:i + SCORE_CHUNK]),
-                      jnp.asarray(dst[i:i + SCORE_CHUNK]), jnp.asarray(neg[i:i + SCORE_CHUNK]))
-              for i in range(0, len(src), SCORE_CHUNK)]
-    pos, negs = (np.concatenate([np.asarray(s[j]) for s in scores]) for j in (0, 1))
-    return ranking.figures(pos, negs)
+    embeddings `h` against rows (src, neg[i]), SCORE_CHUNK positives at a
+    time, the last chunk padded (one program for every chunk and part).
+    The scores stay on the device where it is an accelerator: only the
+    figures' counts (`ranking.tally`) come back. `times`: `full_ranking`'s."""
+    m = len(src)
+    pad = -m % SCORE_CHUNK
+    with _timed(times, "scores_s"):
+        src, dst, neg = (np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (src, dst, neg))
+        scores = [_scores(model, h, *(jnp.asarray(a[i:i + SCORE_CHUNK]) for a in (src, dst, neg)))
+                  for i in range(0, m + pad, SCORE_CHUNK)]
+        pos, negs = (jnp.concatenate([s[j] for s in scores])[:m] for j in (0, 1))
+        jax.block_until_ready((pos, negs))
+    with _timed(times, "figures_s"):
+        # XLA's sort on the CPU is many times slower than NumPy's.
+        on_cpu = next(iter(h.devices())).platform == "cpu"
+        counted = (ranking.tally(np.asarray(pos), np.asarray(negs)) if on_cpu
+                   else ranking.tally(pos, negs, jnp))
+        return ranking.figures_of(counted)
 
 
 @nnx.jit

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -115,6 +115,8 @@ class Trainer:
         # The newest epoch in cfg.checkpoint_dir that this run saved or resumed.
         self.checkpointed: int | None = None
         self.full_eval: inference.Report | None = None  # the last full_accuracy's
+        # Seconds of the last full ranking's stages (`evaluation.full_ranking`'s `times`).
+        self.ranking_times: dict[str, float] = {}
 
     # -- one epoch ---------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, Any]:
@@ -299,18 +301,20 @@ class Trainer:
         return full_accuracy(self.graphdef, state, self.graph, self.source, self._given,
                              self._progress, self.full_eval, learned=self.learned)
 
-    def ranking(self, state: Any, split: str) -> dict[str, float]:
-        """The link task's figures (`tasks.ranking.figures`) of `state`'s
-        model on `split`'s positives against their fixed negatives, from
-        the embeddings of their endpoints: with full neighbourhoods
-        (layer-wise inference, its `Report` kept in `full_eval`) with
-        cfg.full_eval, else sampled as in training (`sampled_ranking`)."""
+    def ranking(self, state: Any, parts: Sequence[str]) -> dict[str, dict[str, float]]:
+        """{part: the link task's figures (`tasks.ranking.figures`)} of
+        `state`'s model on each of `parts`' ("val", "test") positives
+        against their fixed negatives, from the embeddings of their
+        endpoints, made once for all parts: with full neighbourhoods
+        (layer-wise inference, its `Report` kept in `full_eval`, the
+        seconds of its stages in `ranking_times`) with cfg.full_eval, else
+        sampled as in training (`sampled_ranking`)."""
         if not self.cfg.full_eval:
-            return sampled_ranking(self.feed, state, self.task.split, split)
-        self.full_eval = inference.Report()
+            return sampled_ranking(self.feed, state, self.task.split, parts)
+        self.full_eval, self.ranking_times = inference.Report(), {}
         return full_ranking(self.graphdef, state, self.graph, self.source, self._given,
-                            self.task.split, split, self._progress, self.full_eval,
-                            learned=self.learned)
+                            self.task.split, parts, self._progress, self.full_eval,
+                            learned=self.learned, times=self.ranking_times)
 
     def close(self) -> None:
         """Releases the feed, the source this run owns and the learned
