@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import newest_only
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+# The oldest end tests an installed wheel from a folder without the sources
+# (.ci/test_wheel.sh), benchmarks/ among them; the script does not depend on
+# JAX's version.
+pytestmark = newest_only
 
 
 @pytest.fixture
