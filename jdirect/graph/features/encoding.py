@@ -41,10 +41,10 @@ them all, narrower rows when only a share of them is cached.
 Why: rows on the device are worth most, so a table the cache takes whole
 stays as stored; past that, bfloat16 halves the bytes of every miss with
 validation accuracy over 3 seeds unchanged. int8 rows move half of
-bfloat16's bytes, but an `Int8Table` read cannot be started ahead
-(`jdirect.gather_start` falls back to the ordinary gather for it), so it
-does not overlap the update as a bfloat16 HostTable's does; `auto` does not
-pick it. The figures: benchmarks/RESULTS.md, "Training epochs" (products'
+bfloat16's bytes and are read ahead as theirs are, but where the cache is
+small the epoch is bound by the update beside the read more than by the
+misses' bytes: int8 has not yet measured faster at equal accuracy over 3
+seeds, so `auto` does not pick it. The figures: benchmarks/RESULTS.md, "Training epochs" (products'
 rows by encoding and cache), measured by benchmarks/row_encoding.py
 (`bash benchmarks/run.sh encodings`); their history in the journal.
 """
