@@ -55,11 +55,14 @@ def gather_start(
         not read its fields: until the done the rows may still be written.
       - A Pending passed into another jitted function (e.g. started in one
         step, finished in the next) must be donated to it
-        (`donate_argnums`); otherwise XLA copies its rows before the done
-        waits, and gather_done raises. (An Int8Table's Pending works either
-        way: its decoded rows differ from its packed ones in shape, so JAX
-        could not donate those, and its done reads them where the start
-        wrote them and copies them after its wait.)
+        (`donate_argnums`), and that function must return an array of the
+        rows' shape and dtype (the done's result, say): JAX uses a donated
+        buffer only for an output it can alias. Otherwise XLA copies the
+        rows before the done waits, and gather_done raises on a GPU. (An
+        Int8Table's Pending works either way: its decoded rows differ from
+        its packed ones in shape, so JAX could not donate those, and its
+        done reads them where the start wrote them and copies them after
+        its wait.)
       - Eagerly, keep `idx` and the table's cache alive and undonated until
         the done (the Pending references them); a Pending dropped without
         its done leaves its buffers to the allocator while the GPU may still
