@@ -68,6 +68,12 @@ def test_figures_equal_the_reference(ties):
     assert got.keys() == want.keys()
     for key in want:
         assert got[key] == pytest.approx(want[key], abs=1e-12), key
+    # The one-figure functions (public; `figures` counts a Tally instead).
+    alone = dict(mrr=ranking.mrr(pos, neg), auc=ranking.roc_auc(pos, neg),
+                 ap=ranking.average_precision(pos, neg),
+                 **{f"hits@{k}": ranking.hits_at(pos, neg, k) for k in ranking.HITS})
+    for key, value in alone.items():
+        assert value == pytest.approx(want[key], abs=1e-12), key
 
 
 def test_hits_with_fewer_negatives_than_k():

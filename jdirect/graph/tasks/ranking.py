@@ -72,8 +72,7 @@ def tally(pos: Any, neg: Any, xp: ModuleType = np) -> Tally:
 
 def figures_of(t: Tally) -> dict[str, float]:
     """{mrr, hits@20, hits@50, hits@100, auc, ap} of a `Tally`: `figures`'."""
-    r = _ranks(t.own_above, t.own_tied)
-    out = dict(mrr=float((1.0 / r).mean()) if r.size else float("nan"))
+    out = dict(mrr=_mean_reciprocal(_ranks(t.own_above, t.own_tied)))
     out.update({f"hits@{k}": _hits(t.pos, t.top, t.negatives, k) for k in HITS})
     out.update(auc=_auc(t.all_below, t.all_tied, t.negatives),
                ap=_ap(t.pos, t.all_below, t.negatives))
@@ -107,8 +106,7 @@ def ranks(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
 
 def mrr(pos: np.ndarray, neg: np.ndarray) -> float:
     """Mean reciprocal `ranks(pos, neg)` (NaN for no positives)."""
-    r = ranks(pos, neg)
-    return float((1.0 / r).mean()) if r.size else float("nan")
+    return _mean_reciprocal(ranks(pos, neg))
 
 
 def hits_at(pos: np.ndarray, neg: np.ndarray, k: int) -> float:
@@ -144,6 +142,11 @@ def _against_all(pos: Any, flat: Any, xp: ModuleType) -> tuple[Any, Any, Any]:
     ordered = xp.sort(flat)
     below = xp.searchsorted(ordered, pos, side="left")
     return ordered, below, xp.searchsorted(ordered, pos, side="right") - below
+
+
+def _mean_reciprocal(r: np.ndarray) -> float:
+    """`mrr` of the ranks `r` (NaN for none)."""
+    return float((1.0 / r).mean()) if r.size else float("nan")
 
 
 def _ranks(above: np.ndarray, tied: np.ndarray) -> np.ndarray:
