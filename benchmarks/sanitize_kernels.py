@@ -3,7 +3,7 @@
 compute-sanitizer's memcheck crashed (the tool itself) when run over the whole
 pytest files under JAX; this script drives the kernels in one short process
 instead: `jdirect.gather` (plain, sorted, cached, int8), `gather_start`
-(its side-stream read, on the kernel JDIRECT_READ_KERNEL chooses),
+(its side-stream read),
 `jdirect.write_rows` set/add, the fused sparse optimizer steps (SGD,
 Adagrad, Adam) and `jdirect.neighbor_sum` (rows in device arrays, in host
 tables and in a cache over them; the CSR in arrays or in host tables),
@@ -79,9 +79,8 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
     print(f"gather ({memory}): plain, sorted, cached and int8 match jnp.take")
 
 
-# Beside KINDS, the widths of the started read's lean kernel's edges
-# (JDIRECT_READ_KERNEL=lean): 1-byte loads, products' 200 B rows (8-byte
-# loads, a warp's 8 rows in 7 loads a lane), rows past 32 loads (rounds).
+# Beside KINDS, row widths at the edges of the started read's loads: 1-byte
+# loads (odd widths), products' 200 B bfloat16 rows, rows of many loads.
 STARTED_KINDS = KINDS + ((np.int8, 3), (jnp.bfloat16, 100), (np.float32, 250))
 
 
