@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import jax
 
 from jdirect.graph.metrics import link_floor
+from jdirect.graph.training import steps
 
 
 def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0, calls: int = 1) -> float:
@@ -33,6 +34,21 @@ def timed(fn: Callable[[], object], reps: int, budget_s: float = 3.0, calls: int
         samples.append((time.perf_counter() - start) / calls)
         spent += samples[-1] * calls
     return statistics.median(samples)
+
+
+def epoch_time(fn: Callable[[object], object], batches: Sequence, reps: int) -> float:
+    """Median seconds of `fn(b)` over all `batches`, dispatched back to back
+    (as the trainer does: a few steps in flight), after a warm-up of two."""
+    jax.block_until_ready([fn(b) for b in batches[:2]])
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        in_flight = steps.InFlight()
+        for b in batches:
+            in_flight.add(fn(b))
+        in_flight.wait()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def epoch_floor(device_s: float | None, pcie_gb: float | None,

@@ -55,7 +55,7 @@ from jdirect.graph.training import programs, steps
 from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import (add_graph_args, epoch_floor, finish_figure, host_peak_gb, load_graph_of,
+from _common import (add_graph_args, epoch_floor, epoch_time, finish_figure, host_peak_gb, load_graph_of,
                      memory_peaks, print_table, run_meta, write_json)
 from _profile import kernel_profile, print_profile
 
@@ -67,21 +67,6 @@ _PEERS = {"host": "the conventional JAX baseline, NumPy gather + jax.device_put 
                    "(torch_peer.py)"}
 LABELS = ("sampler", "mode", "profile")  # a record's settings and profile; its figures are
 # metrics.METRICS names
-
-
-def epoch_time(fn, batches, reps: int) -> float:
-    """Median seconds of `fn(b)` over all `batches`, dispatched back to back
-    (as the trainer does: a few steps in flight)."""
-    jax.block_until_ready([fn(b) for b in batches[:2]])
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        in_flight = steps.InFlight()
-        for b in batches:
-            in_flight.add(fn(b))
-        in_flight.wait()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 @functools.partial(jax.jit, static_argnums=0)

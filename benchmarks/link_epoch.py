@@ -16,6 +16,13 @@ every endpoint and negative of both, then each part's scores and figures),
 timed whole and by stage, each with its compiling: endpoints_s (host: the
 node set and positions), inference_s, scores_s (the decoder's, on the
 device) and figures_s (the negatives' sort and counts, then the figures).
+Each run's sampling_s is the timed pass's sampling alone (seed edges,
+negatives, both endpoints' neighbourhoods, as the step programs sample
+them) and sampling_share its part of the pass's time. With a learned
+table, a run also reports the rows its timed pass read and
+wrote back (learned_rows; learned_gb each way, the row with its optimizer's
+slots), their rate learned_gbps and, on a GPU, the link's link_gbps: a
+host-resident table's updates against the link.
 
 Prints a line a run; writes link-epoch.json under --out.
 GPU (H200):
@@ -43,7 +50,13 @@ import re  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from _common import run_meta, write_json  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from _common import epoch_time, run_meta, write_json  # noqa: E402
+from jdirect import environment  # noqa: E402
+from jdirect.graph.training._sharded import ALL, POSITION, SPLIT, Position, call_batches, \
+    shard_map  # noqa: E402
 from jdirect.graph.data.datasets import load_graph  # noqa: E402
 from jdirect.graph.tasks import TASKS  # noqa: E402
 from jdirect.graph.training.config_files import load_config  # noqa: E402
@@ -65,6 +78,28 @@ def settings(pairs: list[str]) -> dict:
             except (ValueError, SyntaxError):
                 out[key] = text
     return out
+
+
+def sampling_s(t: Trainer, epoch: int, reps: int = 3) -> float | None:
+    """Seconds of pass `epoch`'s sampling alone (seed edges, negatives and
+    both endpoints' neighbourhoods): each call's `steps_per_call` batches
+    sampled as its step program samples them (`_sharded.call_batches`),
+    the calls dispatched back to back; the median of `reps`. None for a
+    host-sampled run."""
+    feed = t.feed
+    if not hasattr(feed, "seed_order"):
+        return None
+    n = feed.steps_per_call
+    order = feed.seed_order(t.train_seeds, epoch, whole_calls=True)
+
+    def body(arrays, at):
+        batch_of = call_batches(feed.sampler, arrays, at, 0, n)
+        return [jax.tree.map(lambda x: x[None], batch_of(j)) for j in range(n)]
+
+    sample = jax.jit(shard_map(body, mesh=feed.mesh, in_specs=(ALL, POSITION), out_specs=SPLIT))
+    calls = [jnp.int32(i) for i in range(0, order.shape[0], n)]
+    return epoch_time(lambda i: sample(feed.arrays, Position(order, jnp.int32(epoch), i)),
+                      calls, reps)
 
 
 def show(figures: dict) -> None:
@@ -101,8 +136,15 @@ def main() -> None:
                 t.train_epoch(0)
                 m = t.train_epoch(1)
                 rate = len(t.train_seeds) / m["epoch_s"]
+                sampled = sampling_s(t, 1)
                 row.update(steps=m["batches"], seconds=m["epoch_s"], edges_per_s=rate,
-                           epoch_s_at_rate=len(edges) / rate, loss=m["loss"])
+                           epoch_s_at_rate=len(edges) / rate, loss=m["loss"],
+                           sampling_s=sampled,
+                           sampling_share=sampled and sampled / m["epoch_s"])
+                if "learned_rows" in m:  # the learned table's rows, each way, and their rate
+                    row.update(learned_rows=m["learned_rows"], learned_gb=m["learned_gb"],
+                               learned_gbps=m["learned_gb"] / m["epoch_s"],
+                               link_gbps=environment.link_gbps(t.mesh.local_devices[0]))
             show(row)
             if not args.no_ranking and i + 1 == len(args.runs):
                 start = time.perf_counter()

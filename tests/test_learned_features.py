@@ -71,12 +71,13 @@ def step_once(graph, cfg):
         before = t.learned.table.numpy().copy()
         model_state = t.state[0]
         inputs, _ = next(iter(t.feed.epoch(graph.train, 0)))
-        state, _ = t.feed.train_step(t.state, steps.zero_metrics(), inputs, 0)
+        state, metrics = t.feed.train_step(t.state, steps.zero_metrics(), inputs, 0)
         t.learned.settle(state[1])
         after = t.learned.table.numpy().copy()
         slots = {n: t.learned.sparse.slots[n].numpy().copy() for n in t.learned.sparse.slots}
         x = t.source.read(t.source.table, inputs["batch"].input_nodes, inputs["staged"])
         ref = dict(graphdef=t.graphdef, model_state=model_state, batch=inputs["batch"], x=x)
+        ref["learned_rows"] = float(metrics[3])
         return before, after, slots, ref, int(state[1].count), state[0]
 
 
@@ -113,6 +114,7 @@ def test_the_step_updates_the_touched_rows_as_optax_on_a_dense_table(graph, feat
     model_ref, _, g_x = dense_step(ref["model_state"], jnp.asarray(before))
     grad = jnp.zeros(before.shape).at[ids].add(g_x[:, x.shape[1]:], mode="drop")
     touched = np.unique(batch.input_nodes[batch.input_nodes < g.num_nodes])
+    assert ref["learned_rows"] == len(touched)  # the step's count of rows read and written
     opt = OPTAX[name](0.05)
     sub = jnp.asarray(before[touched])
     updates, _ = opt.update(grad[touched], opt.init(sub), sub)
@@ -252,6 +254,18 @@ def test_a_closed_trainer_frees_its_embedding_tables(graph):
     del t
     gc.collect()
     assert [r() for r in owned] == [None] * 3
+
+
+def test_an_epoch_counts_the_learned_rows_its_steps_read_and_wrote(featureless):
+    from jdirect.graph.training.reporting import format_epoch
+
+    with Trainer(featureless, config(epochs=1, embedding_optimizer="adam")) as t:
+        m = t.train_epoch(0)
+        want = sum(int(np.sum(inputs["batch"].input_nodes < featureless.num_nodes))
+                   for inputs, _ in t.feed.epoch(t.train_seeds, 0))
+    assert m["learned_rows"] == want > 0
+    assert m["learned_gb"] == pytest.approx(want * 8 * 4 * 3 / 1e9)  # the row, Adam's 2 slots
+    assert f"learned rows: {want:,}" in format_epoch(m)
 
 
 def test_a_second_run_reuses_the_compiled_steps_and_writes_its_own_tables(featureless):

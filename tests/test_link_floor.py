@@ -90,7 +90,10 @@ def test_a_typed_run_carries_the_floor_of_all_its_types_rows(tmp_path, monkeypat
     from jdirect.graph import train
 
     monkeypatch.setattr(environment, "link_gbps", lambda d: 40.0)
-    train.main(["--config", "mag", "--scale", "0.002", "--fanouts", "3", "--batch-size", "256",
+    # No cache: on a GPU the default source's cache holds this whole graph, and
+    # nothing would go over PCIe.
+    train.main(["--config", "mag", "--scale", "0.002", "--features", "jdirect",
+                "--fanouts", "3", "--batch-size", "256",
                 "--hidden", "8", "--epochs", "1", "--no-baseline", "--no-full-eval", "--quiet",
                 "--metrics", str(tmp_path / "m.json")])
     epoch = json.loads((tmp_path / "m.json").read_text())["sage"]["history"][0]

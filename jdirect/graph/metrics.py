@@ -84,6 +84,12 @@ METRICS: dict[str, str] = {
                  "relative beyond",
     "pcie_gb": "pcie_rows x the stored row's bytes (an int8 row's packed d + 4), 1e9: the "
                "rows' payload over PCIe, not the link's transactions",
+    "learned_rows": "rows of the learned table (--embedding-dim) the epoch's training steps "
+                    "read and wrote back: each step's input nodes (padding not counted); "
+                    "summed in float32 on the device, as pcie_rows",
+    "learned_gb": "learned_rows x a row's bytes with its sparse optimizer's slots (float32), "
+                  "1e9: what the steps read, and then wrote, of the learned table each way "
+                  "(over PCIe where the table is in host memory)",
     "link_gbps": "host -> device copy rate of a GPU's link, GB/s: a pinned 64 MB array "
                  "copied to the device, measured once per process (jdirect.environment."
                  "link_gbps; absent on the CPU backend)",

@@ -42,14 +42,16 @@ def _check_finite(loss_sum: float, epoch: int, steps: int) -> None:
 
 def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
                step: Callable[[Any, jax.Array, int], jax.Array], *, log_every: int,
-               progress: bool) -> dict[str, Any]:
+               progress: bool, learned_row_bytes: int = 0) -> dict[str, Any]:
     """Dispatches training epoch `epoch` over `nodes`: `step(inputs,
     metrics, global step)` for each of `feed.epoch`'s items, which updates
     the caller's state and returns the running metrics (steps.py).
 
     Returns the epoch's figures (names of `jdirect.graph.metrics`): epoch,
     loss (mean over its seeds), train_acc, epoch_s, batches, the `source`'s
-    traffic and the feed's host-side times.
+    traffic, the feed's host-side times and, with `learned_row_bytes` (a
+    learned table's row with its optimizer's slots), learned_rows and
+    learned_gb.
 
     Raises:
       TrainingDiverged: the loss sum read is NaN or infinite.
@@ -81,8 +83,12 @@ def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
     _check_finite(loss_sum, epoch, done)
     epoch_s = time.perf_counter() - start
     bar.close()
+    learned = int(round(float(values[3])))
     return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
-                epoch_s=epoch_s, batches=count, **source.traffic(values[3:]), **feed.stats())
+                epoch_s=epoch_s, batches=count, **source.traffic(values[steps.STEP_FIGURES:]),
+                **feed.stats(), **(dict(learned_rows=learned,
+                                        learned_gb=learned * learned_row_bytes / 1e9)
+                                   if learned_row_bytes else {}))
 
 
 def stops_early(epoch: int, best_epoch: int, patience: int) -> bool:

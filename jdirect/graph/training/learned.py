@@ -139,6 +139,13 @@ class LearnedRows:
         rows = embeddings.lookup(table, input_nodes)
         return jnp.concatenate([x.astype(rows.dtype), rows], axis=1), (table, sparse, rows)
 
+    def touched(self, input_nodes: jax.Array) -> jax.Array:
+        """Traced: float32 scalar, the rows a step's `input` reads and
+        `apply` writes back: the ids of `input_nodes` in range (padding
+        reads and writes nothing)."""
+        rows = self.leaves[0].shape[0] if self.on_device else self.tables[0].shape[0]
+        return jnp.sum((input_nodes >= 0) & (input_nodes < rows), dtype=jnp.float32)
+
     def apply(self, input_nodes: jax.Array, read: Any, x_grad: jax.Array) -> "LearnedRows":
         """Traced: this state after the sparse optimizer's step on the rows
         `input` read, from `x_grad`, the loss's gradient with respect to the
@@ -232,6 +239,7 @@ class LearnedTable:
 
     Attributes:
       memory: "host" or "device", as resolved.
+      row_bytes: a row's bytes with its optimizer's slots (float32).
       table, sparse: host memory: the HostTable and the optimizer's state
         (`embeddings.SparseState`, its slots HostTables); device memory: None.
 
@@ -247,7 +255,9 @@ class LearnedTable:
                              f"{optimizer!r}")
         self.optimizer = sparse_optimizer(optimizer, lr)
         self.dim, self._num_nodes = dim, num_nodes
-        self.memory = embedding_memory(memory, num_nodes * dim * 4 * (1 + len(SLOTS[optimizer])))
+        # A row and its optimizer's slots: what a step reads, then writes, of a row it touches.
+        self.row_bytes = dim * 4 * (1 + len(SLOTS[optimizer]))
+        self.memory = embedding_memory(memory, num_nodes * self.row_bytes)
         self.table = embeddings.create_table(num_nodes, dim, seed=seed)
         if self.memory == "device":
             with self.table:  # the rows' initial values, then closed

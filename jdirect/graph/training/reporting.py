@@ -128,6 +128,8 @@ def format_epoch(m: dict[str, Any], over_link: bool = True, val_key: str = "val_
                  f"({m['pcie_gb']:.3g} GB{floor})")
     elif m.get("pcie_rows"):
         line += f" | rows: {m['pcie_rows']:,} read ({m['pcie_gb']:.3g} GB)"
+    if m.get("learned_rows"):
+        line += f" | learned rows: {m['learned_rows']:,} ({m['learned_gb']:.3g} GB each way)"
     if "wait_s" in m:
         line += (f" (waited {m['wait_s']:.2f}s for input; workers: sample {m['cpu_sample_s']:.2f}s,"
                  f" stage {m['stage_s']:.2f}s)")

@@ -3,9 +3,9 @@
 Every step is a jitted function of the model's state that returns the new
 state; nothing waits for the device. Running metrics are a device array
 `float32[metrics_size(source)]` = (sum of the loss's terms, terms judged
-right, terms, then the feature source's `COUNTERS`, e.g. cache hits and
-rows read over PCIe) that each step adds to, so a loop reads them only
-when it chooses to. The task (`jdirect.graph.tasks`) says what a term is:
+right, terms, rows of the learned table read and written back, then the
+feature source's `COUNTERS`, e.g. cache hits and rows read over PCIe) that
+each step adds to, so a loop reads them only when it chooses to. The task (`jdirect.graph.tasks`) says what a term is:
 a seed node, or a scored pair of the link task.
 
 A step program's one static argument is its `StepContext`: the model's
@@ -86,6 +86,7 @@ class StepContext:
         x, read = rows.input(x, batch.input_nodes)
         model_state, metrics, x_grad = update(self.graphdef, model_state, metrics, x, batch,
                                               key, axis, x_grad=True, task=self.task)
+        metrics = metrics.at[3].add(_total(rows.touched(batch.input_nodes), axis))
         return (model_state, rows.apply(batch.input_nodes, read, x_grad)), metrics
 
     def count_correct(self, state, correct: jax.Array, x: jax.Array, batch: Batch,
@@ -136,10 +137,14 @@ class InFlight:
         self._queue.clear()
 
 
+# Entries of the running training metrics before the source's COUNTERS.
+STEP_FIGURES = 4
+
+
 def metrics_size(source: FeatureSource | type[FeatureSource]) -> int:
     """Entries of the running training metrics of `source` (an instance
-    or its class): three, then its `COUNTERS`."""
-    return 3 + len(source.COUNTERS)
+    or its class): four, then its `COUNTERS`."""
+    return STEP_FIGURES + len(source.COUNTERS)
 
 
 # Entries of the running training metrics of a source with the default COUNTERS.
@@ -215,7 +220,7 @@ def count_reads(source: type[FeatureSource], metrics: jax.Array, table: Any,
     """`metrics` + the source's `count` of the read of `table[input_nodes]`
     in its last entries, summed over the devices of `axis` inside a sharded
     step. Traceable, not jitted."""
-    return metrics.at[3:].add(_total(source.count(table, input_nodes), axis))
+    return metrics.at[STEP_FIGURES:].add(_total(source.count(table, input_nodes), axis))
 
 
 def count_correct(graphdef, state, correct: jax.Array, x: jax.Array, batch: Batch,

@@ -134,7 +134,8 @@ class Trainer:
             return metrics
 
         m = train_pass(self.feed, self.source, self.train_seeds, epoch, step,
-                       log_every=self.cfg.log_every, progress=self._progress)
+                       log_every=self.cfg.log_every, progress=self._progress,
+                       learned_row_bytes=self.learned.row_bytes if self.learned else 0)
         return m | link_figures(m.get("pcie_gb"), self.mesh.local_devices[0], self.mesh.size)
 
     # -- evaluation --------------------------------------------------------
