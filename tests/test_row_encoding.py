@@ -16,7 +16,8 @@ from jdirect import CachedTable, HostTable, Pending
 from jdirect.cached_table import AUTO_SHARE, SLOT_BYTES
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
-from jdirect.graph.features.encoding import STORED, RowPlan, plan_rows, row_bytes
+from jdirect.graph.features.encoding import (INT8_BELOW_CACHED_SHARE, STORED, RowPlan,
+                                             plan_rows, row_bytes)
 from jdirect.graph.training.trainer import Trainer
 from jdirect.quantized import decode_rows, quantize_rows
 from test_train import config, graph, losses  # noqa: F401 (graph: a fixture)
@@ -123,24 +124,41 @@ def test_auto_caches_a_table_that_fits_whole_and_as_stored():
 
 
 def test_auto_with_a_cache_share_narrows_even_a_table_that_fits():
-    # A share cached (cache_fraction 0.2): 80 % of the rows cross
-    # PCIe, so they go as bfloat16 (products: 0.419 s an epoch against
-    # float32's 0.595 s on an H200), and the share is of the narrow table.
+    # A share cached: the rest crosses PCIe, so the rows go narrower (products,
+    # bfloat16 rows, 20 % cached: 0.419 s an epoch against float32's 0.595 s
+    # on an H200), and the share is of the narrow table: int8 rows under half
+    # cached, bfloat16 from half on.
     free = 10**12
-    plan = plan_rows(SHAPE, np.float32, "auto", 0.2, cached=True, free_bytes=free)
-    assert plan == RowPlan("bfloat16", int(0.2 * SHAPE[0] * (200 + SLOT_BYTES)))
+    for fraction, encoding, per_row in ((0.2, "int8", 104), (0.49, "int8", 104),
+                                        (INT8_BELOW_CACHED_SHARE, "bfloat16", 200),
+                                        (0.8, "bfloat16", 200)):
+        plan = plan_rows(SHAPE, np.float32, "auto", fraction, cached=True, free_bytes=free)
+        assert plan == RowPlan(encoding, int(fraction * SHAPE[0] * (per_row + SLOT_BYTES)))
     whole = SHAPE[0] * (400 + SLOT_BYTES)
     assert plan_rows(SHAPE, np.float32, "auto", 1.0, cached=True,
                      free_bytes=free) == RowPlan(STORED, whole)
 
 
-def test_auto_narrows_a_table_that_does_not_fit_and_caches_what_does():
-    free = 200_000  # budget 100 kB: 247 of 1000 bf16 rows (204 B with the slot)
-    plan = plan_rows(SHAPE, np.float32, "auto", "auto", cached=True, free_bytes=free)
-    assert plan == RowPlan("bfloat16", int(AUTO_SHARE * free))
-    # A 2-byte table is not narrowed further by auto.
-    assert plan_rows(SHAPE, ml_dtypes.bfloat16, "auto", "auto", cached=True,
-                     free_bytes=free).encoding == STORED
+@pytest.mark.parametrize("dtype, two_byte", [(np.float32, "bfloat16"),
+                                             (ml_dtypes.bfloat16, STORED)])
+def test_auto_narrows_a_table_that_does_not_fit_and_caches_what_does(dtype, two_byte):
+    """The budget's share of 2-byte rows (bfloat16, or a 2-byte table's
+    own) decides: under INT8_BELOW_CACHED_SHARE of them, int8 rows; at it
+    (papers100m's default holds 52 %), the 2-byte rows."""
+    half = int(INT8_BELOW_CACHED_SHARE * SHAPE[0]) * (200 + SLOT_BYTES)
+    for budget, encoding in ((half, two_byte), (half - 1, "int8"), (half // 4, "int8")):
+        plan = plan_rows(SHAPE, dtype, "auto", "auto", cached=True,
+                         free_bytes=int(budget / AUTO_SHARE))
+        assert plan == RowPlan(encoding, budget)
+    # Split over devices: their caches together hold the share.
+    plan = plan_rows(SHAPE, dtype, "auto", "auto", cached=True, free_bytes=int(half / AUTO_SHARE),
+                     devices=2)
+    assert plan.encoding == two_byte
+    plan = plan_rows(SHAPE, dtype, "auto", 0.3, cached=True, free_bytes=10**12, devices=2)
+    assert plan.encoding == two_byte  # 2 x 30 % of the rows cached
+    # A 1-byte table is not narrowed by auto: int8 rows are wider.
+    assert plan_rows(SHAPE, ml_dtypes.float8_e4m3fn, "auto", "auto", cached=True,
+                     free_bytes=1000).encoding == STORED
 
 
 def test_auto_leaves_room_for_what_is_placed_after_the_source():
@@ -305,7 +323,7 @@ def test_int8_rows_train_to_float32_accuracy_over_three_seeds(graph):
 
 @newest_only  # which rows the trainer hands on; the oldest end evaluates in test_inference.py
 def test_full_split_evaluation_reads_the_graphs_rows_not_narrower_ones(graph, monkeypatch):
-    # A source's copy may be bfloat16 or int8 (`auto` picks bfloat16 from the
+    # A source's copy may be bfloat16 or int8 (`auto` picks either from the
     # free device memory): the reported accuracy reads the graph's rows, and
     # its hidden tables take feature_dtype.
     from jdirect.graph import inference

@@ -41,7 +41,8 @@ class Loader:
              the source stores them: the graph's dtype, unless
              `row_encoding` (or `auto`, when a device cache takes only a
              share of the rows) picks bfloat16, or int8 rows that read
-             as float32 (`jdirect.Int8Table`).
+             as float32 (`jdirect.Int8Table`; `auto`'s where the cache
+             holds under half of them).
 
     On a mesh of D devices (`devices`, the device sampler only) each
     device samples its `batch_size / D` seeds of the step with its own

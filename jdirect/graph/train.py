@@ -160,8 +160,8 @@ def parser() -> argparse.ArgumentParser:
              "on each device, in [0, 1], or auto: what fits (docs/training.md)")
     add("--row-encoding", choices=ENCODINGS,
         help="jdirect sources: rows stored as float32, bfloat16 or int8 (per-row scale); "
-             "auto: bfloat16 when a device cache takes only a share of the rows, else "
-             "as stored")
+             "auto: as stored when a device cache takes every row, else bfloat16, or int8 "
+             "where the cache holds under half of them")
     add("--feature-dtype", choices=[d for d in FEATURE_DTYPES if d],
         help="feature table dtype (default: float32, or the files' own if a table dtype)")
     add("--fanouts", type=_fanouts, help="neighbours per layer, input layer first (DGL order)")

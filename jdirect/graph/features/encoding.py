@@ -30,21 +30,29 @@ them all, narrower rows when only a share of them is cached.
     benchmarks/results/journal/LOG.md).
   * A source with a cache: the stored rows if the cache takes every one of
     them (`cache_fraction` "auto" or 1, and the whole table fits in the
-    budget: no read crosses PCIe, nothing is lost); else bfloat16 rows (a
-    float32 table's; narrower tables stay as stored), of which the cache
-    takes `cache_fraction` (the hottest), or as many as fit in the budget
-    for "auto". A source without a cache keeps the rows as stored: it is the
-    exact, all-over-PCIe baseline (name an encoding to compress it).
+    budget: no read crosses PCIe, nothing is lost); else narrower rows, of
+    which the cache takes `cache_fraction` (the hottest), or as many as fit
+    in the budget for "auto": int8 rows where a cache of 2-byte rows
+    (bfloat16, or a 2-byte table's own) would hold under
+    INT8_BELOW_CACHED_SHARE of them, else bfloat16 rows (a float32
+    table's; 2-byte tables stay as stored). A source without a cache keeps
+    the rows as stored: it is the exact, all-over-PCIe baseline (name an
+    encoding to compress it).
   * A named encoding keeps `cache_fraction` as given, also on the CPU
     backend.
 
 Why: rows on the device are worth most, so a table the cache takes whole
 stays as stored; past that, bfloat16 halves the bytes of every miss with
-validation accuracy over 3 seeds unchanged. int8 rows move half of
-bfloat16's bytes and are read ahead as theirs are, but where the cache is
-small the epoch is bound by the update beside the read more than by the
-misses' bytes: int8 has not yet measured faster at equal accuracy over 3
-seeds, so `auto` does not pick it. The figures: benchmarks/RESULTS.md, "Training epochs" (products'
+validation accuracy over 3 seeds unchanged. Where the cache is small, most
+reads are misses: int8 rows move about half of bfloat16's bytes (d + 4),
+are read ahead on the side stream as bfloat16's are (`jdirect.gather_start`
+starts an `Int8Table`'s read of its packed rows), and measured faster at
+bfloat16's sampled validation accuracy over 3 seeds, though by less than
+their bytes (the update beside the read bounds such an epoch more than the
+misses' bytes do). Where the cache holds about half the rows or more
+(papers100m's default), the device serves most reads, the misses' bytes
+weigh less, and bfloat16 rows (8 significant bits, no per-row scale) are
+kept. The figures: benchmarks/RESULTS.md, "Training epochs" (products'
 rows by encoding and cache), measured by benchmarks/row_encoding.py
 (`bash benchmarks/run.sh encodings`); their history in the journal.
 """
@@ -60,6 +68,9 @@ from ...cached_table import cache_budget, cached_row_bytes, rows_within
 
 STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
 ENCODINGS = ("auto", "float32", "bfloat16", "int8")
+# `auto` stores int8 rows where a cache of 2-byte rows would hold under this
+# share of them (the module's rule and its why).
+INT8_BELOW_CACHED_SHARE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +141,15 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
             return RowPlan(STORED, 0)
         whole = rows * cached_row_bytes(row_bytes(STORED, dim, dtype))
         every_row = whole <= devices * budget and (auto or devices * cache_fraction >= 1)
-        narrower = "bfloat16" if np.dtype(dtype).itemsize > 2 else STORED
-        encoding = STORED if every_row else narrower
+        itemsize = np.dtype(dtype).itemsize
+        two_byte = "bfloat16" if itemsize > 2 else STORED
+        if every_row:
+            encoding = STORED
+        elif itemsize >= 2 and cached_share(rows, row_bytes(two_byte, dim, dtype), cache_fraction,
+                                            budget, devices) < INT8_BELOW_CACHED_SHARE:
+            encoding = "int8"
+        else:
+            encoding = two_byte
     table_bytes = rows * cached_row_bytes(row_bytes(encoding, dim, dtype))
     if not cached:
         cache = 0
@@ -140,6 +158,17 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
     else:
         cache = int(cache_fraction * table_bytes)
     return RowPlan(encoding, cache)
+
+
+def cached_share(rows: int, per_row: int, cache_fraction: float | str, budget: int,
+                 devices: int = 1) -> float:
+    """The share of a `rows`-row table whose stored rows take `per_row`
+    bytes that `devices` caches hold together: `cache_fraction` of it
+    each, or for "auto" what `budget` bytes each hold (`rows_within`); at
+    most 1."""
+    if cache_fraction == "auto":
+        return min(rows, devices * rows_within(budget, rows, per_row)) / max(rows, 1)
+    return min(1.0, devices * cache_fraction)
 
 
 def open_rows(features: np.ndarray, encoding: str) -> HostTable | Int8Table:
