@@ -132,7 +132,7 @@ def main() -> None:
             row = dict(run=run, **changes, source=t.source.describe())
             if args.steps:
                 edges = t.train_seeds
-                t.train_seeds = edges[:args.steps * cfg.batch_size]  # a leading slice of an epoch
+                t.train_seeds = edges[:args.steps * t.cfg.batch_size]  # a leading slice of an epoch
                 t.train_epoch(0)
                 m = t.train_epoch(1)
                 rate = len(t.train_seeds) / m["epoch_s"]
