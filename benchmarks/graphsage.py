@@ -55,8 +55,8 @@ from jdirect.graph.training import programs, steps
 from jdirect.graph.training.config import TrainConfig, parse_cache_fraction
 from jdirect.graph.training.device_feed import DeviceFeed
 from jdirect.graph.training.trainer import Trainer
-from _common import (add_graph_args, epoch_floor, epoch_time, finish_figure, host_peak_gb, load_graph_of,
-                     memory_peaks, print_table, run_meta, write_json)
+from _common import (add_graph_args, epoch_floor, epoch_time, finish_figure, host_peak_gb,
+                     load_graph_of, memory_peaks, print_table, run_meta, write_json)
 from _profile import kernel_profile, print_profile
 
 

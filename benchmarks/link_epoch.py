@@ -55,8 +55,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from _common import epoch_time, run_meta, write_json  # noqa: E402
 from jdirect import environment  # noqa: E402
-from jdirect.graph.training._sharded import ALL, POSITION, SPLIT, Position, call_batches, \
-    shard_map  # noqa: E402
+from jdirect.graph.training._sharded import (ALL, POSITION, SPLIT, Position,  # noqa: E402
+                                             call_batches, shard_map)
 from jdirect.graph.data.datasets import load_graph  # noqa: E402
 from jdirect.graph.tasks import TASKS  # noqa: E402
 from jdirect.graph.training.config_files import load_config  # noqa: E402

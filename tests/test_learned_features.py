@@ -77,7 +77,7 @@ def step_once(graph, cfg):
         slots = {n: t.learned.sparse.slots[n].numpy().copy() for n in t.learned.sparse.slots}
         x = t.source.read(t.source.table, inputs["batch"].input_nodes, inputs["staged"])
         ref = dict(graphdef=t.graphdef, model_state=model_state, batch=inputs["batch"], x=x)
-        ref["learned_rows"] = float(metrics[3])
+        ref["learned_rows"] = float(metrics[steps.LEARNED_ROWS])
         return before, after, slots, ref, int(state[1].count), state[0]
 
 

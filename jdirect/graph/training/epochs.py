@@ -83,7 +83,7 @@ def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
     _check_finite(loss_sum, epoch, done)
     epoch_s = time.perf_counter() - start
     bar.close()
-    learned = int(round(float(values[3])))
+    learned = int(round(float(values[steps.LEARNED_ROWS])))
     return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
                 epoch_s=epoch_s, batches=count, **source.traffic(values[steps.STEP_FIGURES:]),
                 **feed.stats(), **(dict(learned_rows=learned,

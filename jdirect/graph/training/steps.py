@@ -5,8 +5,9 @@ state; nothing waits for the device. Running metrics are a device array
 `float32[metrics_size(source)]` = (sum of the loss's terms, terms judged
 right, terms, rows of the learned table read and written back, then the
 feature source's `COUNTERS`, e.g. cache hits and rows read over PCIe) that
-each step adds to, so a loop reads them only when it chooses to. The task (`jdirect.graph.tasks`) says what a term is:
-a seed node, or a scored pair of the link task.
+each step adds to, so a loop reads them only when it chooses to. The task
+(`jdirect.graph.tasks`) says what a term is: a seed node, or a scored pair
+of the link task.
 
 A step program's one static argument is its `StepContext`: the model's
 graphdef, the feature source's class (whose `read`/`start`/`finish` the
@@ -86,7 +87,7 @@ class StepContext:
         x, read = rows.input(x, batch.input_nodes)
         model_state, metrics, x_grad = update(self.graphdef, model_state, metrics, x, batch,
                                               key, axis, x_grad=True, task=self.task)
-        metrics = metrics.at[3].add(_total(rows.touched(batch.input_nodes), axis))
+        metrics = metrics.at[LEARNED_ROWS].add(_total(rows.touched(batch.input_nodes), axis))
         return (model_state, rows.apply(batch.input_nodes, read, x_grad)), metrics
 
     def count_correct(self, state, correct: jax.Array, x: jax.Array, batch: Batch,
@@ -137,8 +138,9 @@ class InFlight:
         self._queue.clear()
 
 
-# Entries of the running training metrics before the source's COUNTERS.
-STEP_FIGURES = 4
+# The running training metrics' entry of learned rows, and their entries
+# before the source's COUNTERS.
+LEARNED_ROWS, STEP_FIGURES = 3, 4
 
 
 def metrics_size(source: FeatureSource | type[FeatureSource]) -> int:
