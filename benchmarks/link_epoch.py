@@ -16,9 +16,11 @@ every endpoint and negative of both, then each part's scores and figures),
 timed whole and by stage, each with its compiling: endpoints_s (host: the
 node set and positions), inference_s, scores_s (the decoder's, on the
 device) and figures_s (the negatives' sort and counts, then the figures).
-Each run's sampling_s is the timed pass's sampling alone (seed edges,
-negatives, both endpoints' neighbourhoods, as the step programs sample
-them) and sampling_share its part of the pass's time. With a learned
+Each run's sampling_s is the timed pass's sampling alone (negatives, the
+seed edges' endpoints and their neighbourhoods, as the step programs
+sample them), edge_sampling_s its edge half alone (the negatives and the
+endpoints, without the neighbourhoods), and *_share their parts of the
+pass's time. With a learned
 table, a run also reports the rows its timed pass read and
 wrote back (learned_rows; learned_gb each way, the row with its optimizer's
 slots), their rate learned_gbps and, on a GPU, the link's link_gbps: a
@@ -56,7 +58,7 @@ import jax.numpy as jnp  # noqa: E402
 from _common import epoch_time, run_meta, write_json  # noqa: E402
 from jdirect import environment  # noqa: E402
 from jdirect.graph.training._sharded import (ALL, POSITION, SPLIT, Position,  # noqa: E402
-                                             call_batches, shard_map)
+                                             call_batches, shard_map, share)
 from jdirect.graph.data.datasets import load_graph  # noqa: E402
 from jdirect.graph.tasks import TASKS  # noqa: E402
 from jdirect.graph.training.config_files import load_config  # noqa: E402
@@ -80,26 +82,37 @@ def settings(pairs: list[str]) -> dict:
     return out
 
 
-def sampling_s(t: Trainer, epoch: int, reps: int = 3) -> float | None:
-    """Seconds of pass `epoch`'s sampling alone (seed edges, negatives and
-    both endpoints' neighbourhoods): each call's `steps_per_call` batches
-    sampled as its step program samples them (`_sharded.call_batches`),
-    the calls dispatched back to back; the median of `reps`. None for a
-    host-sampled run."""
+def sampling_s(t: Trainer, epoch: int, reps: int = 3) -> dict[str, float]:
+    """Seconds of pass `epoch`'s sampling alone: sampling_s, all of it
+    (negatives, the seed edges' distinct endpoints and their
+    neighbourhoods), each call's `steps_per_call` batches sampled as its
+    step program samples them (`_sharded.call_batches`), and edge_sampling_s,
+    its edge half alone (the negatives and endpoints,
+    `EdgeSampler.endpoints_many`); the calls dispatched back to back, the
+    median of `reps`. {} for a host-sampled run."""
     feed = t.feed
     if not hasattr(feed, "seed_order"):
-        return None
-    n = feed.steps_per_call
+        return {}
+    sampler, n = feed.sampler, feed.steps_per_call
     order = feed.seed_order(t.train_seeds, epoch, whole_calls=True)
 
-    def body(arrays, at):
-        batch_of = call_batches(feed.sampler, arrays, at, 0, n)
+    def whole(arrays, at):
+        batch_of = call_batches(sampler, arrays, at, 0, n)
         return [jax.tree.map(lambda x: x[None], batch_of(j)) for j in range(n)]
 
-    sample = jax.jit(shard_map(body, mesh=feed.mesh, in_specs=(ALL, POSITION), out_specs=SPLIT))
+    def edges(arrays, at):
+        seeds = jax.lax.dynamic_slice_in_dim(at.order, at.i, n)
+        keys = jax.vmap(lambda s: sampler.key(at.epoch, s))(share(at.i + jnp.arange(n)))
+        return [x[None] for x in sampler.endpoints_many(arrays, seeds, keys)]
+
     calls = [jnp.int32(i) for i in range(0, order.shape[0], n)]
-    return epoch_time(lambda i: sample(feed.arrays, Position(order, jnp.int32(epoch), i)),
-                      calls, reps)
+    out = {}
+    for name, body in (("sampling_s", whole), ("edge_sampling_s", edges)):
+        sample = jax.jit(shard_map(body, mesh=feed.mesh, in_specs=(ALL, POSITION),
+                                   out_specs=SPLIT))
+        out[name] = epoch_time(lambda i: sample(feed.arrays, Position(order, jnp.int32(epoch), i)),
+                               calls, reps)
+    return out
 
 
 def show(figures: dict) -> None:
@@ -136,11 +149,10 @@ def main() -> None:
                 t.train_epoch(0)
                 m = t.train_epoch(1)
                 rate = len(t.train_seeds) / m["epoch_s"]
-                sampled = sampling_s(t, 1)
                 row.update(steps=m["batches"], seconds=m["epoch_s"], edges_per_s=rate,
-                           epoch_s_at_rate=len(edges) / rate, loss=m["loss"],
-                           sampling_s=sampled,
-                           sampling_share=sampled and sampled / m["epoch_s"])
+                           epoch_s_at_rate=len(edges) / rate, loss=m["loss"])
+                for name, seconds in sampling_s(t, 1).items():  # and their shares of the pass
+                    row.update({name: seconds, name[:-2] + "_share": seconds / m["epoch_s"]})
                 if "learned_rows" in m:  # the learned table's rows, each way, and their rate
                     row.update(learned_rows=m["learned_rows"], learned_gb=m["learned_gb"],
                                learned_gbps=m["learned_gb"] / m["epoch_s"],

@@ -138,6 +138,9 @@ def test_edge_batch_positions_and_dedup(split):
     assert neg.shape == (mask.sum(), 3) and (neg < split.graph.num_nodes).all()
     assert set(neg.ravel().tolist()) | set(np.asarray(last)[mask].ravel().tolist()) \
         == set(seeds_of_batch.tolist())
+    # The edge half alone (benchmarks/link_epoch.py times it) gives the same node seeds.
+    ends = jax.jit(sampler.endpoints_many)(sampler.arrays, last[None], sampler.key(0, 5)[None])
+    np.testing.assert_array_equal(np.asarray(ends[0][0])[:count], seeds_of_batch)
 
 
 def test_degree_biased_negatives_follow_deg_075(split):

@@ -166,12 +166,21 @@ class EdgeSampler:
         (`DeviceSampler.sample_many`). Every array has a leading axis G."""
         if seeds.ndim != 3 or seeds.shape[1:] != (self.batch_size, 2):
             raise ValueError(f"seeds must be shaped (G, {self.batch_size}, 2), got {seeds.shape}")
+        node_seeds, src, dst, neg, mask = self.endpoints_many(arrays, seeds, keys)
+        nodes = self.nodes.sample_many(arrays.csr, node_seeds, keys)
+        return LinkBatch(nodes, src, dst, neg, mask)
+
+    def endpoints_many(self, arrays: EdgeArrays, seeds: jax.Array, keys: jax.Array):
+        """The edge half of `sample_many`, before the endpoints'
+        neighbourhoods: each batch's negatives drawn from its key, and its
+        distinct endpoints as node seeds. (node_seeds int32[G,
+        node_batch_size], src and dst int32[G, batch_size], neg int32[G,
+        batch_size, negatives]: positions among the node seeds; mask
+        bool[G, batch_size]: the real seed edges); jittable."""
         negative_keys = jax.vmap(lambda k: jax.random.fold_in(k, _NEGATIVE_STREAM))(keys)
         neg = jax.vmap(lambda k: self.draw(arrays, k, (self.batch_size, self.negatives)))(
             negative_keys)
-        node_seeds, src, dst, neg, mask = jax.vmap(self._endpoints)(seeds, neg)
-        nodes = self.nodes.sample_many(arrays.csr, node_seeds, keys)
-        return LinkBatch(nodes, src, dst, neg, mask)
+        return jax.vmap(self._endpoints)(seeds, neg)
 
     def draw(self, arrays: EdgeArrays, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         """int32[shape] negative node ids drawn with `key` from the
