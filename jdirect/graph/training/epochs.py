@@ -83,12 +83,13 @@ def train_pass(feed: Feed, source: FeatureSource, nodes: np.ndarray, epoch: int,
     _check_finite(loss_sum, epoch, done)
     epoch_s = time.perf_counter() - start
     bar.close()
-    learned = int(round(float(values[steps.LEARNED_ROWS])))
-    return dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
-                epoch_s=epoch_s, batches=count, **source.traffic(values[steps.STEP_FIGURES:]),
-                **feed.stats(), **(dict(learned_rows=learned,
-                                        learned_gb=learned * learned_row_bytes / 1e9)
-                                   if learned_row_bytes else {}))
+    figures = dict(epoch=epoch, loss=loss_sum / max(seen, 1), train_acc=correct / max(seen, 1),
+                   epoch_s=epoch_s, batches=count,
+                   **source.traffic(values[steps.STEP_FIGURES:]), **feed.stats())
+    if learned_row_bytes:
+        rows = int(round(float(values[steps.LEARNED_ROWS])))
+        figures.update(learned_rows=rows, learned_gb=rows * learned_row_bytes / 1e9)
+    return figures
 
 
 def stops_early(epoch: int, best_epoch: int, patience: int) -> bool:

@@ -31,10 +31,11 @@ call a step's reads follow the previous step's writes (a data dependency
 the compiler keeps). The tables go into every step program as arguments
 (their handles are operands: one compilation serves every run of the
 same shapes) and never leave one, only tokens (`detached`): a handle a
-program returns is a copy that a GPU could read unwritten. Device tables are the state's leaves themselves, ordered as any
-array. The pipelined read (`overlap`) stays exact: it reads batch i + 1's
-given features ahead, never its embedding rows, which the update reads
-after batch i's write.
+program returns is a copy that a GPU could read unwritten. Device tables
+are the state's leaves themselves, ordered as any array. The pipelined
+read (`overlap`) stays exact: it reads batch i + 1's given features
+ahead, never its embedding rows, which the update reads after batch i's
+write.
 
 Checkpoints: a step file holds the step state as one pytree,
 `(the model's state, LearnedTable.saved(rows))`: the table and its
