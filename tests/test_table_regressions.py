@@ -118,14 +118,16 @@ def test_int8_quantizes_in_blocks_of_rows_as_in_one_pass(monkeypatch):
     values[9] = 0
     whole = quantized.quantize_rows(values)
     monkeypatch.setattr(quantized, "_BLOCK_BYTES", 4 * 6 * 4)  # 4 rows a block
-    np.testing.assert_array_equal(quantized.quantize_rows(values), whole)
+    for threads in (1, 3):  # blocks packed on one thread or several: the same bytes
+        np.testing.assert_array_equal(quantized.quantize_rows(values, threads=threads), whole)
     values[[13, 41], 2] = np.nan
     values[30, 0] = 1e300
     out = np.full(whole.shape, 7, np.uint8)
-    with pytest.raises(ValueError, match=r"finite values: 2 NaN or infinite values, in 2 rows "
-                                         r"\(first: row 13\)"):
-        quantized.quantize_rows(values, out=out)
-    assert (out == 7).all()  # a refused call writes nothing into the caller's array
+    for threads in (1, 3):
+        with pytest.raises(ValueError, match=r"finite values: 2 NaN or infinite values, in 2 "
+                                             r"rows \(first: row 13\)"):
+            quantized.quantize_rows(values, out=out, threads=threads)
+        assert (out == 7).all()  # a refused call writes nothing into the caller's array
 
 
 def test_int8_float64_at_float32_max_is_accepted():
