@@ -34,6 +34,15 @@ def test_authors_and_institutions_from_papers():
     assert np.array_equal(d.features["paper"], g.features["paper"]) and not g.feature_dim("author")
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_16_bit_table_is_the_float32_mean_rounded_once(dtype):
+    g = typed_synthetic(papers=120, authors=70, institutions=6, seed=2)
+    exact = neighbour_mean(g, REV_WRITES, chunk=16)
+    got = neighbour_mean(g, REV_WRITES, chunk=32, dtype=dtype)
+    assert got.dtype == np.dtype(exact.astype(dtype).dtype)
+    np.testing.assert_array_equal(got, exact.astype(got.dtype))
+
+
 def test_bad_recipes():
     g = typed_synthetic(papers=40, authors=20, institutions=4, seed=2)
     with pytest.raises(ValueError, match="source type 'author' has no features"):
