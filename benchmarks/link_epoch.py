@@ -58,7 +58,7 @@ import jax.numpy as jnp  # noqa: E402
 from _common import epoch_time, run_meta, write_json  # noqa: E402
 from jdirect import environment  # noqa: E402
 from jdirect.graph.training._sharded import (ALL, POSITION, SPLIT, Position,  # noqa: E402
-                                             call_batches, shard_map, share)
+                                             call_batches, call_seeds, shard_map)
 from jdirect.graph.data.datasets import load_graph  # noqa: E402
 from jdirect.graph.tasks import TASKS  # noqa: E402
 from jdirect.graph.training.config_files import load_config  # noqa: E402
@@ -101,9 +101,7 @@ def sampling_s(t: Trainer, epoch: int, reps: int = 3) -> dict[str, float]:
         return [jax.tree.map(lambda x: x[None], batch_of(j)) for j in range(n)]
 
     def edges(arrays, at):
-        seeds = jax.lax.dynamic_slice_in_dim(at.order, at.i, n)
-        keys = jax.vmap(lambda s: sampler.key(at.epoch, s))(share(at.i + jnp.arange(n)))
-        return [x[None] for x in sampler.endpoints_many(arrays, seeds, keys)]
+        return [x[None] for x in sampler.endpoints_many(arrays, *call_seeds(sampler, at, 0, n))]
 
     calls = [jnp.int32(i) for i in range(0, order.shape[0], n)]
     out = {}

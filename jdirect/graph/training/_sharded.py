@@ -76,14 +76,21 @@ def call_batches(sampler, arrays, at: Position, first: int,
     0.11.2)."""
     if not groups_batches():
         return lambda j: sample(sampler, arrays, at, first + j)
-    i = at.i + first + jnp.arange(n, dtype=jnp.int32)
-    seeds = jax.lax.dynamic_slice_in_dim(at.order, at.i + first, n)
-    keys = jax.vmap(lambda s: sampler.key(at.epoch, s))(share(i))
+    seeds, keys = call_seeds(sampler, at, first, n)
     groups = [sampler.sample_many(arrays, seeds[a:a + sampler.max_group],
                                   keys[a:a + sampler.max_group])
               for a in range(0, n, sampler.max_group)]
     batches = jax.tree.map(lambda *parts: jnp.concatenate(parts), *groups)
     return lambda j: jax.tree.map(lambda x: x[j], batches)
+
+
+def call_seeds(sampler, at: Position, first: int, n: int) -> tuple[jax.Array, jax.Array]:
+    """The seeds ([n] rows of `at.order`) and sampling keys ([n] of
+    `sampler.key`) of the batches first .. first + n - 1 after `at`, as
+    `call_batches` samples them together."""
+    i = at.i + first + jnp.arange(n, dtype=jnp.int32)
+    seeds = jax.lax.dynamic_slice_in_dim(at.order, at.i + first, n)
+    return seeds, jax.vmap(lambda s: sampler.key(at.epoch, s))(share(i))
 
 
 def repeat(n: int, one: Callable, carry: Any, unroll: int = 1) -> Any:
