@@ -23,11 +23,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ... import embeddings
-from ..training.learned import OPTIMIZERS, sparse_optimizer
+from ..training.learned import OPTIMIZERS, rows_in_range, sparse_optimizer
 from .data import HeteroGraph
 
 Tables = dict[str, tuple[Any, embeddings.SparseState]]  # type -> (table, optimizer state)
@@ -86,8 +85,7 @@ class TypedLearned:
     def count(self, ids: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """Traced: per learned type, float32[1], the rows a step reads (and
         writes back) over PCIe: its ids in range, repeats included."""
-        return {t: jnp.sum(ids[t] < self.tables[t][0].shape[0], dtype=jnp.float32)[None]
-                for t in self.types}
+        return {t: rows_in_range(ids[t], self.tables[t][0].shape[0])[None] for t in self.types}
 
     def traffic(self, counts: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """Per learned type, an epoch's figures from its summed `count`s:

@@ -90,6 +90,13 @@ def _token(table: HostTable) -> jax.Array:
     return table.operands("the learned input", traced=True).token
 
 
+def rows_in_range(ids: jax.Array, rows: int) -> jax.Array:
+    """Traced: float32 scalar, the ids in [0, rows), repeats included: the
+    rows a learned table's step reads and writes back (padding, below 0 or
+    at `rows` and above, touches none)."""
+    return jnp.sum((ids >= 0) & (ids < rows), dtype=jnp.float32)
+
+
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["tables", "leaves", "count"],
                    meta_fields=["slots", "optimizer"])
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +151,8 @@ class LearnedRows:
         """Traced: float32 scalar, the rows a step's `input` reads and
         `apply` writes back: the ids of `input_nodes` in range (padding
         reads and writes nothing)."""
-        rows = self.leaves[0].shape[0] if self.on_device else self.tables[0].shape[0]
-        return jnp.sum((input_nodes >= 0) & (input_nodes < rows), dtype=jnp.float32)
+        return rows_in_range(input_nodes,
+                             self.leaves[0].shape[0] if self.on_device else self.tables[0].shape[0])
 
     def apply(self, input_nodes: jax.Array, read: Any, x_grad: jax.Array) -> "LearnedRows":
         """Traced: this state after the sparse optimizer's step on the rows
