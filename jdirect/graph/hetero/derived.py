@@ -66,16 +66,16 @@ def neighbour_mean(graph: HeteroGraph, relation: Relation, table: np.ndarray | N
     degrees[:n, 0] = np.maximum(csr.degrees(), 1)
     tables = [HostTable(np.ascontiguousarray(a)) for a in (table, csr.indptr, csr.indices)]
 
-    def mean_rows(start: int) -> tuple[int, jax.Array]:
-        return start, _means(*tables, start, degrees[start:start + size], size=size, dtype=dtype)
+    def means(start: int) -> jax.Array:
+        return _means(*tables, start, degrees[start:start + size], size=size, dtype=dtype)
 
     try:
         # One chunk ahead: the device derives the next while the host copies one out.
-        ahead = mean_rows(0) if n else None
+        ahead = means(0) if n else None
         for start in range(0, n, size):
-            done, ahead = ahead, mean_rows(start + size) if start + size < n else None
+            done, ahead = ahead, (means(start + size) if start + size < n else None)
             stop = min(start + size, n)
-            out[start:stop] = np.asarray(done[1])[:stop - start]
+            out[start:stop] = np.asarray(done)[:stop - start]
     finally:
         for t in tables:
             t.close()
