@@ -14,6 +14,7 @@ import pytest
 
 from jdirect import CachedTable, HostTable, Pending
 from jdirect.cached_table import AUTO_SHARE, SLOT_BYTES
+from jdirect.host_memory import HOST_RESERVE
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
 from jdirect.graph.features.encoding import (INT8_BELOW_CACHED_SHARE, STORED, RowPlan,
@@ -174,6 +175,25 @@ def test_auto_leaves_room_for_what_is_placed_after_the_source():
     # A reserve that could not be kept free anyway is ignored.
     assert plan_rows(SHAPE, np.float32, "auto", "auto", cached=True, free_bytes=free,
                      reserve_bytes=free + 1) == RowPlan(STORED, whole)
+
+
+def test_auto_makes_no_copy_the_host_cannot_hold():
+    """Where the narrower rows would not fit in the host memory available
+    less HOST_RESERVE, the rows as stored, read in place, and the cache
+    holds its share of those (mag240m's tables are most of a host's
+    memory); a named encoding is the user's choice and stays."""
+    def plan(fraction, host, dtype=np.float32, encoding="auto"):
+        return plan_rows(SHAPE, dtype, encoding, fraction, cached=True, free_bytes=10**12,
+                         host_free_bytes=host)
+
+    for fraction, narrow, per_row in ((0.2, "int8", 104), (0.6, "bfloat16", 200)):
+        copy = SHAPE[0] * per_row
+        assert plan(fraction, None).encoding == narrow
+        assert plan(fraction, copy + HOST_RESERVE).encoding == narrow
+        assert plan(fraction, copy + HOST_RESERVE - 1) == RowPlan(
+            STORED, int(fraction * SHAPE[0] * (400 + SLOT_BYTES)))
+    assert plan(0.6, 0, ml_dtypes.bfloat16).encoding == STORED  # in place anyway
+    assert plan(0.2, 0, encoding="int8").encoding == "int8"
 
 
 def test_auto_keeps_an_uncached_source_exact():

@@ -35,9 +35,12 @@ them all, narrower rows when only a share of them is cached.
     in the budget for "auto": int8 rows where a cache of 2-byte rows
     (bfloat16, or a 2-byte table's own) would hold under
     INT8_BELOW_CACHED_SHARE of them, else bfloat16 rows (a float32
-    table's; 2-byte tables stay as stored). A source without a cache keeps
-    the rows as stored: it is the exact, all-over-PCIe baseline (name an
-    encoding to compress it).
+    table's; 2-byte tables stay as stored). Never a copy the host cannot
+    hold: where the narrower rows would not fit in the host memory
+    available (`host_free_bytes`, less `HOST_RESERVE`), the rows as stored,
+    read in place (MAG240M's tables are most of a host's memory). A source
+    without a cache keeps the rows as stored: it is the exact,
+    all-over-PCIe baseline (name an encoding to compress it).
   * A named encoding keeps `cache_fraction` as given, also on the CPU
     backend.
 
@@ -65,6 +68,7 @@ import numpy as np
 
 from ... import HostTable, Int8Table
 from ...cached_table import cache_budget, cached_row_bytes, rows_within
+from ...host_memory import HOST_RESERVE
 
 STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
 ENCODINGS = ("auto", "float32", "bfloat16", "int8")
@@ -99,7 +103,8 @@ def row_bytes(encoding: str, dim: int, dtype: np.dtype) -> int:
 
 def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
               cache_fraction: float | str, *, cached: bool,
-              free_bytes: int | None, reserve_bytes: int = 0, devices: int = 1) -> RowPlan:
+              free_bytes: int | None, reserve_bytes: int = 0, devices: int = 1,
+              host_free_bytes: int | None = None) -> RowPlan:
     """The encoding and cache size for a [rows, dim] table of `dtype`, by
     the module's rule; a pure function of its arguments. The cache's bytes
     follow the core's sizing rule (`jdirect.cached_table`: a cached row
@@ -121,6 +126,9 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
         together they cache `devices` times the rows, and "every row" means
         that the devices' caches together take them. `cache_bytes` is per
         device.
+      host_free_bytes: host memory available for a copy of the rows
+        (`host_memory.host_available_bytes`), None where unknown: `auto`
+        makes no copy beyond it less `HOST_RESERVE`.
 
     Raises:
       ValueError: an encoding not in ENCODINGS, or float32 for a 2-byte
@@ -150,6 +158,9 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
             encoding = "int8"
         else:
             encoding = two_byte
+        copy = rows * row_bytes(encoding, dim, dtype) if encoding != STORED else 0
+        if host_free_bytes is not None and copy + HOST_RESERVE > host_free_bytes:
+            encoding = STORED
     table_bytes = rows * cached_row_bytes(row_bytes(encoding, dim, dtype))
     if not cached:
         cache = 0

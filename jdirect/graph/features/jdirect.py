@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from ... import gather, gather_done, gather_start
+from ...host_memory import host_available_bytes
 from ...placement import device_free_bytes
 from ..data.csr import Graph
 from . import encoding
@@ -31,7 +32,7 @@ def finish_rows(pending: Any) -> jax.Array:
 
 def plan(graph: Graph, options: SourceOptions, *, cache_devices: int = 0) -> encoding.RowPlan:
     """The one plan of `graph`'s host rows under `options`
-    (`encoding.plan_rows`, with the free device memory now): their
+    (`encoding.plan_rows`, with the free device and host memory now): their
     encoding and, with `cache_devices` > 0, the bytes of a device cache in
     front of them on each of that many devices (0: no cache). The caller of
     a cached source plans once and opens both halves from it."""
@@ -40,7 +41,8 @@ def plan(graph: Graph, options: SourceOptions, *, cache_devices: int = 0) -> enc
                               options.cache_fraction, cached=cache_devices > 0,
                               free_bytes=device_free_bytes(),
                               reserve_bytes=options.device_reserve,
-                              devices=max(cache_devices, 1))
+                              devices=max(cache_devices, 1),
+                              host_free_bytes=host_available_bytes())
 
 
 class HostTableSource(FeatureSource):
