@@ -49,6 +49,21 @@ def test_the_graph_joins_users_to_items_with_power_law_degrees(graph):
     np.testing.assert_array_equal(again.indices, graph.indices)
 
 
+def test_the_graph_is_the_same_on_any_thread_count(monkeypatch):
+    from jdirect.graph.data import recsys
+
+    monkeypatch.setattr(recsys, "_CHUNK", 4_096)  # 5 chunks, each its own stream
+    one, three = (recsys_graph(USERS, ITEMS, 20_000, communities=10, seed=2, threads=t)
+                  for t in (1, 3))
+    np.testing.assert_array_equal(one.indptr, three.indptr)
+    np.testing.assert_array_equal(one.indices, three.indices)
+    src, dst = edges_of(one)  # stored both ways, each row's items sorted and distinct
+    assert set(zip(src.tolist(), dst.tolist())) == set(zip(dst.tolist(), src.tolist()))
+    for v in range(USERS):
+        row = one.indices[one.indptr[v]:one.indptr[v + 1]]
+        assert np.all(np.diff(row) > 0)
+
+
 def test_the_registry_opens_it_and_refuses_what_it_cannot_take():
     g = load_dataset("recsys", seed=0, progress=False, num_users=50, num_items=20,
                      interactions=300, communities=2)

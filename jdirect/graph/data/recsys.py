@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..._arrays import unique_sorted
-from .csr import Graph, csr_from_keys
+from ..._chunks import chunk_rng, map_chunks
+from .csr import Graph, csr_from_pairs
 
 USER, ITEM = 0, 1  # the labels that mark a node's side
 _CHUNK = 1 << 24  # interactions drawn at a time (bounds the draws' scratch)
@@ -57,10 +57,14 @@ SIZES: dict[str, dict[str, int]] = {
 
 def recsys_graph(num_users: int, num_items: int, interactions: int, *,
                  communities: int = 50, affinity: float = 0.8, item_exponent: float = 1.0,
-                 user_exponent: float = 0.8, seed: int = 0, name: str = "recsys") -> Graph:
+                 user_exponent: float = 0.8, seed: int = 0, name: str = "recsys",
+                 threads: int | None = None) -> Graph:
     """The user-item graph of `interactions` drawn interactions (module
     doc): users `[0, num_users)`, items after them; no features, labels
-    the sides, no node splits (the link task splits the edges).
+    the sides, no node splits (the link task splits the edges). The
+    interactions are drawn in fixed chunks, each from its own stream, on
+    `threads` threads (None: the CPU count): the graph is the same for any
+    count.
 
     Raises:
       ValueError: fewer than 1 user, item or interaction; `communities`
@@ -87,28 +91,30 @@ def recsys_graph(num_users: int, num_items: int, interactions: int, *,
     item_cdf = np.concatenate([[0.0], np.cumsum(_power_law(num_items, item_exponent, rng))])
     user_taste = rng.integers(0, communities, num_users)
     n = num_users + num_items
-    keys = []
-    for lo in range(0, interactions, _CHUNK):
-        m = min(_CHUNK, interactions - lo)
+    users = np.empty(interactions, np.int64)
+    items = np.empty(interactions, np.int64)
+
+    def draw(chunk: int, lo: int, hi: int) -> None:
+        r, m = chunk_rng(seed, chunk), hi - lo
         # Searches of sorted values walk the table in order (several times
         # faster than random ones); the interactions' order does not matter.
-        users = np.minimum(np.searchsorted(user_cdf, np.sort(rng.random(m)) * user_cdf[-1]),
-                           num_users - 1)
+        who = np.minimum(np.searchsorted(user_cdf, np.sort(r.random(m)) * user_cdf[-1]),
+                         num_users - 1)
         # An item by popularity within [a, b): all items, or the user's taste's.
-        own = rng.random(m) < affinity
-        a = np.where(own, starts[user_taste[users]], 0)
-        b = np.where(own, starts[user_taste[users] + 1], num_items)
+        own = r.random(m) < affinity
+        a = np.where(own, starts[user_taste[who]], 0)
+        b = np.where(own, starts[user_taste[who] + 1], num_items)
         own_empty = a == b  # a taste no item drew: any item
         a, b = np.where(own_empty, 0, a), np.where(own_empty, num_items, b)
-        u = item_cdf[a] + rng.random(m) * (item_cdf[b] - item_cdf[a])
+        u = item_cdf[a] + r.random(m) * (item_cdf[b] - item_cdf[a])
         order = np.argsort(u)
-        items = np.empty(m, np.int64)
-        items[order] = np.searchsorted(item_cdf, u[order], side="right") - 1
-        items = np.clip(items, a, b - 1)
-        keys.append(users * n + num_users + items)
-    keys = unique_sorted(np.concatenate(keys))
-    src, dst = np.divmod(keys, n)
-    indptr, indices = csr_from_keys(unique_sorted(np.concatenate([keys, dst * n + src])), n)
+        what = np.empty(m, np.int64)
+        what[order] = np.searchsorted(item_cdf, u[order], side="right") - 1
+        users[lo:hi], items[lo:hi] = who, num_users + np.clip(what, a, b - 1)
+
+    map_chunks(draw, interactions, _CHUNK, threads=threads)
+    # Both directions of every distinct pair, repeats dropped.
+    indptr, indices = csr_from_pairs([(users, items), (items, users)], n, n, threads=threads)
     labels = np.repeat(np.array([USER, ITEM], np.int32), [num_users, num_items])
     none = np.zeros(0, np.int64)
     return Graph(indptr, indices, np.zeros((n, 0), np.float32), labels, none, none, none,
