@@ -24,12 +24,11 @@ Labels: `typed_synthetic`'s latent classes, `label_noise` of them redrawn
 (a ceiling on every model: 1 - label_noise, plus chance). `CALIBRATION`
 holds the knobs. mag's `label_noise` puts that ceiling just above the
 published R-GCN figure: R-GraphSAGE, whose typed neighbours give the
-latent class away, came within a point or two of its ceiling on an
-H200; its `noise` then puts its configuration's MLP (configs/mag.py) on
-the published MLP figure (measured on a CPU at full size over 3 seeds;
-the journal, eighteenth session). R-GraphSAGE's figure at these knobs,
-and all of mag240m's knobs (first guesses: its noise from the Bayes rule
-of its paper features alone), await GPU runs (issue 55).
+latent class away, lands just under its ceiling; its `noise` puts its
+configuration's MLP (configs/mag.py) on the published MLP figure. Both
+were measured over 3 seeds (benchmarks/RESULTS.md, "Accuracy"). mag240m's
+knobs are first guesses (its noise from the Bayes rule of its paper
+features alone) that GPU runs must measure (issue 55).
 """
 
 from __future__ import annotations
