@@ -24,8 +24,17 @@ same-class share of a small graph's edges below the homophily knob
 The generator's knobs can be overridden (--homophily, --noise,
 --label-noise) to calibrate them.
 
+A typed preset (mag, mag240m; `hetero.presets`) is generated once at
+`--scale` (from seed 0) and trains R-GraphSAGE (`rsage`: its command's
+model), its MLP on the papers' own features (`mlp`) and a GraphSAGE on
+the graph with its types dropped (`sage`: `to_homogeneous`, the
+homogeneous trainer), each with the preset's configuration. mag240m is
+compared on the best epoch's sampled validation accuracy, as OGB-LSC
+publishes validation figures; mag on test accuracy.
+
 Examples:
   python benchmarks/presets.py --preset products --json $OUT/presets-products.json   # GPU
+  python benchmarks/presets.py --preset mag240m --scale 0.1 --models rsage sage mlp  # GPU
   python benchmarks/presets.py --preset products --scale 0.05 --steps 300             # CPU
 """
 
@@ -36,6 +45,7 @@ import math
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,12 +53,15 @@ from jdirect.environment import leave_room_for_host_tables
 from jdirect.graph import synthetic
 from jdirect.graph.data import PRESETS
 from jdirect.graph.data.synthetic import split_sizes
+from jdirect.graph.hetero import to_homogeneous
+from jdirect.graph.hetero.presets import TYPED_PRESETS, typed_preset
+from jdirect.graph.hetero.training import TypedRun
 from jdirect.graph.metrics import check
 from jdirect.graph.training.config_files import load_config
 from jdirect.graph.training.trainer import Trainer
 from _common import finish_figure, run_meta, write_json
 
-MODELS = ("mlp", "sage", "gcn", "gat")
+MODELS = ("mlp", "sage", "gcn", "gat", "rsage")
 # Test accuracy on the real datasets, OGB paper (Hu et al., 2020, tables 3
 # and 5; GraphSAGE on products: full-batch 78.50, neighbour sampling 78.70;
 # papers100M has no GraphSAGE row: SGC's 63.29 is the floor a GNN should
@@ -56,7 +69,13 @@ MODELS = ("mlp", "sage", "gcn", "gat")
 PUBLISHED = {
     "products": dict(mlp=0.6106, sage=0.7870, gcn=0.7564),
     "papers100m": dict(mlp=0.4724, sage=0.6329),
+    # ogbn-mag: R-GCN with neighbour sampling, test; MAG240M: OGB-LSC's
+    # baselines, validation (Hu et al., 2021, table 3).
+    "mag": dict(mlp=0.2692, rsage=0.4678),
+    "mag240m": dict(mlp=0.5267, sage=0.6679, rsage=0.6986),
 }
+# The accuracy each preset is compared on (default test_acc).
+METRIC = {"mag240m": "val_acc"}
 LABELS = ("model", "seed")
 _KNOBS = ("homophily", "noise", "label_noise")
 
@@ -77,51 +96,27 @@ def scaled(preset: str, scale: float) -> dict:
     return dict(num_nodes=nodes, num_edges=max(1, round(p["num_edges"] * scale)), split=split)
 
 
-def run(graph, cfg) -> tuple[dict, float]:
-    """One model and seed: Trainer.fit's accuracies, and its seconds."""
-    with Trainer(graph, cfg) as t:
+def run(graph, cfg, runner=Trainer, name: str | None = None) -> tuple[dict, float]:
+    """One model and seed: `runner(graph, cfg).fit`'s accuracies (Trainer
+    or TypedRun), val_acc the best epoch's sampled validation accuracy where
+    there is no full-split one, and its seconds."""
+    with runner(graph, cfg) as t:
         start = time.perf_counter()
         out = t.fit(log=lambda line: None)
         seconds = time.perf_counter() - start
-    return dict(model=cfg.model, seed=cfg.seed, test_acc=out["test_acc"], val_acc=out["val_acc"],
+    history = out["history"]
+    val = out["val_acc"]
+    if val is None and 0 <= out["best_epoch"] < len(history):
+        val = history[out["best_epoch"]].get("val_acc")
+    return dict(model=name or cfg.model, seed=cfg.seed, test_acc=out["test_acc"], val_acc=val,
                 sampled_test_acc=out["sampled_test_acc"], best_epoch=out["best_epoch"],
-                epochs=out["epochs"], epochs_s=[m["epoch_s"] for m in out["history"]],
+                epochs=out["epochs"], epochs_s=[m["epoch_s"] for m in history],
                 protocol=dict(test_acc=out["protocol"]["test_acc"])), seconds
 
 
-def summary(records: list[dict], published: dict) -> list[dict]:
-    """Per model: mean, spread (max - min), standard deviation of test_acc
-    over the seeds, and the published figure."""
-    rows = []
-    for model in dict.fromkeys(r["model"] for r in records):
-        accs = [r["test_acc"] for r in records if r["model"] == model]
-        rows.append(dict(model=model, mean=statistics.mean(accs), spread=max(accs) - min(accs),
-                         std=statistics.pstdev(accs), seeds=len(accs),
-                         published=published.get(model)))
-    return rows
-
-
-def main() -> None:
-    leave_room_for_host_tables()  # as the CLI: papers100m's table in managed memory
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=sorted(PUBLISHED), default="products")
-    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="nodes and edges as a share of the preset's (e.g. 0.05 on a CPU)")
-    p.add_argument("--steps", type=int,
-                   help="optimizer steps per run (default: the configuration's at scale 1, "
-                        "the full preset's otherwise)")
-    for knob in _KNOBS:
-        p.add_argument(f"--{knob.replace('_', '-')}", type=float,
-                       help=f"the generator's {knob} (default: the preset's)")
-    p.add_argument("--json", type=Path)
-    args = p.parse_args()
-    if not 0 < args.scale <= 1:
-        p.error(f"--scale must lie in (0, 1], got {args.scale}")
-    json_path = args.json or Path(f"benchmarks/out/presets-{args.preset}.json")
-
-    cfg = load_config(args.preset).replace(progress=False)
+def homogeneous_preset(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any, int | None, dict]:
+    """The homogeneous preset of `args` (seed 0; `--scale`, `--steps` and
+    the knobs applied), `cfg` with its steps, the steps, and the knobs."""
     overrides = scaled(args.preset, args.scale)
     overrides.update({k: getattr(args, k) for k in _KNOBS if getattr(args, k) is not None})
     if cfg.feature_dtype:  # papers100m: bfloat16, as the CLI generates it (load_graph)
@@ -132,24 +127,92 @@ def main() -> None:
         steps = cfg.epochs * math.ceil(train / cfg.batch_size)
     if steps is not None:
         cfg = cfg.replace(min_steps=steps, epochs=1)
-    start = time.perf_counter()
     graph = synthetic(args.preset, seed=0, progress=False, **overrides)
+    return graph, cfg, steps, {k: overrides.get(k, PRESETS[args.preset].get(k)) for k in _KNOBS}
+
+
+def typed_runs(preset: str, scale: float) -> tuple[Any, dict]:
+    """The typed preset at `scale` (seed 0) and, per model of MODELS it
+    has, (runner, graph, model name in the configuration)."""
+    graph = typed_preset(preset, scale=scale, seed=0)
+    homogeneous = None
+
+    def untyped():  # made on first use: a copy of every type's rows
+        nonlocal homogeneous
+        homogeneous = to_homogeneous(graph) if homogeneous is None else homogeneous
+        return homogeneous
+
+    return graph, dict(rsage=(TypedRun, lambda: graph, "sage"), mlp=(TypedRun, lambda: graph, "mlp"),
+                       sage=(Trainer, untyped, "sage"))
+
+
+def summary(records: list[dict], published: dict, metric: str = "test_acc") -> list[dict]:
+    """Per model: mean, spread (max - min), standard deviation of `metric`
+    over the seeds, and the published figure."""
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in records):
+        accs = [r[metric] for r in records if r["model"] == model]
+        rows.append(dict(model=model, mean=statistics.mean(accs), spread=max(accs) - min(accs),
+                         std=statistics.pstdev(accs), seeds=len(accs),
+                         published=published.get(model)))
+    return rows
+
+
+def main() -> None:
+    leave_room_for_host_tables()  # as the CLI: papers100m's table in managed memory
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", choices=sorted(PUBLISHED), default="products")
+    p.add_argument("--models", nargs="+", choices=MODELS,
+                   help="default: those the preset has (rsage: typed presets only; gcn, gat: "
+                        "homogeneous ones only)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="nodes and edges as a share of the preset's (e.g. 0.05 on a CPU)")
+    p.add_argument("--steps", type=int,
+                   help="optimizer steps per run (default: the configuration's at scale 1, "
+                        "the full preset's otherwise; homogeneous presets)")
+    for knob in _KNOBS:
+        p.add_argument(f"--{knob.replace('_', '-')}", type=float,
+                       help=f"the generator's {knob} (default: the preset's; homogeneous presets)")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    if not 0 < args.scale <= 1:
+        p.error(f"--scale must lie in (0, 1], got {args.scale}")
+    typed = args.preset in TYPED_PRESETS
+    has = ("mlp", "sage", "rsage") if typed else ("mlp", "sage", "gcn", "gat")
+    models = args.models or list(has)
+    if set(models) - set(has):
+        p.error(f"--preset {args.preset} has models {has}, not {sorted(set(models) - set(has))}")
+    if typed and (args.steps is not None or any(getattr(args, k) is not None for k in _KNOBS)):
+        p.error("--steps and the generator's knobs apply to homogeneous presets")
+    json_path = args.json or Path(f"benchmarks/out/presets-{args.preset}.json")
+
+    cfg = load_config(args.preset).replace(progress=False)
+    start = time.perf_counter()
+    if typed:
+        graph, runners = typed_runs(args.preset, args.scale)
+        cfg, steps, knobs = cfg.replace(scale=args.scale), None, {}
+    else:
+        graph, cfg, steps, knobs = homogeneous_preset(args, cfg)
+        runners = {m: (Trainer, lambda: graph, m) for m in MODELS}
     made_s = time.perf_counter() - start
-    print(f"{graph} [{made_s:.1f}s]; knobs: "
-          + ", ".join(f"{k} {overrides.get(k, PRESETS[args.preset].get(k))}" for k in _KNOBS),
-          flush=True)
+    print(f"{graph} [{made_s:.1f}s]" + (f"; knobs: " + ", ".join(f"{k} {v}" for k, v in knobs.items())
+                                        if knobs else ""), flush=True)
+    metric = METRIC.get(args.preset, "test_acc")
     records = []
-    for model in args.models:
+    for model in models:
+        runner, data, name = runners[model]
         for seed in args.seeds:
-            rec, seconds = run(graph, cfg.replace(model=model, seed=seed))
+            rec, seconds = run(data(), cfg.replace(model=name, seed=seed), runner, model)
             records.append(check(rec, labels=LABELS))
             val = "-" if rec["val_acc"] is None else f"{rec['val_acc']:.4f}"
             print(f"{model} seed {seed}: test {rec['test_acc']:.4f} (val {val}, "
                   f"best epoch {rec['best_epoch']} of {rec['epochs']}) [{seconds:.0f}s]",
                   flush=True)
-    rows = summary(records, PUBLISHED[args.preset])
-    protocol = records[0]["protocol"]["test_acc"]
-    print(f"\n{graph.name}: test accuracy over seeds {args.seeds} ({protocol})")
+    rows = summary(records, PUBLISHED[args.preset], metric)
+    protocol = "the best epoch's, sampled" if metric == "val_acc" \
+        else records[0]["protocol"]["test_acc"]
+    print(f"\n{graph.name}: {metric} over seeds {args.seeds} ({protocol})")
     print(f"{'model':>6} {'mean':>7} {'spread':>7} {'std':>7} {'published':>9} {'diff pts':>8}")
     for r in rows:
         pub = r["published"]
@@ -157,13 +220,12 @@ def main() -> None:
               + (f"{pub:9.4f} {100 * (r['mean'] - pub):+8.1f}" if pub else f"{'-':>9} {'-':>8}"))
     meta = run_meta(dataset=graph.name, graph=repr(graph), dataset_s=made_s,
                     config=vars(args) | {"json": str(json_path)},
-                    knobs={k: overrides.get(k, PRESETS[args.preset].get(k)) for k in _KNOBS},
-                    steps=steps, summary=rows)
+                    knobs=knobs, steps=steps, metric=metric, summary=rows)
     write_json(json_path, meta, records)
-    plot(rows, graph.name, json_path.with_suffix(".png"))
+    plot(rows, graph.name, json_path.with_suffix(".png"), metric)
 
 
-def plot(rows: list[dict], name: str, path: Path) -> None:
+def plot(rows: list[dict], name: str, path: Path, metric: str = "test_acc") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,7 +242,7 @@ def plot(rows: list[dict], name: str, path: Path) -> None:
         ax.scatter([i for i, _ in pub], [v for _, v in pub], color="k", marker="_", s=600,
                    zorder=3, label="published (real dataset)")
     ax.set_ylim(0, 1)
-    finish_figure(fig, ax, path, [r["model"] for r in rows], "test accuracy")
+    finish_figure(fig, ax, path, [r["model"] for r in rows], metric.replace("_acc", " accuracy"))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ its authors).
 The sums are `jdirect.neighbor_sum`'s, as layer-wise inference adds a
 layer's neighbours: the source table and the relation's CSR stay in host
 memory as HostTables (pinned in place, no copy) and the device reads them
-zero-copy, `chunk` destinations per call, into a host table of the result.
+zero-copy, `chunk` destinations per call, and writes each chunk's means
+into a host table of the result (`write_rows`, as inference's outputs):
+no host thread copies a row.
 """
 
 from __future__ import annotations
@@ -19,18 +21,19 @@ import jax
 import numpy as np
 
 from ... import HostTable, neighbor_sum
-from ...host_memory import host_empty
 from ..data.csr import FEATURE_DTYPES
+from ..inference._tables import span, write_host
 from .data import HeteroGraph, Relation
 
 
-@functools.partial(jax.jit, static_argnames=("size", "dtype"))
-def _means(table, indptr, indices, start, degrees, *, size: int, dtype: str) -> jax.Array:
-    # Divided and cast on the device: the host only copies the rows out
-    # (at MAG240M's size a host-side divide and bfloat16 cast, one thread,
-    # took most of the derivation).
-    sums = neighbor_sum(table, indptr, indices, start, size=size)
-    return (sums / degrees).astype(dtype)
+@functools.partial(jax.jit, static_argnames=("size",))
+def _derive(table, indptr, indices, out: HostTable, rows: jax.Array, degrees, *,
+            size: int) -> jax.Array:
+    # Divided, cast and stored by the device: at MAG240M's size the host's
+    # copy of each chunk out of device memory (and, before, its divide and
+    # bfloat16 cast) was most of the derivation.
+    sums = neighbor_sum(table, indptr, indices, rows[0], size=size)
+    return write_host(out, sums / degrees, rows)
 
 
 def neighbour_mean(graph: HeteroGraph, relation: Relation, table: np.ndarray | None = None, *,
@@ -59,27 +62,21 @@ def neighbour_mean(graph: HeteroGraph, relation: Relation, table: np.ndarray | N
                          f"chunk >= 1, got shape {table.shape} and chunk {chunk}")
     csr = graph.relations[relation]
     n = graph.num_nodes[dst]
-    out = host_empty((n, table.shape[1]), dtype)
     size = min(chunk, max(n, 1))
     # Padded to whole chunks with 1 (the last chunk's rows past n are dropped).
     degrees = np.ones((-(-n // size) * size, 1), np.float32)
     degrees[:n, 0] = np.maximum(csr.degrees(), 1)
+    out = HostTable.empty((n, table.shape[1]), dtype)
     tables = [HostTable(np.ascontiguousarray(a)) for a in (table, csr.indptr, csr.indices)]
-
-    def means(start: int) -> jax.Array:
-        return _means(*tables, start, degrees[start:start + size], size=size, dtype=dtype)
-
     try:
-        # One chunk ahead: the device derives the next while the host copies one out.
-        ahead = means(0) if n else None
-        for start in range(0, n, size):
-            done, ahead = ahead, (means(start + size) if start + size < n else None)
-            stop = min(start + size, n)
-            out[start:stop] = np.asarray(done)[:stop - start]
+        # Every chunk dispatched at once: the chunks write disjoint rows.
+        jax.block_until_ready([
+            _derive(*tables, out, span(start, min(start + size, n)),
+                    degrees[start:start + size], size=size) for start in range(0, n, size)])
+        return out.numpy()
     finally:
-        for t in tables:
+        for t in (*tables, out):
             t.close()
-    return out
 
 
 def with_derived(graph: HeteroGraph, recipe: Mapping[str, Relation], *,
