@@ -25,7 +25,9 @@ The generator's knobs can be overridden (--homophily, --noise,
 --label-noise) to calibrate them.
 
 A typed preset (mag, mag240m; `hetero.presets`) is generated once at
-`--scale` (from seed 0) and trains R-GraphSAGE (`rsage`: its command's
+`--scale` (from seed 0; the labelled papers kept at the full preset's
+counts where they fit, as above, so that a scaled MAG240M still has its
+1.1M training papers) and trains R-GraphSAGE (`rsage`: its command's
 model), its MLP on the papers' own features (`mlp`) and a GraphSAGE on
 the graph with its types dropped (`sage`: `to_homogeneous`, the
 homogeneous trainer), each with the preset's configuration. mag240m is
@@ -89,11 +91,18 @@ def scaled(preset: str, scale: float) -> dict:
     if scale == 1.0:
         return {}
     nodes = max(1_000, round(p["num_nodes"] * scale))
-    train, val, test = split_sizes(p["num_nodes"], p["split"])
-    split = (min(train / nodes, 0.5), min(val / nodes, 0.1))
-    if len(p["split"]) == 3:
-        split += (min(test / nodes, 1.0 - sum(split)),)
-    return dict(num_nodes=nodes, num_edges=max(1, round(p["num_edges"] * scale)), split=split)
+    sizes = split_sizes(p["num_nodes"], p["split"])
+    return dict(num_nodes=nodes, num_edges=max(1, round(p["num_edges"] * scale)),
+                split=kept_split(sizes[:len(p["split"])], nodes))
+
+
+def kept_split(counts: list[float], nodes: int) -> tuple[float, ...]:
+    """Split shares of `nodes` that keep the train, val (and test) `counts`
+    where they fit: train at most 1/2 of the nodes, val 1/10, test the rest."""
+    split = (min(counts[0] / nodes, 0.5), min(counts[1] / nodes, 0.1))
+    if len(counts) == 3:
+        split += (min(counts[2] / nodes, 1.0 - sum(split)),)
+    return split
 
 
 def run(graph, cfg, runner=Trainer, name: str | None = None) -> tuple[dict, float]:
@@ -134,7 +143,10 @@ def homogeneous_preset(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any, in
 def typed_runs(preset: str, scale: float) -> tuple[Any, dict]:
     """The typed preset at `scale` (seed 0) and, per model of MODELS it
     has, (runner, graph, model name in the configuration)."""
-    graph = typed_preset(preset, scale=scale, seed=0)
+    args = TYPED_PRESETS[preset]
+    papers = max(args["num_classes"], round(args["papers"] * scale))
+    split = kept_split([share * args["papers"] for share in args["split"]], papers)
+    graph = typed_preset(preset, scale=scale, seed=0, split=split)
     homogeneous = None
 
     def untyped():  # made on first use: a copy of every type's rows
@@ -196,8 +208,8 @@ def main() -> None:
         graph, cfg, steps, knobs = homogeneous_preset(args, cfg)
         runners = {m: (Trainer, lambda: graph, m) for m in MODELS}
     made_s = time.perf_counter() - start
-    print(f"{graph} [{made_s:.1f}s]" + (f"; knobs: " + ", ".join(f"{k} {v}" for k, v in knobs.items())
-                                        if knobs else ""), flush=True)
+    knob_line = ", ".join(f"{k} {v}" for k, v in knobs.items())
+    print(f"{graph} [{made_s:.1f}s]" + (f"; knobs: {knob_line}" if knobs else ""), flush=True)
     metric = METRIC.get(args.preset, "test_acc")
     records = []
     for model in models:

@@ -53,6 +53,17 @@ def test_a_source_closes_the_host_table_it_opened(graph, name):
     assert source.host.closed
 
 
+def test_closing_a_source_frees_its_device_rows(graph):
+    """The cache's and the device copy's device memory go at close, not when
+    the source is collected (a second run in one process places its own)."""
+    cached = SOURCES["jdirect-cache"].open(graph, SourceOptions())
+    device = SOURCES["device"].open(graph, SourceOptions())
+    assert not cached.table.closed and not device.table.is_deleted()
+    cached.close()
+    device.close()
+    assert cached.table.closed and device.table.is_deleted()
+
+
 def test_only_the_staging_source_needs_the_cpu_sampler_and_only_jdirect_reads_overlap():
     assert [n for n, c in SOURCES.items() if c.needs_cpu_sampler] == ["host"]
     assert [n for n, c in SOURCES.items() if c.overlaps] == ["jdirect", "jdirect-cache"]

@@ -50,6 +50,12 @@ def test_presets_have_their_datasets_shape_at_any_scale(name, scale):
     assert abs(len(g.train) / g.num_nodes["paper"] - spec["split"][0]) < 0.01
     with pytest.raises(ValueError, match="scale"):
         typed_preset(name, scale=0)
+    # A given split replaces the preset's shares (a scaled graph keeping labelled counts).
+    kept = typed_preset(name, scale=scale, seed=1, split=(0.3, 0.1, 0.1))
+    papers = kept.num_nodes["paper"]
+    assert (len(kept.train), len(kept.val), len(kept.test)) == (
+        int(0.3 * papers), int(0.4 * papers) - int(0.3 * papers),
+        int(0.5 * papers) - int(0.4 * papers))
 
 
 def test_label_noise_redraws_that_share_of_labels():

@@ -22,3 +22,8 @@ class DeviceSource(FeatureSource):
     @staticmethod
     def read(table: jax.Array, input_nodes: jax.Array, staged: Any) -> jax.Array:
         return jnp.take(table, input_nodes, axis=0, mode="fill", fill_value=0)
+
+    def close(self) -> None:
+        """Frees the device copy (once no computation uses it): a later run
+        in the same process places its own."""
+        self.table.delete()

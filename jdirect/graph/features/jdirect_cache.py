@@ -79,4 +79,10 @@ class CachedSource(FeatureSource):
         return self._about
 
     def close(self) -> None:
-        self.inner.close()
+        # The cache's device memory goes now, not when the source is
+        # collected: a run after this one in the same process (the typed
+        # command's MLP after R-GraphSAGE) places its own cache.
+        try:
+            self.table.close()
+        finally:
+            self.inner.close()

@@ -69,14 +69,17 @@ DERIVED = {
 
 def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
                  feature_dtype: str | None = None, derived: bool = True,
+                 split: tuple[float, ...] | None = None,
                  threads: int | None = None) -> HeteroGraph:
     """The preset `name` (a key of TYPED_PRESETS) with every type's node
     count times `scale` (at least the class count for papers, 1 for the
     others), its featureless types' rows derived (module doc), or left
     featureless without `derived` (for learned rows, learned.py).
-    `feature_dtype` replaces the preset's paper table dtype. `threads`
-    (None: the CPU count) generates it (`typed_synthetic`); the graph is
-    the same for any count.
+    `feature_dtype` replaces the preset's paper table dtype, `split` its
+    split shares of papers (`typed_synthetic`'s; e.g. a scaled graph that
+    keeps the full preset's labelled counts). `threads` (None: the CPU
+    count) generates it (`typed_synthetic`); the graph is the same for any
+    count.
 
     Raises:
       ValueError: an unknown name, scale outside (0, 1], or as `typed_synthetic`.
@@ -92,6 +95,8 @@ def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
             args[key] = max(floor.get(key, 1), round(args[key] * scale))
     if feature_dtype is not None:
         args["feature_dtype"] = feature_dtype
+    if split is not None:
+        args["split"] = tuple(split)
     graph = typed_synthetic(**args, seed=seed, name=name, threads=threads)
     if not derived:
         return graph
