@@ -65,6 +65,26 @@ def test_threaded_csr_equals_the_chunked_builder(monkeypatch, num_src, num_dst, 
         assert indices.dtype == np.int32
 
 
+@pytest.mark.parametrize("n, edges", [(5, 60), (300, 4000), (70_000, 9000), (40, 0)])
+def test_threaded_pair_keys_equal_numpys_unique(monkeypatch, n, edges):
+    """`pair_keys` (the edge split's keys): np.unique of the (min, max) keys,
+    loops dropped, for any thread count and chunking."""
+    monkeypatch.setattr(csr_module, "_PAIR_CHUNK", 997)  # many chunks, uneven
+    rng = np.random.default_rng(n + edges)
+    src, dst = rng.integers(0, n, edges), rng.integers(0, n, edges).astype(np.int32)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    want = np.unique((lo * n + hi)[lo != hi])
+    for threads in (1, 3):
+        got = csr_module.pair_keys([(src, dst)], n, n, drop_loops=True, undirected=True,
+                                   threads=threads)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == np.int64
+    both = csr_module.pair_keys([(src, dst), (dst, src)], n, n, threads=2)
+    wide = dst.astype(np.int64)
+    np.testing.assert_array_equal(both, np.unique(np.concatenate([src * n + wide,
+                                                                  wide * n + src])))
+
+
 def _ranked(graph):
     """(owner, cost) of every row of every type with features, in the
     order split_cache ranked them with a global argsort (the reference)."""

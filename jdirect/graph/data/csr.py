@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -253,6 +254,8 @@ def _sort_rows_unique(indices: np.ndarray, indptr: np.ndarray, num_nodes: int,
     return out, indices
 
 
+T = TypeVar("T")
+
 # Pairs a thread buckets at a time, and the buckets (ranges of rows) that
 # threads then sort apart: both fixed, so the work never depends on the
 # thread count (the result is the sorted distinct pairs either way).
@@ -270,11 +273,9 @@ def csr_from_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int
     (v, v) dropped too.
 
     The in-memory, multi-threaded counterpart of `csr_from_edge_chunks`
-    (whose edge list may be a memory-mapped file): a counting sort of the
-    int64 keys row * num_cols + col into 256 ranges of rows (chunks of
-    pairs on `threads` threads, None: the CPU count), then each range
-    sorted and deduplicated on its own thread. Memory: 8 bytes a pair of
-    keys beside the input, then the result.
+    (whose edge list may be a memory-mapped file): `pair_keys`' threaded
+    sort, each range of rows then cut into columns on its own thread.
+    Memory: 8 bytes a pair of keys beside the input, then the result.
 
     Ids must lie in [0, num_rows) / [0, num_cols), and num_rows * num_cols
     below 2**63: the caller checks them (and words the error for its own
@@ -283,6 +284,47 @@ def csr_from_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int
     Raises:
       ValueError: a part's arrays differ in length.
     """
+    degrees = np.zeros(num_rows, np.int64)
+    dtype = np.int32 if num_cols < 2**31 else np.int64
+
+    def cut(part: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        rows, cols = np.divmod(part, num_cols)
+        degrees[lo:hi] = np.bincount(rows - lo, minlength=hi - lo)
+        return cols.astype(dtype)
+
+    indices = np.concatenate([np.zeros(0, dtype)] + _ranges_of_keys(
+        parts, num_rows, num_cols, cut, drop_loops=drop_loops, threads=threads))
+    indptr = np.zeros(num_rows + 1, np.int64)
+    np.cumsum(degrees, out=indptr[1:])
+    return indptr, indices
+
+
+def pair_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int, num_cols: int,
+              *, drop_loops: bool = False, undirected: bool = False,
+              threads: int | None = None) -> np.ndarray:
+    """`unique_sorted` of the int64 keys row * num_cols + col of the pairs
+    of every part (a tuple of equal-length integer arrays): with
+    `undirected` each pair taken as (min, max), with `drop_loops` the pairs
+    (v, v) dropped. On `threads` threads (None: the CPU count): a counting
+    sort of the keys into 256 ranges of rows (chunks of pairs a task), then
+    each range sorted and deduplicated on its own; the result does not
+    depend on the thread count. Ids as `csr_from_pairs`.
+
+    Raises:
+      ValueError: a part's arrays differ in length.
+    """
+    return np.concatenate([np.zeros(0, np.int64)] + _ranges_of_keys(
+        parts, num_rows, num_cols, lambda keys, lo, hi: keys, drop_loops=drop_loops,
+        undirected=undirected, threads=threads))
+
+
+def _ranges_of_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int,
+                    num_cols: int, then: Callable[[np.ndarray, int, int], T], *,
+                    drop_loops: bool = False, undirected: bool = False,
+                    threads: int | None = None) -> list[T]:
+    """[then(keys, lo, hi) for each of 256 ranges of rows [lo, hi)], keys
+    the range's sorted distinct int64 keys (`pair_keys`), each range on a
+    thread."""
     parts = [(np.asarray(r).ravel(), np.asarray(c).ravel()) for r, c in parts]
     if any(r.shape != c.shape for r, c in parts):
         raise ValueError("each part's rows and columns must have one length")
@@ -294,6 +336,8 @@ def csr_from_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int
         """Span i's (keys, buckets), loops dropped."""
         p, a, b = spans[i]
         r, c = (x[a:b].astype(np.int64) for x in parts[p])
+        if undirected:
+            r, c = np.minimum(r, c), np.maximum(r, c)
         if drop_loops:
             r, c = r[r != c], c[r != c]
         return r * num_cols + c, (r >> shift).astype(np.uint8)
@@ -315,19 +359,10 @@ def csr_from_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]], num_rows: int
 
     map_chunks(place, len(spans), 1, threads=threads)
     bounds = np.concatenate([[0], np.cumsum(counts.sum(axis=0))])
-    degrees = np.zeros(num_rows, np.int64)
-    dtype = np.int32 if num_cols < 2**31 else np.int64
 
-    def sort(k: int, *_) -> np.ndarray:
-        part = unique_sorted(keys[bounds[k]:bounds[k + 1]])
-        rows, cols = np.divmod(part, num_cols)
-        lo = k << shift
-        degrees[lo:lo + (1 << shift)] = np.bincount(rows - lo, minlength=min(
-            1 << shift, max(num_rows - lo, 0)))
-        return cols.astype(dtype)
+    def sort(k: int, *_) -> T:
+        lo = min(k << shift, num_rows)
+        return then(unique_sorted(keys[bounds[k]:bounds[k + 1]]), lo,
+                    min(lo + (1 << shift), num_rows))
 
-    indices = np.concatenate([np.zeros(0, dtype)] + map_chunks(sort, _BUCKETS, 1,
-                                                                threads=threads))
-    indptr = np.zeros(num_rows + 1, np.int64)
-    np.cumsum(degrees, out=indptr[1:])
-    return indptr, indices
+    return map_chunks(sort, _BUCKETS, 1, threads=threads)

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._files import Npz, read_csv
 from ..._arrays import unique_sorted
-from .csr import Graph, csr_from_keys
+from .csr import Graph, csr_from_keys, pair_keys
 
 SPLITS = ("train", "val", "test")
 _FILES = dict(train="train", val="valid", test="test")  # OGB's file names
@@ -80,13 +80,10 @@ class EdgeSplit:
 
 def undirected_keys(graph: Graph) -> np.ndarray:
     """Sorted distinct int64 keys lo * n + hi (lo < hi) of `graph`'s edges
-    read as undirected; self-loops dropped."""
+    read as undirected; self-loops dropped (`pair_keys`, on every core)."""
     n = graph.num_nodes
-    src = np.repeat(np.arange(n, dtype=np.int64), graph.degrees())
-    dst = graph.indices.astype(np.int64)
-    keep = src != dst
-    lo, hi = np.minimum(src[keep], dst[keep]), np.maximum(src[keep], dst[keep])
-    return unique_sorted(lo * n + hi)
+    src = np.repeat(np.arange(n, dtype=graph.indices.dtype), graph.degrees())
+    return pair_keys([(src, graph.indices)], n, n, drop_loops=True, undirected=True)
 
 
 def random_edge_split(graph: Graph, *, val: float = 0.05, test: float = 0.1, seed: int = 0,
@@ -195,8 +192,7 @@ def _read_part(directory: Path, name: str, n: int) -> tuple[np.ndarray, np.ndarr
 
 def _both_ways(edges: np.ndarray, n: int) -> np.ndarray:
     """Sorted distinct keys src * n + dst of `edges` in both directions."""
-    return unique_sorted(np.concatenate([edges[:, 0] * n + edges[:, 1],
-                                         edges[:, 1] * n + edges[:, 0]]))
+    return pair_keys([(edges[:, 0], edges[:, 1]), (edges[:, 1], edges[:, 0])], n, n)
 
 
 def _split(graph: Graph, train: np.ndarray, val: np.ndarray, test: np.ndarray,
@@ -209,11 +205,14 @@ def _split(graph: Graph, train: np.ndarray, val: np.ndarray, test: np.ndarray,
     held = _both_ways(np.concatenate([val, test]), n)
     passing = _both_ways(train, n)
     # A given split may repeat a held-out edge among its training edges:
-    # it must still never carry messages.
-    passing = passing[~np.isin(passing, held, assume_unique=True)]
+    # it must still never carry messages. Both are sorted and the held-out
+    # keys few: each is looked up in the passing ones.
+    at = np.searchsorted(passing, held)
+    repeated = at[passing[np.minimum(at, passing.size - 1)] == held] if passing.size else at[:0]
+    passing = np.delete(passing, repeated)
     passing = passing[passing // n != passing % n]  # no self-loops, as csr_from_edges
     indptr, indices = csr_from_keys(passing, n)
-    known = unique_sorted(np.concatenate([passing, held]))
+    known = unique_sorted(np.concatenate([passing, held]), kind="stable")  # two sorted runs
     negs = [given if given is not None
             else per_source_negatives(part[:, 0], known, n, k, rng, targets)
             for part, given in ((val, val_neg), (test, test_neg))]
