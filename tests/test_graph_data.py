@@ -62,6 +62,22 @@ def test_chunked_csr_matches_the_sorted_keys(symmetrize):
         assert got[1].dtype == np.int32
 
 
+def test_csr_from_keys_in_chunks_on_threads_equals_one_pass(monkeypatch):
+    """Chunks that share their edge rows, a hub spanning chunks, empty rows."""
+    from jdirect.graph.data import csr as csr_module
+    monkeypatch.setattr(csr_module, "_PAIR_CHUNK", 97)
+    rng = np.random.default_rng(1)
+    n = 400
+    keys = np.unique(np.concatenate([rng.integers(0, n * n, 3000), 7 * n + np.arange(n)]))
+    rows, cols = np.divmod(keys, n)
+    for threads in (1, 3):
+        indptr, indices = csr_from_keys(keys, n, threads=threads)
+        np.testing.assert_array_equal(indptr, np.r_[0, np.cumsum(np.bincount(rows, minlength=n))])
+        np.testing.assert_array_equal(indices, cols)
+        assert indices.dtype == np.int32
+    assert csr_from_keys(keys[:0], n)[0].tolist() == [0] * (n + 1)
+
+
 def assert_same_graph(h, g) -> None:
     for field in ("indptr", "indices", "features", "labels", "train", "val", "test"):
         np.testing.assert_array_equal(getattr(h, field), getattr(g, field), err_msg=field)

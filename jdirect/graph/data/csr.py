@@ -155,12 +155,23 @@ def edge_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,
     return unique_sorted(src[keep] * num_nodes + dst[keep])
 
 
-def csr_from_keys(keys: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (indptr int64, indices int32 or int64) from sorted distinct keys."""
-    rows, cols = np.divmod(keys, num_nodes)
+def csr_from_keys(keys: np.ndarray, num_nodes: int, *,
+                  threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (indptr int64, indices int32 or int64) from sorted distinct keys
+    src * num_nodes + dst, cut in chunks on `threads` threads (None: the CPU
+    count)."""
+    indices = np.empty(keys.size, np.int32 if num_nodes < 2**31 else np.int64)
+
+    def cut(_: int, a: int, b: int) -> tuple[int, np.ndarray]:
+        rows, indices[a:b] = np.divmod(keys[a:b], num_nodes)
+        return int(rows[0]), np.bincount(rows - rows[0])  # sorted: one span of rows
+
+    degrees = np.zeros(num_nodes, np.int64)
+    for first, counts in map_chunks(cut, keys.size, _PAIR_CHUNK, threads=threads):
+        degrees[first:first + counts.size] += counts  # chunks may share their edge rows
     indptr = np.zeros(num_nodes + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])
-    return indptr, cols.astype(np.int32 if num_nodes < 2**31 else np.int64)
+    np.cumsum(degrees, out=indptr[1:])
+    return indptr, indices
 
 
 def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *,

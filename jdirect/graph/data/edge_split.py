@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 from ._files import Npz, read_csv
-from ..._arrays import unique_sorted
 from .csr import Graph, csr_from_keys, pair_keys
 
 SPLITS = ("train", "val", "test")
@@ -133,8 +132,9 @@ def bipartite_edge_split(graph: Graph, *, val: float = 0.05, test: float = 0.1, 
             or np.any(labels[1:] < labels[:-1]):
         raise ValueError(f"{graph.name}: a bipartite split needs labels 0 (users) then 1 "
                          "(items) in id order, as the recsys datasets have")
-    src_side = np.repeat(labels, graph.degrees())
-    if np.any(src_side == labels[graph.indices]):
+    # Users' rows come first: their edges end at ids >= U, the items' below.
+    ends = np.split(graph.indices, [graph.indptr[users]])
+    if (ends[0].size and ends[0].min() < users) or (ends[1].size and ends[1].max() >= users):
         raise ValueError(f"{graph.name}: a bipartite split needs every edge to join a user and "
                          "an item; some join two nodes of one side")
     return random_edge_split(graph, val=val, test=test, seed=seed,
@@ -190,9 +190,10 @@ def _read_part(directory: Path, name: str, n: int) -> tuple[np.ndarray, np.ndarr
     return edges, neg
 
 
-def _both_ways(edges: np.ndarray, n: int) -> np.ndarray:
+def _both_ways(edges: np.ndarray, n: int, *, drop_loops: bool = False) -> np.ndarray:
     """Sorted distinct keys src * n + dst of `edges` in both directions."""
-    return pair_keys([(edges[:, 0], edges[:, 1]), (edges[:, 1], edges[:, 0])], n, n)
+    return pair_keys([(edges[:, 0], edges[:, 1]), (edges[:, 1], edges[:, 0])], n, n,
+                     drop_loops=drop_loops)
 
 
 def _split(graph: Graph, train: np.ndarray, val: np.ndarray, test: np.ndarray,
@@ -203,16 +204,16 @@ def _split(graph: Graph, train: np.ndarray, val: np.ndarray, test: np.ndarray,
     n = graph.num_nodes
     targets = (0, n) if targets is None else targets
     held = _both_ways(np.concatenate([val, test]), n)
-    passing = _both_ways(train, n)
+    passing = _both_ways(train, n, drop_loops=True)  # no self-loops, as csr_from_edges
     # A given split may repeat a held-out edge among its training edges:
     # it must still never carry messages. Both are sorted and the held-out
     # keys few: each is looked up in the passing ones.
     at = np.searchsorted(passing, held)
     repeated = at[passing[np.minimum(at, passing.size - 1)] == held] if passing.size else at[:0]
     passing = np.delete(passing, repeated)
-    passing = passing[passing // n != passing % n]  # no self-loops, as csr_from_edges
     indptr, indices = csr_from_keys(passing, n)
-    known = unique_sorted(np.concatenate([passing, held]), kind="stable")  # two sorted runs
+    # Every key, sorted: the held-out ones (none passing now) put in place.
+    known = np.insert(passing, np.searchsorted(passing, held), held)
     negs = [given if given is not None
             else per_source_negatives(part[:, 0], known, n, k, rng, targets)
             for part, given in ((val, val_neg), (test, test_neg))]
