@@ -141,11 +141,14 @@ def homogeneous_preset(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any, in
 
 
 def typed_runs(preset: str, scale: float) -> tuple[Any, dict]:
-    """The typed preset at `scale` (seed 0) and, per model of MODELS it
-    has, (runner, graph, model name in the configuration)."""
+    """The typed preset at `scale` (seed 0; below 1 its labelled counts
+    kept where they fit) and, per model of MODELS it has, (runner, a
+    function giving the graph it trains on, the model's name in the
+    configuration)."""
     args = TYPED_PRESETS[preset]
     papers = max(args["num_classes"], round(args["papers"] * scale))
-    split = kept_split([share * args["papers"] for share in args["split"]], papers)
+    split = None if scale == 1 else kept_split(
+        [share * args["papers"] for share in args["split"]], papers)
     graph = typed_preset(preset, scale=scale, seed=0, split=split)
     homogeneous = None
 

@@ -18,6 +18,7 @@ from jdirect.graph.hetero.learned import TypedLearned
 from jdirect.graph.hetero.models import RelationalSAGEConv
 from jdirect.graph.hetero.presets import TYPED_PRESETS, typed_preset
 from jdirect.graph.hetero.training import TypedRun, type_traffic
+from jdirect.graph.training.config_files import load_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* optimizer steps:UserWarning")
 
@@ -141,6 +142,17 @@ def test_mag_trains_from_the_command_reports_bytes_by_type_and_resumes(flags, tm
     assert "after epoch 0" in out and "epoch 0:" not in out and "epoch 1:" in out
     assert [e["epoch"] for e in m["sage"]["history"]] == [0, 1]
     assert m["sage"]["test_acc"] is not None and m["config"]["scale"] == 0.002
+
+
+def test_a_typed_mlp_evaluates_sampled_whatever_full_eval_says():
+    """Layer-wise evaluation is R-GraphSAGE's: a TypedRun of the MLP asked
+    for the full-split one (mag's configuration) tests sampled instead."""
+    cfg = load_config("mag").replace(model="mlp", scale=0.002, epochs=1, batch_size=256,
+                                     hidden=8, progress=False)
+    assert cfg.full_eval
+    with TypedRun(typed_preset("mag", scale=0.002, seed=1), cfg) as run:
+        out = run.fit(log=lambda line: None)
+    assert not run.cfg.full_eval and out["test_acc"] == out["sampled_test_acc"] is not None
 
 
 @pytest.mark.parametrize("flags, words", [

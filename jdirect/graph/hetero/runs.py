@@ -81,8 +81,6 @@ def typed_runs(cfg: TrainConfig, baseline: bool, metrics: MetricsFile | None, ti
         runs.setdefault(BASELINE, cfg.replace(model=BASELINE, checkpoint_dir=None))
     results: dict[str, dict[str, Any]] = {}
     for name, run_cfg in runs.items():
-        # Layer-wise evaluation is R-GraphSAGE's (full_logits); others evaluate sampled.
-        run_cfg = run_cfg if run_cfg.model == "sage" else run_cfg.replace(full_eval=False)
         say(f"--- {name} ---")
         with timings.phase("place_s"):
             run = TypedRun(graph, run_cfg, timings)
@@ -102,7 +100,7 @@ def typed_runs(cfg: TrainConfig, baseline: bool, metrics: MetricsFile | None, ti
                 raise type(e)(f"{stopped}; {left}") from None
         if metrics is not None:
             metrics.update(**{name: out}, timings=timings.as_dict())
-        say(f"{name}: {accuracy_line(out, run_cfg)} (model of epoch {out['best_epoch']}, "
+        say(f"{name}: {accuracy_line(out, run.cfg)} (model of epoch {out['best_epoch']}, "
             f"{out['protocol']['best_epoch']})")
     if len(results) > 1 and None not in (r["test_acc"] for r in results.values()):
         gain = 100 * (results[cfg.model]["test_acc"] - results[BASELINE]["test_acc"])

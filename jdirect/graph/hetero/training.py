@@ -115,11 +115,13 @@ class TypedRun:
     """
 
     def __init__(self, graph: HeteroGraph, cfg: TrainConfig, timings: Timings | None = None):
-        self.graph, self.cfg = graph, cfg
-        self.timings = timings if timings is not None else Timings()
         if len(graph.train) == 0:
             raise ValueError(f"{graph.name}: the training split is empty; nothing to train on")
         model = build(cfg, graph)
+        # Layer-wise evaluation is R-GraphSAGE's (full_logits); others evaluate sampled.
+        self.graph = graph
+        self.cfg = cfg if isinstance(model, RGraphSAGE) else cfg.replace(full_eval=False)
+        self.timings = timings if timings is not None else Timings()
         self.neighbours = model.uses_neighbors
         # The MLP reads its seeds alone: one hop of one neighbour keeps its sampling cheap.
         fanouts = cfg.fanouts if self.neighbours else (1,)
