@@ -28,7 +28,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _dtypes, _ffi
+from . import _dtypes, _ffi, placement
 
 MEMORY_CHOICES = ("auto", "managed", "pinned")
 
@@ -59,8 +59,9 @@ def host_empty(shape: int | tuple[int, ...], dtype: Any = np.float32, *,
         location host, accessed by every local GPU: pages never migrate, GPUs
         read them over PCIe), unless jdirect's managed memory would then
         exceed the free memory of a GPU less a margin (oversubscribed
-        managed memory can hang the GPU); then pinned memory, with one
-        warning saying how to make room.
+        managed memory can hang the GPU; free less what a preallocating
+        JAX will take at its first buffer, `placement.jax_pool_to_come`);
+        then pinned memory, with one warning saying how to make room.
       - "managed": managed memory as above, or RuntimeError if it does not fit.
       - "pinned": page-locked memory (anonymous pages, transparent huge
         pages where the kernel allows, touched by several threads, then
@@ -166,6 +167,9 @@ def _choose(memory: str, nbytes: int) -> str:
     if memory == "pinned":
         return "pinned"
     free, total = _ffi.cuda_mem_info()
+    # A preallocating JAX takes its pool at its first buffer: a table made
+    # before it (a graph generated, then trained on) must leave that room.
+    free -= placement.jax_pool_to_come()
     margin = max(_MIN_MARGIN, total // _MARGIN_FRACTION)
     with _lock:
         managed = sum(stop - base for base, (stop, kind) in _live.items() if kind == "managed")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -122,6 +123,20 @@ def _memory_stats() -> dict[str, int] | None:
     statistics; any allocator reporting a limit of 0)."""
     stats = None if _on_cpu() else jax.local_devices()[0].memory_stats()
     return stats if stats and stats.get("bytes_limit") else None
+
+
+def jax_pool_to_come() -> int:
+    """Bytes of this process's first GPU that JAX's allocator will still
+    take at its next buffer: its limit less its pool, when it preallocates
+    (the default), whose pool takes the whole limit at the first buffer,
+    not when JAX starts; 0 when it grows on demand
+    (XLA_PYTHON_CLIENT_PREALLOCATE=false), keeps no pool, or on the CPU."""
+    if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0"):
+        return 0
+    stats = _memory_stats()
+    if stats is None or "pool_bytes" not in stats:
+        return 0
+    return max(0, int(stats["bytes_limit"] - stats["pool_bytes"]))
 
 
 def _driver_free_bytes() -> int:

@@ -15,7 +15,7 @@ import pytest
 
 import jdirect
 from conftest import ON_GPU, in_own_pages, newest_only
-from jdirect import _ffi, host_memory
+from jdirect import _ffi, host_memory, placement
 from test_gather import MODES, assert_same, indices, random_table
 
 MEMORY = ("auto", "managed", "pinned")
@@ -231,6 +231,7 @@ def test_managed_memory_is_never_oversubscribed(monkeypatch):
     a margin (checked through the decision alone, so on any backend)."""
     gib = 1 << 30
     monkeypatch.setattr(_ffi, "cuda_mem_info", lambda: (10 * gib, 16 * gib))
+    monkeypatch.setattr(placement, "_memory_stats", lambda: None)  # JAX's pool: not in play
     monkeypatch.setattr(host_memory, "_live", {1 << 40: ((1 << 40) + 4 * gib, "managed")})
     monkeypatch.setattr(host_memory, "_warned_fallback", False)
     assert host_memory._choose("managed", 4 * gib) == "managed"  # 8 GiB + 1 GiB margin fits
@@ -242,6 +243,30 @@ def test_managed_memory_is_never_oversubscribed(monkeypatch):
         warnings.simplefilter("error")  # only one warning per process
         assert host_memory._choose("auto", 6 * gib) == "pinned"
     assert host_memory._choose("pinned", 100 * gib) == "pinned"
+
+
+def test_managed_memory_leaves_the_room_a_preallocating_jax_takes_later(monkeypatch):
+    """JAX takes its preallocated pool at its first buffer, not at start:
+    a table made before (a graph generated, then trained on) must not take
+    that room (the stand-in of benchmarks/results/journal/LOG.md,
+    2026-11-29, twentieth session, held 47 GB managed beside 41 GB free)."""
+    gib = 1 << 30
+    monkeypatch.setattr(_ffi, "cuda_mem_info", lambda: (60 * gib, 80 * gib))
+    monkeypatch.setattr(host_memory, "_live", {})
+    monkeypatch.setattr(placement, "_memory_stats",
+                        lambda: dict(bytes_limit=40 * gib, pool_bytes=0, bytes_in_use=0))
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    assert placement.jax_pool_to_come() == 40 * gib
+    with pytest.raises(RuntimeError, match="refusing"):  # 30 GiB > 60 - 40 - 5 (margin)
+        host_memory._choose("managed", 30 * gib)
+    assert host_memory._choose("managed", 14 * gib) == "managed"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX grows as it needs
+    assert placement.jax_pool_to_come() == 0
+    assert host_memory._choose("managed", 30 * gib) == "managed"
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
+    monkeypatch.setattr(placement, "_memory_stats",  # the pool taken: nothing more to come
+                        lambda: dict(bytes_limit=40 * gib, pool_bytes=40 * gib, bytes_in_use=0))
+    assert placement.jax_pool_to_come() == 0
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
