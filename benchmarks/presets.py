@@ -32,11 +32,16 @@ model), its MLP on the papers' own features (`mlp`) and a GraphSAGE on
 the graph with its types dropped (`sage`: `to_homogeneous`, the
 homogeneous trainer), each with the preset's configuration. mag240m is
 compared on the best epoch's sampled validation accuracy, as OGB-LSC
-publishes validation figures; mag on test accuracy.
+publishes validation figures; mag on test accuracy. Its knobs
+(`hetero.presets.CALIBRATION`: --noise, --label-noise, --author-affinity,
+--cite-affinity, mag's --topic-affinity) can be overridden, and
+--mlp-epochs trains the MLP longer (the published MLPs are converged).
 
 Examples:
   python benchmarks/presets.py --preset products --json $OUT/presets-products.json   # GPU
   python benchmarks/presets.py --preset mag240m --scale 0.1 --models rsage sage mlp  # GPU
+  python benchmarks/presets.py --preset mag240m --scale 0.1 --author-affinity 0.3 \
+      --cite-affinity 0.2 --mlp-epochs 20 --seeds 0                                 # GPU
   python benchmarks/presets.py --preset products --scale 0.05 --steps 300             # CPU
 """
 
@@ -56,7 +61,7 @@ from jdirect.graph import synthetic
 from jdirect.graph.data import PRESETS
 from jdirect.graph.data.synthetic import split_sizes
 from jdirect.graph.hetero import to_homogeneous
-from jdirect.graph.hetero.presets import TYPED_PRESETS, typed_preset
+from jdirect.graph.hetero.presets import CALIBRATION, TYPED_PRESETS, typed_preset
 from jdirect.graph.hetero.training import TypedRun
 from jdirect.graph.metrics import check
 from jdirect.graph.training.config_files import load_config
@@ -79,7 +84,9 @@ PUBLISHED = {
 # The accuracy each preset is compared on (default test_acc).
 METRIC = {"mag240m": "val_acc"}
 LABELS = ("model", "seed")
-_KNOBS = ("homophily", "noise", "label_noise")
+_KNOBS = ("homophily", "noise", "label_noise")  # the homogeneous generator's
+# The typed presets' (hetero.presets.CALIBRATION; topic_affinity: mag's).
+_TYPED_KNOBS = ("noise", "label_noise", "author_affinity", "cite_affinity", "topic_affinity")
 
 
 def scaled(preset: str, scale: float) -> dict:
@@ -140,16 +147,16 @@ def homogeneous_preset(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any, in
     return graph, cfg, steps, {k: overrides.get(k, PRESETS[args.preset].get(k)) for k in _KNOBS}
 
 
-def typed_runs(preset: str, scale: float) -> tuple[Any, dict]:
+def typed_runs(preset: str, scale: float, knobs: dict) -> tuple[Any, dict]:
     """The typed preset at `scale` (seed 0; below 1 its labelled counts
-    kept where they fit) and, per model of MODELS it has, (runner, a
-    function giving the graph it trains on, the model's name in the
-    configuration)."""
+    kept where they fit; `knobs` replacing its CALIBRATION's) and, per
+    model of MODELS it has, (runner, a function giving the graph it trains
+    on, the model's name in the configuration)."""
     args = TYPED_PRESETS[preset]
     papers = max(args["num_classes"], round(args["papers"] * scale))
     split = None if scale == 1 else kept_split(
         [share * args["papers"] for share in args["split"]], papers)
-    graph = typed_preset(preset, scale=scale, seed=0, split=split)
+    graph = typed_preset(preset, scale=scale, seed=0, split=split, knobs=knobs)
     homogeneous = None
 
     def untyped():  # made on first use: a copy of every type's rows
@@ -186,9 +193,12 @@ def main() -> None:
     p.add_argument("--steps", type=int,
                    help="optimizer steps per run (default: the configuration's at scale 1, "
                         "the full preset's otherwise; homogeneous presets)")
-    for knob in _KNOBS:
+    for knob in dict.fromkeys(_KNOBS + _TYPED_KNOBS):
         p.add_argument(f"--{knob.replace('_', '-')}", type=float,
-                       help=f"the generator's {knob} (default: the preset's; homogeneous presets)")
+                       help=f"the generator's {knob} (default: the preset's)")
+    p.add_argument("--mlp-epochs", type=int,
+                   help="epochs of the MLP runs (default: the configuration's; a converged MLP, "
+                        "as the published ones, may need many)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     if not 0 < args.scale <= 1:
@@ -198,15 +208,22 @@ def main() -> None:
     models = args.models or list(has)
     if set(models) - set(has):
         p.error(f"--preset {args.preset} has models {has}, not {sorted(set(models) - set(has))}")
-    if typed and (args.steps is not None or any(getattr(args, k) is not None for k in _KNOBS)):
-        p.error("--steps and the generator's knobs apply to homogeneous presets")
+    given = {k for k in dict.fromkeys(_KNOBS + _TYPED_KNOBS) if getattr(args, k) is not None}
+    allowed = set(CALIBRATION[args.preset]) if typed else set(_KNOBS)
+    if given - allowed:
+        p.error(f"--preset {args.preset}'s knobs are {sorted(allowed)}, not "
+                f"{sorted(given - allowed)}")
+    if typed and args.steps is not None:
+        p.error("--steps applies to homogeneous presets")
     json_path = args.json or Path(f"benchmarks/out/presets-{args.preset}.json")
 
     cfg = load_config(args.preset).replace(progress=False)
     start = time.perf_counter()
     if typed:
-        graph, runners = typed_runs(args.preset, args.scale)
-        cfg, steps, knobs = cfg.replace(scale=args.scale), None, {}
+        knobs = {k: getattr(args, k) for k in given}
+        graph, runners = typed_runs(args.preset, args.scale, knobs)
+        cfg, steps = cfg.replace(scale=args.scale), None
+        knobs = {**CALIBRATION[args.preset], **knobs}
     else:
         graph, cfg, steps, knobs = homogeneous_preset(args, cfg)
         runners = {m: (Trainer, lambda: graph, m) for m in MODELS}
@@ -218,7 +235,10 @@ def main() -> None:
     for model in models:
         runner, data, name = runners[model]
         for seed in args.seeds:
-            rec, seconds = run(data(), cfg.replace(model=name, seed=seed), runner, model)
+            run_cfg = cfg.replace(model=name, seed=seed)
+            if name == "mlp" and args.mlp_epochs:
+                run_cfg = run_cfg.replace(epochs=args.mlp_epochs, min_steps=0)
+            rec, seconds = run(data(), run_cfg, runner, model)
             records.append(check(rec, labels=LABELS))
             val = "-" if rec["val_acc"] is None else f"{rec['val_acc']:.4f}"
             print(f"{model} seed {seed}: test {rec['test_acc']:.4f} (val {val}, "

@@ -57,6 +57,12 @@ def test_presets_have_their_datasets_shape_at_any_scale(name, scale):
     assert (len(kept.train), len(kept.val), len(kept.test)) == (
         int(0.3 * papers), int(0.4 * papers) - int(0.3 * papers),
         int(0.5 * papers) - int(0.4 * papers))
+    # Knobs replace the preset's CALIBRATION ones (no label noise: labels are the classes).
+    clean = typed_preset(name, scale=scale, seed=1, knobs={"label_noise": 0.0})
+    assert (clean.labels != g.labels).any()  # the preset's redrawn labels are gone
+    np.testing.assert_array_equal(clean.features["paper"], g.features["paper"])
+    with pytest.raises(ValueError, match="unknown knobs .'homophily'."):
+        typed_preset(name, scale=scale, knobs={"homophily": 0.5})
 
 
 def test_label_noise_redraws_that_share_of_labels():

@@ -35,6 +35,7 @@ away too easily (RESULTS.md), so they are not calibrated yet (issue 55).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .data import HeteroGraph
@@ -72,6 +73,7 @@ DERIVED = {
 def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
                  feature_dtype: str | None = None, derived: bool = True,
                  split: tuple[float, ...] | None = None,
+                 knobs: Mapping[str, float] | None = None,
                  threads: int | None = None) -> HeteroGraph:
     """The preset `name` (a key of TYPED_PRESETS) with every type's node
     count times `scale` (at least the class count for papers, 1 for the
@@ -79,12 +81,13 @@ def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
     featureless without `derived` (for learned rows, learned.py).
     `feature_dtype` replaces the preset's paper table dtype, `split` its
     split shares of papers (`typed_synthetic`'s; e.g. a scaled graph that
-    keeps the full preset's labelled counts). `threads` (None: the CPU
-    count) generates it (`typed_synthetic`); the graph is the same for any
-    count.
+    keeps the full preset's labelled counts), `knobs` some of its
+    CALIBRATION knobs (to calibrate them). `threads` (None: the CPU count)
+    generates it (`typed_synthetic`); the graph is the same for any count.
 
     Raises:
-      ValueError: an unknown name, scale outside (0, 1], or as `typed_synthetic`.
+      ValueError: an unknown name or knob, scale outside (0, 1], or as
+        `typed_synthetic`.
     """
     if name not in TYPED_PRESETS:
         raise ValueError(f"unknown typed preset {name!r}; choose from {sorted(TYPED_PRESETS)}")
@@ -99,6 +102,11 @@ def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
         args["feature_dtype"] = feature_dtype
     if split is not None:
         args["split"] = tuple(split)
+    unknown = set(knobs or {}) - set(CALIBRATION[name])
+    if unknown:
+        raise ValueError(f"unknown knobs {sorted(unknown)} of {name}; its knobs: "
+                         f"{sorted(CALIBRATION[name])}")
+    args.update(knobs or {})
     graph = typed_synthetic(**args, seed=seed, name=name, threads=threads)
     if not derived:
         return graph
