@@ -226,7 +226,7 @@ def main() -> None:
         knobs = {**CALIBRATION[args.preset], **knobs}
     else:
         graph, cfg, steps, knobs = homogeneous_preset(args, cfg)
-        runners = {m: (Trainer, lambda: graph, m) for m in MODELS}
+        runners = {m: (Trainer, lambda: graph, m) for m in has}
     made_s = time.perf_counter() - start
     knob_line = ", ".join(f"{k} {v}" for k, v in knobs.items())
     print(f"{graph} [{made_s:.1f}s]" + (f"; knobs: {knob_line}" if knobs else ""), flush=True)

@@ -124,6 +124,12 @@ def host_available_bytes() -> int | None:
     return min(found) if found else None
 
 
+def host_room_for(nbytes: int, available: int | None) -> bool:
+    """Whether `nbytes` fit in `available` bytes of host memory
+    (`host_available_bytes`) less `HOST_RESERVE`; unknown (None) passes."""
+    return available is None or nbytes + HOST_RESERVE <= available
+
+
 def check_host_room(nbytes: int, what: str) -> None:
     """Raises MemoryError, in one line naming `what`, its bytes and the
     bytes available, unless `nbytes` fit in the host memory available
@@ -131,7 +137,7 @@ def check_host_room(nbytes: int, what: str) -> None:
     allocating: an allocation beyond it can succeed and the process be
     killed later, when the pages are touched. Unknown availability passes."""
     available = host_available_bytes()
-    if available is not None and nbytes + HOST_RESERVE > available:
+    if not host_room_for(nbytes, available):
         raise MemoryError(
             f"jdirect: refusing {what}: {nbytes:,} bytes ({nbytes / 1e9:.1f} GB) of host memory "
             f"needed, {available:,} bytes ({available / 1e9:.1f} GB) available, less a "

@@ -68,7 +68,7 @@ import numpy as np
 
 from ... import HostTable, Int8Table
 from ...cached_table import cache_budget, cached_row_bytes, rows_within
-from ...host_memory import HOST_RESERVE
+from ...host_memory import host_room_for
 
 STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
 ENCODINGS = ("auto", "float32", "bfloat16", "int8")
@@ -159,7 +159,7 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
         else:
             encoding = two_byte
         copy = rows * row_bytes(encoding, dim, dtype) if encoding != STORED else 0
-        if host_free_bytes is not None and copy + HOST_RESERVE > host_free_bytes:
+        if not host_room_for(copy, host_free_bytes):
             encoding = STORED
     table_bytes = rows * cached_row_bytes(row_bytes(encoding, dim, dtype))
     if not cached:

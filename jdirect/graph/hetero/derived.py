@@ -29,9 +29,9 @@ from .data import HeteroGraph, Relation
 @functools.partial(jax.jit, static_argnames=("size",))
 def _derive(table, indptr, indices, out: HostTable, rows: jax.Array, degrees, *,
             size: int) -> jax.Array:
-    # Divided, cast and stored by the device: at MAG240M's size the host's
-    # copy of each chunk out of device memory (and, before, its divide and
-    # bfloat16 cast) was most of the derivation.
+    # Divided, cast and stored by the device: no host thread copies a chunk
+    # out of device memory (at MAG240M's size that copy was most of the
+    # derivation).
     sums = neighbor_sum(table, indptr, indices, rows[0], size=size)
     return write_host(out, sums / degrees, rows)
 
