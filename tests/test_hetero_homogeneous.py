@@ -35,3 +35,34 @@ def test_featureless_graphs_are_refused():
                      train=ids, val=ids[:0], test=ids[:0])
     with pytest.raises(ValueError, match="needs a type with features"):
         to_homogeneous(g)
+
+
+def test_chosen_relations_symmetrised_keep_their_types_alone():
+    # OGB-LSC's GraphSAGE baseline on MAG240M: the citations both ways, papers alone.
+    g = typed_synthetic(papers=40, authors=20, institutions=4, feature_dim=3, seed=5)
+    h = to_homogeneous(g, [("paper", "cites", "paper")], symmetrize=True)
+    assert h.num_nodes == 40 and h.features.shape == (40, 3)
+    csr = g.relations[("paper", "cites", "paper")]
+    want = set()
+    for v in range(40):
+        for u in csr.indices[csr.indptr[v]:csr.indptr[v + 1]]:
+            want |= {(v, int(u)), (int(u), v)}
+    got = {(v, int(u)) for v in range(40) for u in h.indices[h.indptr[v]:h.indptr[v + 1]]}
+    assert got == want
+    np.testing.assert_array_equal(h.features, g.features["paper"])
+    np.testing.assert_array_equal(h.labels, g.labels)
+    np.testing.assert_array_equal(h.val, g.val)
+
+
+def test_kept_types_are_numbered_in_graph_order():
+    g = typed_synthetic(papers=40, authors=20, institutions=4, feature_dim=3, seed=5)
+    h = to_homogeneous(g, [("author", "affiliated_with", "institution")])
+    assert type_offsets(g, {"paper", "author", "institution"}) == type_offsets(g)
+    assert h.num_nodes == 64 and not h.indptr[:60].any() and h.indptr[-1] == 20
+    assert type_offsets(g, {"institution", "paper"}) == {"paper": 0, "institution": 40}
+
+
+def test_unknown_relations_are_refused_by_name():
+    g = typed_synthetic(papers=40, authors=20, institutions=4, feature_dim=3, seed=5)
+    with pytest.raises(ValueError, match=r"no relation \('paper', 'likes', 'paper'\)"):
+        to_homogeneous(g, [("paper", "likes", "paper")])

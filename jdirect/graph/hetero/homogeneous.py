@@ -3,49 +3,67 @@ for the homogeneous models' baselines on the same data (issue 55's
 targets compare R-GraphSAGE with GraphSAGE on one graph).
 
 Types are numbered in `graph.types` order: type t's node i is node
-`offsets[t] + i`. Every relation's edges join one CSR (types and relation
-names dropped: what a homogeneous model cannot see; a pair joined by two
-relations is one edge); the feature table is every type's rows,
-zero-padded to the widest type (featureless types: all zeros); labels and
-splits are the target type's, other nodes labelled 0 and in no split.
+`offsets[t] + i`. The kept relations' edges (every relation, or those
+asked for) join one CSR (types and relation names dropped: what a
+homogeneous model cannot see; a pair joined by two relations is one
+edge); the nodes are the kept relations' types and the target's; the
+feature table is their rows, zero-padded to the widest type (featureless
+types: all zeros); labels and splits are the target type's, other nodes
+labelled 0 and in no split. OGB-LSC's GraphSAGE baseline on MAG240M is
+`to_homogeneous(g, [("paper", "cites", "paper")], symmetrize=True)`:
+the papers and their citations both ways, authors unseen.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from collections.abc import Iterable
+
 from ..data.csr import Graph, csr_from_edge_chunks
-from .data import HeteroGraph
+from .data import HeteroGraph, Relation
 
 
-def type_offsets(graph: HeteroGraph) -> dict[str, int]:
-    """Type -> the homogeneous id of its node 0 (types in `graph.types` order)."""
-    starts = np.cumsum([0] + [graph.num_nodes[t] for t in graph.types])
-    return {t: int(a) for t, a in zip(graph.types, starts[:-1])}
+def type_offsets(graph: HeteroGraph, types: Iterable[str] | None = None) -> dict[str, int]:
+    """Type -> the homogeneous id of its node 0, for `types` (None: all)
+    numbered in `graph.types` order."""
+    kept = graph.types if types is None else [t for t in graph.types if t in set(types)]
+    starts = np.cumsum([0] + [graph.num_nodes[t] for t in kept])
+    return {t: int(a) for t, a in zip(kept, starts[:-1])}
 
 
-def to_homogeneous(graph: HeteroGraph) -> Graph:
-    """The module doc's `Graph` of `graph` (host memory, new arrays).
+def to_homogeneous(graph: HeteroGraph, relations: Iterable[Relation] | None = None, *,
+                   symmetrize: bool = False) -> Graph:
+    """The module doc's `Graph` of `graph` (host memory, new arrays):
+    `relations` (None: every one) joined, each edge also reversed with
+    `symmetrize`.
 
     Raises:
-      ValueError: no type has features (the homogeneous models need rows).
+      ValueError: a relation `graph` lacks, or no kept type has features
+        (the homogeneous models need rows).
     """
-    offsets = type_offsets(graph)
-    n = sum(graph.num_nodes.values())
-    dim = max((graph.feature_dim(t) for t in graph.types), default=0)
+    kept = dict(graph.relations) if relations is None else {}
+    for rel in relations or ():
+        if tuple(rel) not in graph.relations:
+            raise ValueError(f"to_homogeneous: no relation {tuple(rel)} in {graph.name!r}; "
+                             f"it has {sorted(graph.relations)}")
+        kept[tuple(rel)] = graph.relations[tuple(rel)]
+    offsets = type_offsets(graph, {graph.target, *(t for s, _, d in kept for t in (s, d))})
+    n = sum(graph.num_nodes[t] for t in offsets)
+    tables = {t: f for t, f in graph.features.items() if t in offsets}
+    dim = max((f.shape[1] for f in tables.values()), default=0)
     if not dim:
         raise ValueError("to_homogeneous needs a type with features (its rows are the input)")
-    dtype = np.result_type(*(f.dtype for f in graph.features.values()))
-    features = np.zeros((n, dim), dtype)
-    for t, table in graph.features.items():
+    features = np.zeros((n, dim), np.result_type(*(f.dtype for f in tables.values())))
+    for t, table in tables.items():
         features[offsets[t]:offsets[t] + table.shape[0], :table.shape[1]] = table
 
     def edges():  # a relation's CSR is by destination: rows are the receiving nodes
-        for (src, _, dst), csr in graph.relations.items():
+        for (src, _, dst), csr in kept.items():
             rows = np.repeat(np.arange(graph.num_nodes[dst], dtype=np.int64), csr.degrees())
             yield rows + offsets[dst], csr.indices.astype(np.int64) + offsets[src]
 
-    indptr, indices = csr_from_edge_chunks(edges, n, symmetrize=False)
+    indptr, indices = csr_from_edge_chunks(edges, n, symmetrize=symmetrize)
     labels = np.zeros(n, np.int32)
     first = offsets[graph.target]
     labels[first:first + graph.num_nodes[graph.target]] = graph.labels
