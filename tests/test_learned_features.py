@@ -371,9 +371,10 @@ def trained_rows(t: Trainer) -> np.ndarray:
 
 
 # The oldest end trains device tables in
-# test_device_tables_resume_and_move_between_placements[host-device].
+# test_device_tables_resume_and_move_between_placements[host-device-adam].
 @pytest.mark.parametrize("optimizer", [pytest.param("sgd", marks=newest_only),
                                        pytest.param("adagrad", marks=newest_only),
+                                       "rowwise_adagrad",
                                        pytest.param("adam", marks=newest_only)])
 def test_device_tables_train_as_host_tables(featureless, optimizer):
     """The same run with the tables in device memory (arrays in the step
@@ -392,14 +393,16 @@ def test_device_tables_train_as_host_tables(featureless, optimizer):
     assert abs(dev_out["test_acc"] - host_out["test_acc"]) <= 0.02  # full split, same model
 
 
-@pytest.mark.parametrize("first, then", [("host", "device"),
-                                         pytest.param("device", "host", marks=newest_only)])
-def test_device_tables_resume_and_move_between_placements(featureless, tmp_path, first, then):
+@pytest.mark.parametrize("first, then, optimizer", [
+    ("host", "device", "adam"), pytest.param("device", "host", "adam", marks=newest_only),
+    pytest.param("host", "device", "rowwise_adagrad", marks=newest_only)])  # a slot a row
+def test_device_tables_resume_and_move_between_placements(featureless, tmp_path, first, then,
+                                                          optimizer):
     """The step file holds the tables as the same leaves for both
     placements, so a run resumes in either and equals the uninterrupted
     one. (Device to device is these two's halves: a device run's file, and
     a device run resuming from one.)"""
-    cfg = config(embedding_optimizer="adam", epochs=2)
+    cfg = config(embedding_optimizer=optimizer, epochs=2)
     with Trainer(featureless, cfg.replace(embedding_memory=then)) as t:
         whole = t.fit(log=lambda line: None)
         whole_rows = trained_rows(t)

@@ -2,7 +2,7 @@
 
 SGD and Adagrad are compared with optax on the whole dense table (a zero
 gradient leaves a row and its accumulator unchanged, so the two agree
-everywhere). Lazy Adam is compared with optax.adam applied, at each step,
+everywhere), row-wise Adagrad with FBGEMM's rule in NumPy the same way. Lazy Adam is compared with optax.adam applied, at each step,
 to the sub-table of the rows that step touched, their moments (and step
 counts) carried between steps and the other rows frozen: the definition of
 lazy Adam. Each optimizer runs on a device array and, where jdirect can
@@ -115,6 +115,45 @@ def test_sgd_and_adagrad_equal_optax_on_the_dense_table(kind, name, init_values)
         np.testing.assert_allclose(_host(state.slots["sum_of_squares"]),
                                    ref_state[0].sum_of_squares, rtol=RTOL)
     embeddings.close((table, state))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("use_rows", [False, True])
+def test_rowwise_adagrad_equals_fbgemms_rule_on_the_dense_table(kind, use_rows, init_values):
+    # FBGEMM's EXACT_ROWWISE_ADAGRAD in NumPy, on the whole table at each
+    # step: a row with no gradient keeps its row and its accumulator.
+    lr, eps = 0.3, 1e-6
+    table, state = _run_sparse(embeddings.sparse_rowwise_adagrad(lr, eps), kind, init_values,
+                               use_rows=use_rows)
+    ref, acc = init_values.astype(np.float64), np.zeros(N)
+    for ids, grads in _batches():
+        g = _dense_grad(ids, grads).astype(np.float64)
+        acc += (g * g).mean(axis=1)
+        ref -= lr * g / (np.sqrt(acc) + eps)[:, None]
+    np.testing.assert_allclose(_host(table), ref, rtol=RTOL, atol=ATOL)
+    slot = state.slots["sum_of_squares"]
+    assert slot.shape == (N,) and np.dtype(slot.dtype) == np.float32
+    np.testing.assert_allclose(_host(slot), acc, rtol=RTOL)
+    assert int(state.count) == len(BATCHES)
+    embeddings.close((table, state))
+
+
+def test_slot_elements_count_a_rows_state():
+    assert embeddings.sparse_sgd(0.1).slot_elements(64) == 0
+    assert embeddings.sparse_adagrad(0.1).slot_elements(64) == 64
+    assert embeddings.sparse_rowwise_adagrad(0.1).slot_elements(64) == 1
+    assert embeddings.sparse_adam(0.1).slot_elements(64) == 128
+    assert embeddings.sparse_adam(0.1, per_row_steps=True).slot_elements(64) == 129
+
+
+def test_rowwise_adagrad_refuses_the_state_of_another_optimizer(init_values):
+    table = jnp.asarray(init_values)
+    state = embeddings.sparse_adagrad(0.1).init(table)  # a row-wide "sum_of_squares"
+    with pytest.raises(ValueError, match=r"slot 'sum_of_squares' has shape \(37, 8\), not \(37,\)"):
+        embeddings.sparse_rowwise_adagrad(0.1).apply(table, state, jnp.array([1]),
+                                                     jnp.ones((1, D)))
+    with pytest.raises(ValueError, match="eps must be finite"):
+        embeddings.sparse_rowwise_adagrad(0.1, eps=float("nan"))
 
 
 def _lazy_adam_reference(init: np.ndarray, lr, b1, b2, eps, per_row_steps: bool):

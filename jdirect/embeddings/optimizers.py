@@ -1,4 +1,5 @@
-"""Row-wise sparse optimizers for embedding tables: SGD, Adagrad and lazy Adam.
+"""Row-wise sparse optimizers for embedding tables: SGD, Adagrad (element-
+and row-wise) and lazy Adam.
 
 Each step touches only the rows a batch looked up. Their gradient rows are
 summed per distinct id (`dedup`); the touched rows of the table and of the
@@ -7,18 +8,21 @@ also in host memory for a HostTable) are updated in place, in the same
 compiled program as the forward and backward passes. Rows no batch touched
 are never read or written, and neither are their slots ("lazy" moments).
 
-On a float32 or bfloat16 HostTable (except Adam with per_row_steps) one
-call (`jdirect.sparse_update`) reads each touched row's slot rows, applies
-the rule and stores the rows back, so on a GPU the reads of some rows
-overlap the writes of others on the full-duplex link. Otherwise (device
-arrays, other dtypes) the touched rows are gathered, updated on the device
-and written back.
+On a float32 or bfloat16 HostTable (but for row-wise Adagrad and Adam with
+per_row_steps) one call (`jdirect.sparse_update`) reads each touched row's
+slot rows, applies the rule and stores the rows back, so on a GPU the reads
+of some rows overlap the writes of others on the full-duplex link.
+Otherwise (device arrays, other dtypes, those two rules) the touched rows
+are gathered, updated on the device and written back.
 
-The optimizers mirror optax's element-wise rules, applied to the touched
-rows only:
+The optimizers mirror optax's element-wise rules (row-wise Adagrad,
+FBGEMM's), applied to the touched rows only:
 
   sparse_sgd      optax.sgd(lr)
   sparse_adagrad  optax.adagrad(lr, initial_accumulator_value, eps)
+  sparse_rowwise_adagrad  FBGEMM's row-wise Adagrad: one accumulator a row
+                  (the mean of its squared gradients), for tables whose
+                  row-wide slots would not fit beside them
   sparse_adam     optax.adam(lr, b1, b2, eps) on the touched rows, with the
                   moments of untouched rows frozen (dense Adam would decay
                   them and move their rows). The bias correction uses the
@@ -26,10 +30,10 @@ rows only:
                   TensorFlow's LazyAdam do, or with `per_row_steps=True` the
                   number of steps that touched the row, as DGL's SparseAdam.
 
-For SGD and Adagrad a zero gradient leaves a row and its slot unchanged, so
-they equal optax on the dense table exactly; lazy Adam equals optax.adam
-applied at each step to the sub-table of the touched rows, with their
-moments and the step count carried between steps.
+For SGD and both Adagrads a zero gradient leaves a row and its slot
+unchanged, so they equal their dense rule on the whole table exactly; lazy
+Adam equals optax.adam applied at each step to the sub-table of the
+touched rows, with their moments and the step count carried between steps.
 
 Usage, with optax for the dense parameters::
 
@@ -71,8 +75,8 @@ import numpy as np
 
 from .._arrays import as_indices
 from ..host_table import HostTable
-from ..write import check_writable
 from . import _rows
+from ._checks import check_finite, check_operands, check_table
 from .embedding import dedup, each_block
 
 Schedule = Callable[[jax.Array], jax.Array]
@@ -87,7 +91,8 @@ class SparseState(NamedTuple):
       slots: name -> table: per-row state of the same kind as the table
         (a HostTable for a HostTable): Adagrad's "sum_of_squares" and
         Adam's "mu" and "nu" of shape (num_embeddings, dim); with
-        per_row_steps, Adam's int32 "steps" of shape (num_embeddings,).
+        per_row_steps, Adam's int32 "steps" of shape (num_embeddings,);
+        row-wise Adagrad's "sum_of_squares" of shape (num_embeddings,).
     """
 
     count: jax.Array
@@ -125,10 +130,16 @@ class SparseOptimizer(NamedTuple):
       runs: a step where it is not finite writes nothing (the count still
       advances). A closed HostTable is refused before anything runs, also
       by a step compiled while it was open (as `jdirect.gather`).
+
+    slot_elements(dim) -> int
+      The slots' values a row of a (num_embeddings, dim) table holds (each
+      4 bytes for a float32 table): what a step reads and writes beside a
+      row it touches.
     """
 
     init: Callable[..., SparseState]
     apply: Callable[..., tuple[Any, SparseState]]
+    slot_elements: Callable[[int], int]
 
 
 # A rule maps (rows, summed gradient rows, slot rows, step, lr) to
@@ -159,92 +170,37 @@ def _new_slot(table: Any, shape: tuple[int, ...], dtype: np.dtype, value: float,
     return jnp.full(shape, value, dtype)
 
 
-def _check_table(table: Any) -> None:
-    if not isinstance(table, (HostTable, jax.Array)):
-        raise TypeError(f"table must be a HostTable or a jax.Array, got {type(table).__name__}")
-    if len(table.shape) != 2 or not jnp.issubdtype(table.dtype, jnp.floating):
-        raise ValueError(f"an embedding table is (num_embeddings, dim) floating, got shape "
-                         f"{tuple(table.shape)} and dtype {np.dtype(table.dtype).name}")
+class Slot(NamedTuple):
+    """A slot's initial value, whether it holds one value a row (shape
+    (num_embeddings,)) rather than a row's width of them, and its dtype
+    (None: float32, or float64 for a float64 table)."""
+
+    value: float
+    per_row: bool = False
+    dtype: Any = None
 
 
-def _check_finite(name: str, value: Any, what: str) -> None:
-    """Raises ValueError unless `value` is a finite real number (a Python
-    or NumPy scalar, or a concrete 0-d array); TypeError if it is no number.
-    A traced value is left to the program (see `apply`)."""
-    if isinstance(value, jax.core.Tracer):
-        return
-    try:
-        number = np.asarray(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or number.ndim != 0 or number.dtype.kind not in "iuf":
-        raise TypeError(f"{what}: {name} must be a real number, got {value!r}")
-    if not np.isfinite(number):
-        raise ValueError(f"{what}: {name} must be finite, got {value!r}")
-
-
-def _check_operands(table: Any, state: Any, ids: jax.Array, row_grads: Any, rows: Any,
-                    slots: dict[str, np.dtype]) -> tuple[jax.Array, jax.Array | None]:
-    """Every refusal of `apply`, made while tracing and before anything is
-    read or written; returns `row_grads` and `rows` as arrays. `slots`: the
-    slot names the state must hold, with their dtypes."""
-    what = "sparse optimizer apply"
-    num, dim = table.shape
-    want = tuple(ids.shape) + (dim,)
-    row_grads = jnp.asarray(row_grads)
-    rows = None if rows is None else jnp.asarray(rows)
-    for name, x in (("row_grads", row_grads), ("rows", rows)):
-        if x is None:
-            continue
-        if tuple(x.shape) != want:
-            raise ValueError(f"{what}: {name} must have shape ids.shape + (dim,) = {want}, got "
-                             f"{tuple(x.shape)}")
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{what}: {name} must be floating, got {np.dtype(x.dtype).name}")
-    if not isinstance(state, SparseState):
-        raise TypeError(f"{what}: state must be the SparseState that init made, got "
-                        f"{type(state).__name__}")
-    if set(state.slots) != set(slots):
-        raise ValueError(f"{what}: state holds slots {tuple(sorted(state.slots))}, this "
-                         f"optimizer keeps {tuple(sorted(slots))}: pass the state its init made")
-    for name, dtype in slots.items():
-        slot = state.slots[name]
-        shape = (num,) if name == "steps" else (num, dim)
-        if tuple(slot.shape) != shape:
-            raise ValueError(f"{what}: slot {name!r} has shape {tuple(slot.shape)}, not "
-                             f"{shape}: pass the state made by init(table)")
-        if np.dtype(slot.dtype) != dtype:
-            raise TypeError(f"{what}: slot {name!r} must be {dtype.name} (made by init(table)), "
-                            f"got {np.dtype(slot.dtype).name}")
-    hosts = [t for t in (table, *state.slots.values()) if isinstance(t, HostTable)]
-    for t in hosts:
-        check_writable(t, what)
-    known = [t.table_id for t in hosts if t.table_id is not None]
-    if len(set(known)) != len(known):
-        raise ValueError(f"{what}: the table and its slots must be distinct tables; one "
-                         "HostTable is passed twice")
-    return row_grads, rows
-
-
-def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: dict[str, float],
-               fused: _rows.FusedRule | None, corrections: Corrections | None = None,
-               per_row_steps: bool = False) -> SparseOptimizer:
+def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: dict[str, Slot],
+               fused: _rows.FusedRule | None,
+               corrections: Corrections | None = None) -> SparseOptimizer:
     """`rule` on jax.Array tables; on HostTables `fused` (the same rule,
     None if it has no fused form) when `_rows.fusable`, with `corrections`
     of the global step."""
     if not callable(learning_rate):
-        _check_finite("learning_rate", learning_rate, name)
+        check_finite("learning_rate", learning_rate, name)
+
+    def dtypes(table: Any) -> dict[str, tuple[np.dtype, bool]]:
+        default = _slot_dtype(table.dtype)
+        return {k: (default if v.dtype is None else np.dtype(v.dtype), v.per_row)
+                for k, v in slots.items()}
 
     def init(table: Any, *, memory: str | None = None) -> SparseState:
-        _check_table(table)
-        dtype = _slot_dtype(table.dtype)
+        check_table(table)
         made: dict[str, Any] = {}
         try:
-            for name, value in slots.items():
-                made[name] = _new_slot(table, tuple(table.shape), dtype, value, memory)
-            if per_row_steps:
-                made["steps"] = _new_slot(table, tuple(table.shape[:1]), np.dtype(np.int32), 0,
-                                          memory)
+            for key, (dtype, per_row) in dtypes(table).items():
+                shape = tuple(table.shape[:1] if per_row else table.shape)
+                made[key] = _new_slot(table, shape, dtype, slots[key].value, memory)
         except BaseException:
             close(made)
             raise
@@ -252,14 +208,14 @@ def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: di
 
     def apply(table: Any, state: SparseState, ids: Any, row_grads: Any, *,
               rows: jax.Array | None = None) -> tuple[Any, SparseState]:
-        _check_table(table)
+        check_table(table)
         num, dim = table.shape
         dtype = _slot_dtype(table.dtype)
         ids = as_indices(ids)
-        kept = {name: dtype for name in slots}
-        if per_row_steps:
-            kept["steps"] = np.dtype(np.int32)
-        row_grads, rows = _check_operands(table, state, ids, row_grads, rows, kept)
+        if not isinstance(state, SparseState):
+            raise TypeError(f"sparse optimizer apply: state must be the SparseState that init "
+                            f"made, got {type(state).__name__}")
+        row_grads, rows = check_operands(table, state, ids, row_grads, rows, dtypes(table))
         grads = dedup(ids, row_grads, num)
         old = None if rows is None else jnp.reshape(rows, (-1, dim))[grads.first]
         step = state.count + 1
@@ -272,7 +228,7 @@ def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: di
             grads = grads._replace(ids=jnp.where(jnp.isfinite(lr), grads.ids,
                                                  jnp.asarray(num, grads.ids.dtype)))
         else:
-            _check_finite("learning_rate", lr, "sparse optimizer apply")
+            check_finite("learning_rate", lr, "sparse optimizer apply")
             lr = jnp.asarray(lr, dtype)
         if _rows.fusable(fused, table, state.slots):
             table, written = _rows.update(
@@ -289,7 +245,8 @@ def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: di
                    for name in state.slots}
         return table, SparseState(step, written)
 
-    return SparseOptimizer(init, apply)
+    return SparseOptimizer(init, apply, lambda dim: sum(1 if v.per_row else dim
+                                                        for v in slots.values()))
 
 
 def sparse_sgd(learning_rate: float | Schedule) -> SparseOptimizer:
@@ -322,7 +279,7 @@ def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: f
       TypeError: a hyperparameter that is not a real number.
     """
     for name, value in (("initial_accumulator_value", initial_accumulator_value), ("eps", eps)):
-        _check_finite(name, value, "sparse_adagrad")
+        check_finite(name, value, "sparse_adagrad")
     if not initial_accumulator_value >= 0:
         raise ValueError(f"initial_accumulator_value must be >= 0, got "
                          f"{initial_accumulator_value!r}")
@@ -333,7 +290,7 @@ def sparse_adagrad(learning_rate: float | Schedule, initial_accumulator_value: f
         return w - lr * (scale * g), {"sum_of_squares": acc}
 
     return _optimizer("sparse_adagrad", rule, learning_rate,
-                      {"sum_of_squares": initial_accumulator_value},
+                      {"sum_of_squares": Slot(initial_accumulator_value)},
                       _rows.FusedRule("adagrad", eps=eps))
 
 
@@ -357,7 +314,7 @@ def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.
         not a bool.
     """
     for name, value in (("b1", b1), ("b2", b2), ("eps", eps)):
-        _check_finite(name, value, "sparse_adam")
+        check_finite(name, value, "sparse_adam")
     if not isinstance(per_row_steps, (bool, np.bool_)):
         raise TypeError(f"sparse_adam: per_row_steps must be True or False, got "
                         f"{per_row_steps!r}")
@@ -384,8 +341,36 @@ def sparse_adam(learning_rate: float | Schedule, b1: float = 0.9, b2: float = 0.
     # Per-row steps need a per-row correction: that case keeps the gather,
     # update and write of the other kinds.
     fused = None if per_row_steps else _rows.FusedRule("adam", b1, b2, eps)
-    return _optimizer("sparse_adam", rule, learning_rate, {"mu": 0.0, "nu": 0.0}, fused,
-                      corrections, per_row_steps)
+    slots = {"mu": Slot(0.0), "nu": Slot(0.0)}
+    if per_row_steps:
+        slots["steps"] = Slot(0, per_row=True, dtype=np.int32)
+    return _optimizer("sparse_adam", rule, learning_rate, slots, fused, corrections)
+
+
+def sparse_rowwise_adagrad(learning_rate: float | Schedule,
+                           eps: float = 1e-8) -> SparseOptimizer:
+    """Row-wise Adagrad with one accumulator a row, FBGEMM's and TorchRec's
+    EXACT_ROWWISE_ADAGRAD: for each touched row r with summed gradient g_r
+    (width dim), `acc[r] += mean(g_r**2); row_r -= lr * g_r / (sqrt(acc[r])
+    + eps)`. Its state is one float32 a row ("sum_of_squares", shape
+    (num_embeddings,), starting at 0) instead of Adagrad's row-wide one:
+    the choice for tables whose slots would not fit beside them. A zero
+    gradient leaves a row and its accumulator unchanged.
+
+    Raises:
+      ValueError: a hyperparameter (a learning rate given as a number, eps)
+        that is not finite.
+      TypeError: a hyperparameter that is not a real number.
+    """
+    check_finite("eps", eps, "sparse_rowwise_adagrad")
+
+    def rule(w, g, slots, step, lr):
+        acc = slots["sum_of_squares"] + jnp.mean(g * g, axis=-1)
+        scale = lr / (jnp.sqrt(acc) + eps)
+        return w - scale[:, None] * g, {"sum_of_squares": acc}
+
+    return _optimizer("sparse_rowwise_adagrad", rule, learning_rate,
+                      {"sum_of_squares": Slot(0.0, per_row=True)}, None)
 
 
 def close(tree: Any) -> None:

@@ -38,7 +38,7 @@ class TypedLearned:
     Args:
       graph: the typed graph; its types without features learn rows.
       dim: the rows' width (> 0).
-      optimizer: a key of `OPTIMIZERS` ("sgd", "adagrad", "adam"); `lr`
+      optimizer: a key of `OPTIMIZERS` ("sgd", "adagrad", "rowwise_adagrad", "adam"); `lr`
         its learning rate.
       seed: type i's table is drawn from seed + i (`create_table`).
 

@@ -118,7 +118,9 @@ class TrainConfig:
         graph without features. 0: off.
         One device only (`devices` None means 1).
       embedding_optimizer: the embedding rows' sparse optimizer, "sgd",
-        "adagrad" or "adam" (lazy: only touched rows and moments change).
+        "adagrad", "rowwise_adagrad" (one accumulator a row: for tables
+        whose row-wide slots would not fit beside them) or "adam" (lazy:
+        only touched rows and moments change).
       embedding_lr: its learning rate.
       embedding_memory: where the table and the optimizer's slots live:
         "host" (host memory, written in place over PCIe), "device" or

@@ -60,13 +60,13 @@ import numpy as np
 from ... import embeddings
 from ...host_table import HostTable
 from ...placement import device_free_bytes
-from ...sparse_update import SLOTS
 from ..data.csr import Graph
 
 # --embedding-optimizer -> the row-wise optimizer of a learning rate.
 OPTIMIZERS: dict[str, Callable[[float], embeddings.SparseOptimizer]] = {
     "sgd": embeddings.sparse_sgd,
     "adagrad": embeddings.sparse_adagrad,
+    "rowwise_adagrad": embeddings.sparse_rowwise_adagrad,
     "adam": embeddings.sparse_adam,
 }
 MEMORY = ("auto", "host", "device")  # TrainConfig.embedding_memory
@@ -262,9 +262,9 @@ class LearnedTable:
             raise ValueError(f"embedding_optimizer must be one of {tuple(OPTIMIZERS)}, got "
                              f"{optimizer!r}")
         self.optimizer = sparse_optimizer(optimizer, lr)
-        self.dim, self._num_nodes = dim, num_nodes
+        self.dim = dim
         # A row and its optimizer's slots: what a step reads, then writes, of a row it touches.
-        self.row_bytes = dim * 4 * (1 + len(SLOTS[optimizer]))
+        self.row_bytes = 4 * (dim + self.optimizer.slot_elements(dim))
         self.memory = embedding_memory(memory, num_nodes * self.row_bytes)
         self.table = embeddings.create_table(num_nodes, dim, seed=seed)
         if self.memory == "device":
@@ -274,6 +274,9 @@ class LearnedTable:
             sparse = self.optimizer.init(rows)
             self._names = tuple(sorted(sparse.slots))
             self._initial = (rows, *(sparse.slots[n] for n in self._names))
+            # What a checkpoint restores into (`saved(None)`): a slot may be
+            # a row's width or one value a row (row-wise Adagrad).
+            self._leaf_types = tuple((x.shape, x.dtype) for x in self._initial)
             self.table = self.sparse = None  # the state carries the arrays from here on
             return
         try:
@@ -325,8 +328,8 @@ class LearnedTable:
                 self.settle(rows)
             return dict(table=self.table, slots=dict(self.sparse.slots), count=count)
         if rows is None:
-            shape = (self._num_nodes, self.dim)
-            leaves = [np.broadcast_to(np.zeros((), np.float32), shape)] * (1 + len(self._names))
+            leaves = [np.broadcast_to(np.zeros((), dtype), shape)
+                      for shape, dtype in self._leaf_types]
         else:
             leaves = rows.leaves
         return dict(table=leaves[0], slots=dict(zip(self._names, leaves[1:])), count=count)
