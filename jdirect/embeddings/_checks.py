@@ -14,6 +14,8 @@ from ..write import check_writable
 
 
 def check_table(table: Any) -> None:
+    """Raises TypeError unless `table` is a HostTable or a jax.Array, and
+    ValueError unless it is (num_embeddings, dim) and floating."""
     if not isinstance(table, (HostTable, jax.Array)):
         raise TypeError(f"table must be a HostTable or a jax.Array, got {type(table).__name__}")
     if len(table.shape) != 2 or not jnp.issubdtype(table.dtype, jnp.floating):
