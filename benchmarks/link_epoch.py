@@ -22,7 +22,8 @@ sample them), edge_sampling_s its edge half alone (the negatives and the
 endpoints, without the neighbourhoods), and *_share their parts of the
 pass's time. With a learned
 table, a run also reports the rows its timed pass read and
-wrote back (learned_rows; learned_gb each way, the row with its optimizer's
+wrote back (learned_rows, and learned_rows_per_s: optimizers keep
+different state a row; learned_gb each way, the row with its optimizer's
 slots), their rate learned_gbps and, on a GPU, the link's link_gbps: a
 host-resident table's updates against the link.
 
@@ -34,6 +35,10 @@ GPU (H200):
   python benchmarks/link_epoch.py --config recsys --set dataset=recsys-medium \
       embedding_optimizer=adagrad edge_split=bipartite:0.001,0.001 \
       --runs embedding_memory=device embedding_memory=host --no-ranking --out $OUT
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 python benchmarks/link_epoch.py --config recsys \
+      --set dataset=recsys-large model=mlp embedding_optimizer=rowwise_adagrad \
+      edge_split=bipartite:0.0001,0.0001 --runs embedding_memory=host,batch_size=65536 \
+      --steps 60 --no-ranking --out $OUT  # 300M rows in managed memory
 CPU check of the script itself:
   python benchmarks/link_epoch.py --config recsys --steps 3 --out /tmp/link
 """
@@ -153,6 +158,7 @@ def main() -> None:
                     row.update({name: seconds, name[:-2] + "_share": seconds / m["epoch_s"]})
                 if "learned_rows" in m:  # the learned table's rows, each way, and their rate
                     row.update(learned_rows=m["learned_rows"], learned_gb=m["learned_gb"],
+                               learned_rows_per_s=m["learned_rows"] / m["epoch_s"],
                                learned_gbps=m["learned_gb"] / m["epoch_s"],
                                link_gbps=environment.link_gbps(t.mesh.local_devices[0]))
             show(row)
