@@ -43,8 +43,8 @@ mag240m's MLP trains 20 epochs by default, its GNNs 2).
 Examples:
   python benchmarks/presets.py --preset products --json $OUT/presets-products.json   # GPU
   python benchmarks/presets.py --preset mag240m --scale 0.1 --models rsage sage mlp  # GPU
-  python benchmarks/presets.py --preset mag240m --scale 0.1 --author-affinity 0.5 \
-      --cite-affinity 0.25 --seeds 0                                                # GPU
+  python benchmarks/presets.py --preset mag240m --scale 0.1 --author-affinity 0.8 \
+      --seeds 0 --models rsage               # GPU: one knob moved from CALIBRATION's
   python benchmarks/presets.py --preset products --scale 0.05 --steps 300             # CPU
 """
 

@@ -66,3 +66,31 @@ def test_unknown_relations_are_refused_by_name():
     g = typed_synthetic(papers=40, authors=20, institutions=4, feature_dim=3, seed=5)
     with pytest.raises(ValueError, match=r"no relation \('paper', 'likes', 'paper'\)"):
         to_homogeneous(g, [("paper", "likes", "paper")])
+
+
+def test_every_type_is_kept_by_default_even_one_without_relations():
+    # A featured type that no relation touches still has its rows and ids.
+    ids = np.arange(2, dtype=np.int64)
+    g = hetero_graph({"a": 2, "p": 3, "q": 4}, {("p", "near", "p"): (ids, ids + 1)},
+                     features={"p": np.ones((3, 2), np.float32),
+                               "q": np.full((4, 5), 2.0, np.float32)},
+                     target="p", labels=np.zeros(3, np.int32), train=ids, val=ids[:0],
+                     test=ids[:0])
+    h = to_homogeneous(g)
+    assert type_offsets(g) == {"a": 0, "p": 2, "q": 5} and h.num_nodes == 9
+    assert h.features.shape == (9, 5) and (h.features[5:] == 2).all()
+    np.testing.assert_array_equal(h.train, ids + 2)
+    chosen = to_homogeneous(g, [("p", "near", "p")])
+    assert chosen.num_nodes == 3 and chosen.name.endswith("-near")
+    assert to_homogeneous(g, []).num_nodes == 3  # the target alone, no edges
+
+
+def test_type_offsets_take_any_iterable_of_names():
+    g = typed_synthetic(papers=40, authors=20, institutions=4, feature_dim=3, seed=5)
+    assert type_offsets(g, iter(["institution", "paper"])) == {"paper": 0, "institution": 40}
+
+
+def test_one_relation_passed_alone_is_refused_in_one_line():
+    g = typed_synthetic(papers=40, authors=20, institutions=4, feature_dim=3, seed=5)
+    with pytest.raises(ValueError, match=r"takes a list of relations, got one"):
+        to_homogeneous(g, ("paper", "cites", "paper"))

@@ -371,7 +371,8 @@ def trained_rows(t: Trainer) -> np.ndarray:
 
 
 # The oldest end trains device tables in
-# test_device_tables_resume_and_move_between_placements[host-device-adam].
+# test_device_tables_resume_and_move_between_placements[host-device-adam] and
+# here with row-wise Adagrad (its slot of one value a row, unfused).
 @pytest.mark.parametrize("optimizer", [pytest.param("sgd", marks=newest_only),
                                        pytest.param("adagrad", marks=newest_only),
                                        "rowwise_adagrad",
@@ -446,6 +447,19 @@ def test_a_step_file_of_the_old_layout_is_refused_in_one_line(featureless, tmp_p
         with pytest.raises(CheckpointError, match="holds a state of another structure") as e:
             t.fit(log=lambda line: None)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("optimizer, slot_values", [("sgd", 0), ("adagrad", 8),
+                                                    ("rowwise_adagrad", 1), ("adam", 16)])
+def test_a_rows_bytes_count_its_optimizers_state(optimizer, slot_values):
+    # What the learned rows' traffic figures (learned_gb) charge a touched row.
+    from jdirect.graph.training.learned import LearnedTable
+
+    t = LearnedTable(5, 8, optimizer, 0.1, seed=0, memory="host")
+    try:
+        assert t.row_bytes == 4 * (8 + slot_values)
+    finally:
+        t.close()
 
 
 def test_embedding_memory_auto_keeps_host_tables_on_the_cpu_and_refuses_unknown_values(

@@ -2,10 +2,11 @@
 
 SGD and Adagrad are compared with optax on the whole dense table (a zero
 gradient leaves a row and its accumulator unchanged, so the two agree
-everywhere), row-wise Adagrad with FBGEMM's rule in NumPy the same way. Lazy Adam is compared with optax.adam applied, at each step,
-to the sub-table of the rows that step touched, their moments (and step
-counts) carried between steps and the other rows frozen: the definition of
-lazy Adam. Each optimizer runs on a device array and, where jdirect can
+everywhere), row-wise Adagrad with FBGEMM's rule in NumPy the same way.
+Lazy Adam is compared with optax.adam applied, at each step, to the
+sub-table of the rows that step touched, their moments (and step counts)
+carried between steps and the other rows frozen: the definition of lazy
+Adam. Each optimizer runs on a device array and, where jdirect can
 write host tables, on HostTables too.
 """
 
@@ -149,7 +150,8 @@ def test_slot_elements_count_a_rows_state():
 def test_rowwise_adagrad_refuses_the_state_of_another_optimizer(init_values):
     table = jnp.asarray(init_values)
     state = embeddings.sparse_adagrad(0.1).init(table)  # a row-wide "sum_of_squares"
-    with pytest.raises(ValueError, match=r"slot 'sum_of_squares' has shape \(37, 8\), not \(37,\)"):
+    with pytest.raises(ValueError,
+                       match=r"slot 'sum_of_squares' has shape \(37, 8\), not \(37,\)"):
         embeddings.sparse_rowwise_adagrad(0.1).apply(table, state, jnp.array([1]),
                                                      jnp.ones((1, D)))
     with pytest.raises(ValueError, match="eps must be finite"):

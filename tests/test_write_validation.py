@@ -27,14 +27,15 @@ OPTIMIZERS = {
     "adagrad": lambda lr=0.1: embeddings.sparse_adagrad(lr),
     "adam": lambda lr=0.1: embeddings.sparse_adam(lr),
     "adam_per_row_steps": lambda lr=0.1: embeddings.sparse_adam(lr, per_row_steps=True),
+    "rowwise_adagrad": lambda lr=0.1: embeddings.sparse_rowwise_adagrad(lr),
 }
 # (optimizer, table kind, dtype): the fused call (float32 HostTables) and
 # every gather-update-write case (device arrays, float16 HostTables, Adam
-# with per-row steps).
+# with per-row steps, row-wise Adagrad's slot of one value a row).
 PATHS = [
     ("sgd", "host", np.float32), ("adagrad", "host", np.float32), ("adam", "host", np.float32),
     ("sgd", "array", np.float32), ("adagrad", "host", np.float16),
-    ("adam_per_row_steps", "host", np.float32),
+    ("adam_per_row_steps", "host", np.float32), ("rowwise_adagrad", "host", np.float32),
 ]
 
 
@@ -116,6 +117,7 @@ def test_apply_rows_of_the_wrong_shape_are_refused(name, kind, dtype):
     lambda v: embeddings.sparse_adagrad(v),
     lambda v: embeddings.sparse_adam(v),
     lambda v: embeddings.sparse_adam(v, per_row_steps=True),
+    lambda v: embeddings.sparse_rowwise_adagrad(v),
 ])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), np.float32("nan")])
 def test_non_finite_learning_rate_is_refused(make, value):

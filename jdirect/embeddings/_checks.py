@@ -40,12 +40,13 @@ def check_finite(name: str, value: Any, what: str) -> None:
 
 
 def check_operands(table: Any, state: Any, ids: jax.Array, row_grads: Any, rows: Any,
-                   slots: dict[str, tuple[np.dtype, bool]]) -> tuple[jax.Array, jax.Array | None]:
+                   slots: dict[str, tuple[np.dtype, bool]],
+                   state_type: type) -> tuple[jax.Array, jax.Array | None]:
     """Every refusal of `apply`, made while tracing and before anything is
     read or written; returns `row_grads` and `rows` as arrays. `slots`: the
     slot names the state must hold, with their dtypes and whether each is
     one value a row (shape (num_embeddings,)) or a row's width of them;
-    `state` is a SparseState (the caller checks its type)."""
+    `state` must be a `state_type` (SparseState)."""
     what = "sparse optimizer apply"
     num, dim = table.shape
     want = tuple(ids.shape) + (dim,)
@@ -59,6 +60,9 @@ def check_operands(table: Any, state: Any, ids: jax.Array, row_grads: Any, rows:
                              f"{tuple(x.shape)}")
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{what}: {name} must be floating, got {np.dtype(x.dtype).name}")
+    if not isinstance(state, state_type):
+        raise TypeError(f"{what}: state must be the SparseState that init made, got "
+                        f"{type(state).__name__}")
     if set(state.slots) != set(slots):
         raise ValueError(f"{what}: state holds slots {tuple(sorted(state.slots))}, this "
                          f"optimizer keeps {tuple(sorted(slots))}: pass the state its init made")

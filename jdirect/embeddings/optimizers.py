@@ -100,8 +100,8 @@ class SparseState(NamedTuple):
 
 
 class SparseOptimizer(NamedTuple):
-    """A row-wise sparse optimizer: a pair of pure functions, like optax's
-    GradientTransformation.
+    """A row-wise sparse optimizer: two pure functions, like optax's
+    GradientTransformation, and the size of its per-row state.
 
     init(table, *, memory=None) -> SparseState
       Allocates the slots next to `table` (a HostTable or a jax.Array of
@@ -212,10 +212,8 @@ def _optimizer(name: str, rule: Rule, learning_rate: float | Schedule, slots: di
         num, dim = table.shape
         dtype = _slot_dtype(table.dtype)
         ids = as_indices(ids)
-        if not isinstance(state, SparseState):
-            raise TypeError(f"sparse optimizer apply: state must be the SparseState that init "
-                            f"made, got {type(state).__name__}")
-        row_grads, rows = check_operands(table, state, ids, row_grads, rows, dtypes(table))
+        row_grads, rows = check_operands(table, state, ids, row_grads, rows, dtypes(table),
+                                         SparseState)
         grads = dedup(ids, row_grads, num)
         old = None if rows is None else jnp.reshape(rows, (-1, dim))[grads.first]
         step = state.count + 1
@@ -352,10 +350,11 @@ def sparse_rowwise_adagrad(learning_rate: float | Schedule,
     """Row-wise Adagrad with one accumulator a row, FBGEMM's and TorchRec's
     EXACT_ROWWISE_ADAGRAD: for each touched row r with summed gradient g_r
     (width dim), `acc[r] += mean(g_r**2); row_r -= lr * g_r / (sqrt(acc[r])
-    + eps)`. Its state is one float32 a row ("sum_of_squares", shape
-    (num_embeddings,), starting at 0) instead of Adagrad's row-wide one:
-    the choice for tables whose slots would not fit beside them. A zero
-    gradient leaves a row and its accumulator unchanged.
+    + eps)`. Its state is one value a row ("sum_of_squares", shape
+    (num_embeddings,), float32, or float64 for a float64 table, starting
+    at 0) instead of Adagrad's row-wide one: the choice for tables whose
+    slots would not fit beside them. A zero gradient leaves a row and its
+    accumulator unchanged.
 
     Raises:
       ValueError: a hyperparameter (a learning rate given as a number, eps)
@@ -365,7 +364,8 @@ def sparse_rowwise_adagrad(learning_rate: float | Schedule,
     check_finite("eps", eps, "sparse_rowwise_adagrad")
 
     def rule(w, g, slots, step, lr):
-        acc = slots["sum_of_squares"] + jnp.mean(g * g, axis=-1)
+        # The mean over the row; a row of no elements adds 0, not NaN.
+        acc = slots["sum_of_squares"] + jnp.sum(g * g, axis=-1) / max(g.shape[-1], 1)
         scale = lr / (jnp.sqrt(acc) + eps)
         return w - scale[:, None] * g, {"sum_of_squares": acc}
 

@@ -5,14 +5,14 @@ With `TrainConfig.embedding_dim` > 0, each node's input is its row of a
 (num_nodes, embedding_dim) table (`jdirect.embeddings`), after the feature
 source's rows (concatenated; a featureless graph, or `features="none"`,
 gives rows of width 0, so the embedding is the input alone). The table
-and its row-wise sparse optimizer (SGD, Adagrad or lazy Adam, an optax-like
-`(init, apply)` pair) are model state, not a feature source: the step
-state is `(the model's state, LearnedRows)` (`split_state`), and the step
-programs (`steps.StepContext.update`) gather the batch's rows
-(`LearnedRows.input`), take the loss's gradient with respect to them and
-update the touched rows and their moments (`LearnedRows.apply`) in the same
-compiled program. No table-sized gradient exists: `embeddings.dedup` sums
-the row gradients per node.
+and its row-wise sparse optimizer (SGD, Adagrad, row-wise Adagrad or lazy
+Adam, optax-like `init` and `apply`) are model state, not a feature
+source: the step state is `(the model's state, LearnedRows)`
+(`split_state`), and the step programs (`steps.StepContext.update`)
+gather the batch's rows (`LearnedRows.input`), take the loss's gradient
+with respect to them and update the touched rows and their moments
+(`LearnedRows.apply`) in the same compiled program. No table-sized
+gradient exists: `embeddings.dedup` sums the row gradients per node.
 
 Where the tables live (`TrainConfig.embedding_memory`, `embedding_memory`):
 host memory (HostTables, updated in place by the GPU over PCIe: tables
@@ -79,8 +79,8 @@ _COPY_ROWS = 1 << 18  # rows per piece of the inference input's copy
 @functools.cache
 def sparse_optimizer(name: str, lr: float) -> embeddings.SparseOptimizer:
     """`OPTIMIZERS[name](lr)`, one object per (name, lr): the optimizer is
-    static in the step state (`LearnedRows.optimizer`), and a new pair of
-    functions per run would compile the step programs again."""
+    static in the step state (`LearnedRows.optimizer`), and new functions
+    per run would compile the step programs again."""
     return OPTIMIZERS[name](lr)
 
 
