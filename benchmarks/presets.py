@@ -64,7 +64,7 @@ from jdirect.graph import synthetic
 from jdirect.graph.data import PRESETS
 from jdirect.graph.data.synthetic import split_sizes
 from jdirect.graph.hetero import to_homogeneous
-from jdirect.graph.hetero.presets import CALIBRATION, TYPED_PRESETS, typed_preset
+from jdirect.graph.hetero.presets import CALIBRATION, TYPED_PRESETS, scaled_counts, typed_preset
 from jdirect.graph.hetero.training import TypedRun
 from jdirect.graph.metrics import check
 from jdirect.graph.training.config_files import load_config
@@ -93,6 +93,7 @@ LABELS = ("model", "seed")
 _KNOBS = ("homophily", "noise", "label_noise")  # the homogeneous generator's
 # The typed presets' (hetero.presets.CALIBRATION; topic_affinity: mag's).
 _TYPED_KNOBS = ("noise", "label_noise", "author_affinity", "cite_affinity", "topic_affinity")
+_ALL_KNOBS = tuple(dict.fromkeys(_KNOBS + _TYPED_KNOBS))  # one flag each
 
 
 def scaled(preset: str, scale: float) -> dict:
@@ -158,10 +159,10 @@ def typed_runs(preset: str, scale: float, knobs: dict) -> tuple[Any, dict]:
     kept where they fit; `knobs` replacing its CALIBRATION's) and, per
     model of MODELS it has, (runner, a function giving the graph it trains
     on, the model's name in the configuration)."""
-    args = TYPED_PRESETS[preset]
-    papers = max(args["num_classes"], round(args["papers"] * scale))
+    full = TYPED_PRESETS[preset]["papers"]
     split = None if scale == 1 else kept_split(
-        [share * args["papers"] for share in args["split"]], papers)
+        [share * full for share in TYPED_PRESETS[preset]["split"]],
+        scaled_counts(preset, scale)["papers"])
     graph = typed_preset(preset, scale=scale, seed=0, split=split, knobs=knobs)
     homogeneous = None
 
@@ -200,7 +201,7 @@ def main() -> None:
     p.add_argument("--steps", type=int,
                    help="optimizer steps per run (default: the configuration's at scale 1, "
                         "the full preset's otherwise; homogeneous presets)")
-    for knob in dict.fromkeys(_KNOBS + _TYPED_KNOBS):
+    for knob in _ALL_KNOBS:
         p.add_argument(f"--{knob.replace('_', '-')}", type=float,
                        help=f"the generator's {knob} (default: the preset's)")
     p.add_argument("--mlp-epochs", type=int,
@@ -215,7 +216,7 @@ def main() -> None:
     models = args.models or list(has)
     if set(models) - set(has):
         p.error(f"--preset {args.preset} has models {has}, not {sorted(set(models) - set(has))}")
-    given = {k for k in dict.fromkeys(_KNOBS + _TYPED_KNOBS) if getattr(args, k) is not None}
+    given = {k for k in _ALL_KNOBS if getattr(args, k) is not None}
     allowed = set(CALIBRATION[args.preset]) if typed else set(_KNOBS)
     if given - allowed:
         p.error(f"--preset {args.preset}'s knobs are {sorted(allowed)}, not "
@@ -238,12 +239,12 @@ def main() -> None:
     knob_line = ", ".join(f"{k} {v}" for k, v in knobs.items())
     print(f"{graph} [{made_s:.1f}s]" + (f"; knobs: {knob_line}" if knobs else ""), flush=True)
     metric = METRIC.get(args.preset, "test_acc")
+    mlp_epochs = args.mlp_epochs or MLP_EPOCHS.get(args.preset)
     records = []
     for model in models:
         runner, data, name = runners[model]
         for seed in args.seeds:
             run_cfg = cfg.replace(model=name, seed=seed)
-            mlp_epochs = args.mlp_epochs or MLP_EPOCHS.get(args.preset)
             if name == "mlp" and mlp_epochs:
                 run_cfg = run_cfg.replace(epochs=mlp_epochs, min_steps=0)
             rec, seconds = run(data(), run_cfg, runner, model)

@@ -71,14 +71,23 @@ DERIVED = {
 }
 
 
+def scaled_counts(name: str, scale: float) -> dict[str, int]:
+    """The node counts of preset `name` (a key of TYPED_PRESETS) at
+    `scale`: each type's times `scale`, at least the class count for
+    papers and 1 for the others."""
+    args = TYPED_PRESETS[name]
+    floor = {"papers": args["num_classes"]}
+    return {key: max(floor.get(key, 1), round(args[key] * scale)) for key in SCALED
+            if key in args}
+
+
 def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
                  feature_dtype: str | None = None, derived: bool = True,
                  split: tuple[float, ...] | None = None,
                  knobs: Mapping[str, float] | None = None,
                  threads: int | None = None) -> HeteroGraph:
-    """The preset `name` (a key of TYPED_PRESETS) with every type's node
-    count times `scale` (at least the class count for papers, 1 for the
-    others), its featureless types' rows derived (module doc), or left
+    """The preset `name` (a key of TYPED_PRESETS) with its node counts at
+    `scale` (`scaled_counts`), its featureless types' rows derived (module doc), or left
     featureless without `derived` (for learned rows, learned.py).
     `feature_dtype` replaces the preset's paper table dtype, `split` its
     split shares of papers (`typed_synthetic`'s; e.g. a scaled graph that
@@ -94,11 +103,7 @@ def typed_preset(name: str, *, scale: float = 1.0, seed: int = 0,
         raise ValueError(f"unknown typed preset {name!r}; choose from {sorted(TYPED_PRESETS)}")
     if not 0 < scale <= 1:
         raise ValueError(f"scale must lie in (0, 1], got {scale}")
-    args = dict(TYPED_PRESETS[name])
-    floor = {"papers": args["num_classes"]}
-    for key in SCALED:
-        if key in args:
-            args[key] = max(floor.get(key, 1), round(args[key] * scale))
+    args = {**TYPED_PRESETS[name], **scaled_counts(name, scale)}
     if feature_dtype is not None:
         args["feature_dtype"] = feature_dtype
     if split is not None:
