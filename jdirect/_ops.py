@@ -167,9 +167,28 @@ class WholeCache(DeviceCache):
     __slots__ = ()
 
 
+class CompactCache(DeviceCache):
+    """A DeviceCache in front of a host table that holds only the rows it
+    does not cache (`CachedTable.of_uncached`): table row r is at
+    `rows[slots[r]]` where that slot is >= 0, else at row -2 - slots[r] of
+    the host table. The table as read has len(slots) rows, the host table
+    fewer."""
+
+    __slots__ = ()
+
+
+def _as_read(shape: tuple[int, ...], cache: DeviceCache | None) -> tuple[tuple[int, ...], int]:
+    """(the shape of the table as read, the host table's rows where they
+    are not its rows (a CompactCache's), else -1) for a host table of
+    `shape`."""
+    if isinstance(cache, CompactCache):
+        return (cache.slots.shape[0],) + tuple(shape[1:]), shape[0]
+    return tuple(shape), -1
+
+
 def read_whole(shape: tuple[int, ...], dtype: np.dtype, idx: jax.Array,
                request: ReadRequest, cache: WholeCache) -> jax.Array:
-    """jnp.take of a table of `shape` whose every row `cache` holds, read
+    """jnp.take of a table of `shape` (its rows: the slots') whose every row `cache` holds, read
     from the cache by XLA's own gather: XLA fuses it into the operations
     that use the rows, where the FFI gather writes them out first: with
     every row cached, products' GraphSAGE epoch comes near the device
@@ -178,7 +197,7 @@ def read_whole(shape: tuple[int, ...], dtype: np.dtype, idx: jax.Array,
     fill = _dtypes.fill_element(dtype, request.fill_value if request.mode == FILL else None)
     if idx.size == 0:
         return jnp.zeros(tuple(idx.shape) + tuple(shape[1:]), dtype)
-    if shape[0] == 0:
+    if cache.slots.shape[0] == 0:  # the table's rows (its host table may hold none)
         raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
     mode = next(name for name, value in _MODES.items() if name and value == request.mode)
     # The table's jnp.take semantics (negative ids, clip, wrap) apply to
@@ -200,10 +219,11 @@ def read_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.d
     """
     if isinstance(cache, WholeCache):
         return read_whole(shape, dtype, idx, request, cache)
+    shape, host_rows = _as_read(shape, cache)
     prep = _prepare(shape, dtype, memory, idx, request)
     if not isinstance(prep, _Prepared):
         return prep
-    static, operands = _registered(handle, shape, prep, idx, cache)
+    static, operands = _registered(handle, shape, host_rows, prep, idx, cache)
     if isinstance(handle, int):  # not cached: a per-table entry would outlive the table
         return _make_call(_ffi.GATHER_HOST_STATIC, **static)(*operands)
     return _cached_call(_ffi.GATHER_HOST, **static)(*operands)
@@ -218,12 +238,14 @@ def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.
     row (a WholeCache: `read_whole` at the start)."""
     if isinstance(cache, WholeCache):
         return Pending(read_whole(shape, dtype, idx, request, cache))
+    host_shape = shape
+    shape, host_rows = _as_read(shape, cache)
     prep = _prepare(shape, dtype, memory, idx, request, max_blocks)
     if not isinstance(prep, _Prepared):
         return Pending(prep)
     if prep.row_bytes == 0:
-        return Pending(read_registered(handle, shape, dtype, memory, idx, request, cache))
-    static, operands = _registered(handle, shape, prep, idx, cache)
+        return Pending(read_registered(handle, host_shape, dtype, memory, idx, request, cache))
+    static, operands = _registered(handle, shape, host_rows, prep, idx, cache)
     if isinstance(handle, int):
         start = _make_start(_ffi.GATHER_HOST_STATIC_START, **static)
     else:
@@ -234,13 +256,16 @@ def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.
     return Pending(rows, operands[0 if isinstance(handle, int) else 1:] + (workspace,))
 
 
-def _registered(handle: jax.Array | int, shape: tuple[int, ...], prep: _Prepared,
-                idx: jax.Array, cache: DeviceCache | None) -> tuple[dict, tuple[jax.Array, ...]]:
+def _registered(handle: jax.Array | int, shape: tuple[int, ...], host_rows: int,
+                prep: _Prepared, idx: jax.Array,
+                cache: DeviceCache | None) -> tuple[dict, tuple[jax.Array, ...]]:
     """A registered read's static configuration and operands ([handle,]
     [slots, cached rows,] idx: no cache, no cache operands); a handle given
-    as an int is an attribute."""
+    as an int is an attribute. `shape` is the table's as read, `host_rows`
+    as `_as_read` gives it."""
     static = dict(prep.static)
-    static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes))
+    static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes),
+                        ("host_rows", host_rows))
     # No cache: the compiled call makes the empty cache operands itself
     # (`_with_cache`), so an eager read dispatches no arrays of its own.
     static["empty_cache"] = cache is None

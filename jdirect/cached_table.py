@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._arrays import all_distinct, ascending
-from ._ops import DeviceCache, Pending, ReadRequest, WholeCache
+from ._ops import CompactCache, DeviceCache, Pending, ReadRequest, WholeCache
 from ._table_base import HostRows, RegisteredTable, TableBase
 
 # The cache sizing rule, for every cache of rows (the trainer's feature
@@ -56,7 +56,9 @@ def cache_budget(free_bytes: int | None, reserve_bytes: int = 0) -> int:
 
 class TableCache(TableBase):
     """A cache of some rows of a registered table, `self.table`, which it
-    wraps: its shape, dtype and memory are that table's."""
+    wraps: its shape, dtype and memory are that table's (a CachedTable's
+    shape counts the rows its cache holds too where the table holds only
+    the others)."""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -129,9 +131,66 @@ class CachedTable(TableCache):
             slots[rows] = np.arange(rows.size, dtype=np.int32)
         self.table = table
         self.cached_rows = rows
-        self._count = int(rows.size)
+        self._count, self._compact = int(rows.size), False
         self._cache: DeviceCache | None = self._device_cache(jax.device_put(slots),
                                                              table.cache_rows(rows))
+
+    @classmethod
+    def of_uncached(cls, table: RegisteredTable, rows: Any, cached: jax.Array) -> "CachedTable":
+        """A CachedTable whose wrapped `table` holds only the rows its cache
+        does not: a table of table.shape[0] + len(rows) rows whose row
+        `rows[i]` is `cached[i]` (in device memory) and whose k-th uncached
+        id (ascending) is row k of `table`. Reads are as from any
+        CachedTable (`jnp.take` of the whole table's rows as read); host
+        memory holds only the uncached rows, so a table whose every row
+        would not fit where the GPU reads at the link's rate (managed
+        memory) may still have its misses there.
+
+        Unlike the constructor's cache, this one cannot be read again from
+        the wrapped table (`jdirect.restore_tables` refuses it), and
+        `jdirect.neighbor_sum` does not read it.
+
+        Args:
+          table: an open HostTable or Int8Table of the uncached rows.
+          rows: distinct integer ids of the cached rows.
+          cached: their rows in `table`'s stored form (an Int8Table's
+            packed), [len(rows), ...] in device memory, row i of id rows[i].
+
+        Raises:
+          TypeError, ValueError: as the constructor, and ValueError for
+            `cached` of another row count or row size than `table` stores.
+        """
+        check_table(table, "CachedTable")
+        nrows = table.shape[0] + np.asarray(rows).size
+        rows, ordered = check_rows(rows, nrows)
+        row_bytes = int(np.prod(cached.shape[1:], dtype=np.int64)) * np.dtype(cached.dtype).itemsize
+        if cached.shape[0] != rows.size or row_bytes != table.row_bytes:
+            raise ValueError(f"cached rows {tuple(cached.shape)} {np.dtype(cached.dtype).name} "
+                             f"are not {rows.size} rows of the table's {table.row_bytes} B")
+        self = object.__new__(cls)
+        self.table, self.cached_rows = table, rows
+        self._count, self._compact = int(rows.size), True
+        self._in_order = rows.size == nrows and ordered
+        slots = np.empty(nrows, np.int32)
+        slots[rows] = np.arange(rows.size, dtype=np.int32)
+        uncached = np.ones(nrows, bool)
+        uncached[rows] = False
+        slots[uncached] = -2 - np.arange(table.shape[0], dtype=np.int32)
+        self._cache = self._device_cache(jax.device_put(slots), cached)
+        return self
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The table's as read: the wrapped table's, with the cached rows
+        counted where it holds only the others (`of_uncached`)."""
+        if not self._compact:
+            return self.table.shape
+        return (self.table.shape[0] + self._count,) + tuple(self.table.shape[1:])
+
+    @property
+    def compact(self) -> bool:
+        """Whether the wrapped table holds only the uncached rows (`of_uncached`)."""
+        return self._compact
 
     @classmethod
     def from_counts(cls, table: RegisteredTable, counts: Any,
@@ -185,7 +244,7 @@ class CachedTable(TableCache):
         """The wrapped table's stored rows with this cache (see
         `TableBase.host_rows`)."""
         inner = self.table.host_rows()
-        if inner is None:
+        if inner is None or self._compact:
             return None
         if self.closed:
             raise ValueError("the CachedTable is closed (its cache or its table)")
@@ -226,6 +285,9 @@ class CachedTable(TableCache):
           ValueError: the cache is closed.
         """
         slots = self._open_cache().slots
+        if self._compact:
+            raise ValueError("a CachedTable.of_uncached cannot read its cached rows again: its "
+                             "wrapped table holds only the others")
         rows = self.cached_rows
         if rows is None:
             where = np.asarray(slots)
@@ -239,26 +301,29 @@ class CachedTable(TableCache):
         return self._cache
 
     def __repr__(self) -> str:
-        state = ", closed" if self._cache is None else ""
+        state = (", of the uncached rows" if self._compact else "") + (
+            ", closed" if self._cache is None else "")
         return f"CachedTable({self.table!r}, {self._count:,} rows cached{state})"
 
     # Pytree: the wrapped table and the cache's arrays are the leaves.
     def _tree_flatten(self):
         slots, rows = self._cache if self._cache is not None else (None, None)
-        return (self.table, slots, rows), (self._count, self._in_order)
+        return (self.table, slots, rows), (self._count, self._in_order, self._compact)
 
     @classmethod
     def _tree_unflatten(cls, aux, children) -> "CachedTable":
         view = object.__new__(cls)
         view.table, slots, rows = children
         view.cached_rows = None
-        view._count, view._in_order = aux
+        view._count, view._in_order, view._compact = aux
         view._cache = None if slots is None else view._device_cache(slots, rows)
         return view
 
     def _device_cache(self, slots: jax.Array, rows: jax.Array) -> DeviceCache:
-        """The cache's arrays, as a WholeCache when it holds every row."""
-        return (WholeCache if self.all_cached else DeviceCache)(slots, rows)
+        """The cache's arrays, as a WholeCache when it holds every row, a
+        CompactCache in front of a table of the uncached rows alone."""
+        kind = WholeCache if self.all_cached else CompactCache if self._compact else DeviceCache
+        return kind(slots, rows)
 
 
 def check_table(table: Any, kind: str) -> None:
@@ -298,6 +363,15 @@ def hottest_rows(table: RegisteredTable, counts: Any, budget_bytes: int, kind: s
     `devices` budgets of `budget_bytes` (`rows_within` each); checks the
     arguments as `CachedTable.from_counts` says."""
     check_table(table, kind)
+    return top_rows(counts, table.shape[0], table.row_bytes, budget_bytes, devices)
+
+
+def top_rows(counts: Any, nrows: int, row_bytes: int, budget_bytes: int,
+             devices: int = 1) -> np.ndarray:
+    """Sorted ids of the rows of an `nrows`-row table whose stored rows take
+    `row_bytes` with the highest `counts` that fit in `devices` budgets of
+    `budget_bytes` (`rows_within` each; ties to the lowest ids); raises as
+    `CachedTable.from_counts` for the counts and the budget."""
     if not isinstance(budget_bytes, numbers.Integral) or isinstance(budget_bytes, bool):
         raise TypeError(f"budget_bytes must be an int, got {budget_bytes!r}")
     if budget_bytes < 0:
@@ -306,9 +380,9 @@ def hottest_rows(table: RegisteredTable, counts: Any, budget_bytes: int, kind: s
     if counts.dtype.kind not in "biuf":
         raise TypeError(f"counts must be real numbers, got dtype {counts.dtype.name}")
     counts = counts.ravel()
-    if counts.shape != (table.shape[0],):
-        raise ValueError(f"counts needs {table.shape[0]} entries, got {counts.shape}")
-    k = min(table.shape[0], devices * rows_within(budget_bytes, table.shape[0], table.row_bytes))
+    if counts.shape != (nrows,):
+        raise ValueError(f"counts needs {nrows} entries, got {counts.shape}")
+    k = min(nrows, devices * rows_within(budget_bytes, nrows, row_bytes))
     if counts.dtype.kind == "f" and np.isnan(counts).any():
         raise ValueError("counts must not be NaN")
     return _top_rows(counts, k)

@@ -187,19 +187,25 @@ class Int8Table(RegisteredTable):
         self._wrap(table)
 
     @classmethod
-    def from_packed(cls, packed: np.ndarray) -> "Int8Table":
+    def from_packed(cls, packed: np.ndarray | HostTable) -> "Int8Table":
         """Wraps rows already packed by `quantize_rows` (uint8 [n, d + 4]) in
-        place, as `HostTable(packed)` does (a small array is copied on a GPU).
+        place: a NumPy array as `HostTable(packed)` does (a small array is
+        copied on a GPU), or an open HostTable, which the Int8Table then
+        owns (its `close` closes it).
 
         Raises:
-          TypeError, ValueError: not a uint8 array of shape [n, d + 4], d >= 0.
+          TypeError, ValueError: not a uint8 array or HostTable of shape
+            [n, d + 4], d >= 0; a closed HostTable.
         """
-        if not isinstance(packed, np.ndarray) or packed.dtype != np.uint8:
-            raise TypeError("from_packed needs a uint8 NumPy array")
-        if packed.ndim != 2 or packed.shape[1] < 4:
+        given = isinstance(packed, HostTable)
+        if not (given or isinstance(packed, np.ndarray)) or packed.dtype != np.uint8:
+            raise TypeError("from_packed needs a uint8 NumPy array or HostTable")
+        if len(packed.shape) != 2 or packed.shape[1] < 4:
             raise ValueError(f"packed rows need shape [n, d + 4] with d >= 0, got {packed.shape}")
+        if given and packed.closed:
+            raise ValueError(f"from_packed needs an open HostTable, got {packed!r}")
         table = object.__new__(cls)
-        table._wrap(HostTable(packed))
+        table._wrap(packed if given else HostTable(packed))
         return table
 
     def _wrap(self, table: HostTable) -> None:

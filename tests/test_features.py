@@ -11,6 +11,7 @@ import pytest
 
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, FeatureSource, SourceOptions
+from jdirect.graph.features import encoding
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +82,11 @@ def test_the_trainer_and_inference_cache_as_many_rows_for_one_budget(graph, monk
     rows, dim = graph.features.shape
     budget = rows * 3 // 5 * cached_row_bytes(2 * dim)  # 60 % of the bfloat16 rows
     monkeypatch.setattr(jdirect_source, "device_free_bytes", lambda: int(budget / AUTO_SHARE))
-    with SOURCES["jdirect-cache"].open(graph, SourceOptions()) as source:
+    with SOURCES["jdirect-cache"].open(graph, SourceOptions()) as source, \
+            encoding.open_rows(graph.features, "bfloat16") as every_row:
         assert source.plan.encoding == "bfloat16" and source.plan.cache_bytes == budget
         trained = source.table.cached_rows
-        table, hot = _tables.cache_hottest("input", source.host, graph.degrees(), budget,
+        table, hot = _tables.cache_hottest("input", every_row, graph.degrees(), budget,
                                                  _tables.Report())
         np.testing.assert_array_equal(np.flatnonzero(hot), trained)
         assert trained.size == rows_within(budget, rows, 2 * dim) == rows * 3 // 5

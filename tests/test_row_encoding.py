@@ -211,7 +211,7 @@ def test_a_cache_fraction_is_a_share_of_the_encoded_tables_bytes():
 # -- counters ------------------------------------------------------------------
 
 def numpy_counts(source, ids: np.ndarray) -> tuple[int, int]:
-    valid = ids[(ids >= 0) & (ids < source.host.shape[0])]
+    valid = ids[(ids >= 0) & (ids < source.table.shape[0])]
     cached = getattr(source.table, "cached_rows", None)
     hits = int(np.isin(valid, cached).sum()) if cached is not None else 0
     return hits, valid.size - hits

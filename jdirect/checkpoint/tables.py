@@ -174,6 +174,10 @@ def restore_targets(tree: Any, source: str,
         if isinstance(node, CachedTable) and node.closed:
             raise error(f"cannot restore {source} into {name}: {node!r} is closed; nothing "
                         "was restored")
+        if isinstance(node, CachedTable) and node.compact:
+            raise error(f"cannot restore {source} into {name}: {node!r} is a cache that cannot "
+                        "be read again (its table holds only the uncached rows); nothing was "
+                        "restored")
     names, leaves, treedef = fmt.flatten(tree)
     for name, leaf in zip(names, leaves):
         if fmt.is_table(leaf) and (leaf.closed or not leaf.writable):

@@ -64,11 +64,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ... import HostTable, Int8Table
 from ...cached_table import cache_budget, cached_row_bytes, rows_within
 from ...host_memory import host_room_for
+from ...placement import PIECE_BYTES, put_rows
+from ...quantized import quantize_rows
 
 STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
 ENCODINGS = ("auto", "float32", "bfloat16", "int8")
@@ -182,26 +186,64 @@ def cached_share(rows: int, per_row: int, cache_fraction: float | str, budget: i
     return min(1.0, devices * cache_fraction)
 
 
-def open_rows(features: np.ndarray, encoding: str) -> HostTable | Int8Table:
-    """The host table of `features` ([rows, dim]) in a plan's `encoding`:
+def open_rows(features: np.ndarray, encoding: str,
+              rows: np.ndarray | None = None) -> HostTable | Int8Table:
+    """The host table of `features` ([n, dim]) in a plan's `encoding`:
     the array itself ("stored", or a float32/bfloat16 that is its dtype)
     wrapped in place, else a new copy in jdirect's host memory (an
-    Int8Table for "int8"). The caller closes it.
+    Int8Table for "int8"). With `rows` (ascending ids; a copy's encoding
+    only), the copy holds those rows alone, in that order: the host half
+    of `jdirect.CachedTable.of_uncached`. The caller closes it.
 
     Raises:
       ValueError: as `Int8Table` (non-finite features for "int8").
     """
-    if encoding == STORED or encoding == features.dtype.name:
-        return HostTable(features)
-    if encoding == "int8":
-        return Int8Table(features)
-    table = HostTable.empty(features.shape, encoding)
+    if rows is None:
+        if encoding == STORED or encoding == features.dtype.name:
+            return HostTable(features)
+        if encoding == "int8":
+            return Int8Table(features)
+    shape, dtype = stored_form(encoding, features.shape[1])
+    n = features.shape[0] if rows is None else rows.size
+    table = HostTable.empty((n,) + shape, dtype)
     try:
-        table.numpy()[...] = features  # converted in NumPy's buffered chunks
+        out = table.numpy()
+        step = max(1, PIECE_BYTES // max(out.itemsize * int(np.prod(shape)), 1))
+        for a in range(0, n, step):  # NumPy's gathers and conversions a piece at a time
+            part = features[a:a + step] if rows is None else features[rows[a:a + step]]
+            encode(part, encoding, out[a:a + step])
     except BaseException:
         table.close()
         raise
-    return table
+    return Int8Table.from_packed(table) if encoding == "int8" else table
+
+
+def stored_form(encoding: str, dim: int) -> tuple[tuple[int, ...], np.dtype]:
+    """(row shape, dtype) of a copy's rows in `encoding` ("float32",
+    "bfloat16" or "int8": an Int8Table's packed uint8 rows)."""
+    if encoding == "int8":
+        return (dim + 4,), np.dtype(np.uint8)
+    return (dim,), np.dtype(jnp.dtype(encoding))
+
+
+def encode(block: np.ndarray, encoding: str, out: np.ndarray | None = None) -> np.ndarray:
+    """`block`'s rows in a copy's `encoding`, stored form (`stored_form`),
+    into `out` if given."""
+    if encoding == "int8":
+        return quantize_rows(block, out=out)
+    if out is None:
+        return block.astype(stored_form(encoding, block.shape[1])[1])
+    out[...] = block
+    return out
+
+
+def device_rows(features: np.ndarray, encoding: str, rows: np.ndarray) -> jax.Array:
+    """`features[rows]` in a copy's `encoding`, stored form, in device
+    memory: the cache half of `jdirect.CachedTable.of_uncached`, encoded and
+    sent a piece at a time (no host copy of them all)."""
+    shape, dtype = stored_form(encoding, features.shape[1])
+    return put_rows(lambda a, b: encode(features[rows[a:b]], encoding),
+                    (rows.size,) + shape, dtype)
 
 
 def describe_rows(encoding: str, dtype: np.dtype, dim: int) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ... import gather, gather_done, gather_start
 from ...host_memory import host_available_bytes
@@ -61,6 +62,9 @@ class HostTableSource(FeatureSource):
       row_plan: the plan whose encoding to store the rows in (`plan`: a
         cached source's caller plans once for both); None: `plan` without
         a cache.
+      rows: ascending ids of the rows to hold (a copy's encoding only; the
+        uncached rows of `jdirect-cache`, which then reads the others from
+        its cache); None: every row.
 
     Attributes:
       host: the host table it opened (a HostTable or an Int8Table).
@@ -74,12 +78,12 @@ class HostTableSource(FeatureSource):
     finish = staticmethod(finish_rows)
 
     def __init__(self, graph: Graph, options: SourceOptions,
-                 row_plan: encoding.RowPlan | None = None):
+                 row_plan: encoding.RowPlan | None = None, rows: np.ndarray | None = None):
         features = graph.features
         self.plan = row_plan if row_plan is not None else plan(graph, options)
         self._about = encoding.describe_rows(self.plan.encoding, features.dtype,
                                              features.shape[1])
-        self.table = self.host = encoding.open_rows(features, self.plan.encoding)
+        self.table = self.host = encoding.open_rows(features, self.plan.encoding, rows)
         self.link_row_bytes = self.host.row_bytes
         self.exact_rows = self.plan.encoding in (encoding.STORED, features.dtype.name)
 

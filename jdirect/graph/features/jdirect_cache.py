@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import CachedTable
+from ...cached_table import top_rows
 from ..data.csr import Graph
 from . import encoding
 from .base import FeatureSource, SourceOptions
@@ -35,6 +36,9 @@ class CachedSource(FeatureSource):
         and on failure).
       budget: device bytes of the cache (`encoding.RowPlan.cache_bytes`).
       hotness: float or int[num_nodes]: which rows to cache first.
+      cached: None, or (ids, their rows in the host table's stored form
+        on the device) where `inner` holds only the other rows, in
+        ascending id order (`open`; `hotness` then only names them).
 
     Attributes:
       inner: the source it wraps; host: its host table; plan: its
@@ -47,27 +51,53 @@ class CachedSource(FeatureSource):
     start = staticmethod(start_rows)
     finish = staticmethod(finish_rows)
 
-    def __init__(self, inner: FeatureSource, budget: int, hotness: np.ndarray):
+    def __init__(self, inner: FeatureSource, budget: int, hotness: np.ndarray,
+                 cached: tuple[np.ndarray, jax.Array] | None = None):
         self.inner, self.host = inner, inner.table
         self.plan = getattr(inner, "plan", None)
         self.link_row_bytes, self.exact_rows = inner.link_row_bytes, inner.exact_rows
         try:
-            self.table = CachedTable.from_counts(self.host, hotness, budget)
+            self.table = (CachedTable.from_counts(self.host, hotness, budget) if cached is None
+                          else CachedTable.of_uncached(self.host, *cached))
         except BaseException:
             inner.close()
             raise
         self.overlaps = not self.table.all_cached
         self._about = ", ".join(filter(None, [inner.describe(), encoding.describe_cache(
-            budget, self.host.shape[0], self.link_row_bytes)]))
+            budget, self.table.shape[0], self.link_row_bytes)]))
 
     @classmethod
     def open(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
         """A `jdirect` source of `graph` and a cache in front of it, both
         from one plan (`jdirect.plan`: the rows' encoding depends on how
-        many of them the cache takes)."""
+        many of them the cache takes).
+
+        Where the plan copies the rows (another encoding) and the cache
+        takes some but not all of them, the copy in host memory holds only
+        the rows the cache does not (`CachedTable.of_uncached`): the misses
+        then take managed memory, read at the link's rate, where a copy of
+        every row would not fit there (the lent machines' rule,
+        `jdirect.host_memory`) and would be pinned, whose random rows are
+        read at a fraction of it (the journal, benchmarks/results/journal/LOG.md,
+        2026-11-29, twentieth session, call B)."""
         row_plan = plan(graph, options, cache_devices=1)
-        return cls(HostTableSource(graph, options, row_plan), row_plan.cache_bytes,
-                   graph.degrees())
+        features, hotness = graph.features, graph.degrees()
+        rows = features.shape[0]
+        hot = None
+        if row_plan.encoding != encoding.STORED:
+            stored = encoding.row_bytes(row_plan.encoding, features.shape[1], features.dtype)
+            hot = top_rows(hotness, rows, stored, row_plan.cache_bytes)
+        if hot is None or not 0 < hot.size < rows:
+            return cls(HostTableSource(graph, options, row_plan), row_plan.cache_bytes, hotness)
+        uncached = np.ones(rows, bool)
+        uncached[hot] = False
+        inner = HostTableSource(graph, options, row_plan, np.flatnonzero(uncached))
+        try:
+            cached = encoding.device_rows(features, row_plan.encoding, hot)
+        except BaseException:
+            inner.close()
+            raise
+        return cls(inner, row_plan.cache_bytes, hotness, (hot, cached))
 
     @staticmethod
     def count(table: CachedTable, input_nodes: jax.Array) -> jax.Array:

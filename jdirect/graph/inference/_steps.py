@@ -158,10 +158,13 @@ def fused(conv: Any, edges_from: Input) -> bool:
     attribute does not) and they are float32 or bfloat16 rows of a device
     array, a HostTable or a CachedTable over one (its cached rows read from
     the device, the rest over the link). Other kinds (an Int8Table and a
-    cache over one, pinned_host arrays) go through the windows' gathers."""
+    cache over one, a cache of a table of its uncached rows alone,
+    pinned_host arrays) go through the windows' gathers."""
     if not getattr(conv, "sums_sources", False):
         return False
     if isinstance(edges_from, CachedTable):
+        if edges_from.compact:  # its table's rows are not the rows as read
+            return False
         edges_from = edges_from.table
     if isinstance(edges_from, HostTable):
         return edges_from.dtype in ROW_DTYPES
