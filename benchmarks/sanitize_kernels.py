@@ -5,7 +5,7 @@ pytest files under JAX; this script drives the kernels in one short process
 instead: `jdirect.gather` (plain, sorted, cached, int8), `gather_start`
 (its side-stream read),
 `jdirect.write_rows` set/add, the fused sparse optimizer steps (SGD,
-Adagrad, Adam) and `jdirect.neighbor_sum` (rows in device arrays, in host
+Adagrad, row-wise Adagrad, Adam) and `jdirect.neighbor_sum` (rows in device arrays, in host
 tables and in a cache over them; the CSR in arrays or in host tables),
 over managed and pinned tables, float32 rows of 16- and 4-byte-aligned
 widths, bfloat16 and int32 rows, duplicate, negative and out-of-range ids,
@@ -130,9 +130,11 @@ def check_writes(rng: np.random.Generator, memory: str) -> None:
 
 
 def check_fused(rng: np.random.Generator, memory: str) -> None:
-    for dtype, dim in ((np.float32, 128), (jnp.bfloat16, 64), (np.float32, 6)):
+    # 600 float32: row-wise Adagrad's rows of more than one chunk of a warp.
+    for dtype, dim in ((np.float32, 128), (jnp.bfloat16, 64), (np.float32, 6),
+                       (np.float32, 600)):
         for opt in (embeddings.sparse_sgd(0.1), embeddings.sparse_adagrad(0.1),
-                    embeddings.sparse_adam(0.1)):
+                    embeddings.sparse_rowwise_adagrad(0.1), embeddings.sparse_adam(0.1)):
             values = rng.standard_normal((ROWS, dim)).astype(dtype)
             with jdirect.HostTable(jdirect.host_empty(values.shape, dtype, memory=memory)) as t:
                 t.numpy()[...] = values
@@ -142,7 +144,7 @@ def check_fused(rng: np.random.Generator, memory: str) -> None:
                 for rows in (None, embeddings.lookup(t, ids)):
                     jax.block_until_ready(opt.apply(t, state, ids, grads, rows=rows))
                 embeddings.close(state)
-    print(f"fused sparse updates ({memory}): SGD, Adagrad, Adam ran")
+    print(f"fused sparse updates ({memory}): SGD, Adagrad, row-wise Adagrad, Adam ran")
 
 
 def _csr(rng: np.random.Generator, nodes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,8 +4,9 @@
 // slot rows, apply the rule with the key's summed gradient row, and store
 // the new table row and slot rows back in place. Keys out of range (the
 // padding id nrows) read and write nothing. One definition of the rules
-// (`Update`) serves both backends; each backend supplies a runner
-// (`ffi::Error run(const SparseUpdateArgs&)`).
+// (`Update` for the element-wise ones, `RowwiseScale` and `RowwiseUpdate`
+// for row-wise Adagrad) serves both backends; each backend supplies a
+// runner (`ffi::Error run(const SparseUpdateArgs&)`).
 //
 // Python (jdirect/sparse_update.py) passes distinct keys, so every row
 // is written once and no backend needs atomics; the checks here, with the
@@ -29,8 +30,9 @@
 namespace jdirect {
 
 // Values match jdirect/sparse_update.py's RULES; the slots each rule
-// keeps (float32 tables of the table's shape) are listed there in order.
-enum class Rule : int64_t { kSgd = 0, kAdagrad = 1, kAdam = 2 };
+// keeps (float32 tables of the table's shape, or of one value a row: see
+// PerRowSlots) are listed there in order.
+enum class Rule : int64_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kRowwiseAdagrad = 3 };
 constexpr int kMaxSlots = 2;
 
 JDIRECT_HD constexpr int SlotCount(Rule rule) {
@@ -38,9 +40,14 @@ JDIRECT_HD constexpr int SlotCount(Rule rule) {
     case Rule::kSgd: return 0;
     case Rule::kAdagrad: return 1;
     case Rule::kAdam: return 2;
+    case Rule::kRowwiseAdagrad: return 1;
   }
   return -1;
 }
+
+// Whether the rule's slots hold one float32 a row (shape (nrows,)) rather
+// than one per element of the row: the rule then reduces over the row.
+JDIRECT_HD constexpr bool PerRowSlots(Rule rule) { return rule == Rule::kRowwiseAdagrad; }
 
 // Hyperparameters fixed when the program is traced, as the rules use them:
 // Python floats (doubles) rounded once to float32, 1 - b1 and 1 - b2
@@ -61,10 +68,10 @@ JDIRECT_HD float Rsqrt(float x) {
 #endif
 }
 
-// jdirect/embeddings/optimizers.py's rules for one element, with the same
-// operations in the same order: w is the table's value, g the summed
-// gradient, s0 and s1 the slots' values (updated in place). Returns the
-// table's new value.
+// jdirect/embeddings/optimizers.py's element-wise rules for one element,
+// with the same operations in the same order: w is the table's value, g the
+// summed gradient, s0 and s1 the slots' values (updated in place). Returns
+// the table's new value.
 template <Rule R>
 JDIRECT_HD float Update(const Hyper& h, const float* scalars, float w, float g, float& s0,
                         float& s1) {
@@ -77,6 +84,7 @@ JDIRECT_HD float Update(const Hyper& h, const float* scalars, float w, float g, 
     const float scale = acc > 0.0f ? Rsqrt(acc + h.eps) : 0.0f;
     return w - lr * (scale * g);
   } else {
+    static_assert(R == Rule::kAdam, "row-wise rules update through RowwiseScale");
     const float mu = h.one_minus_b1 * g + h.b1 * s0;
     const float nu = h.one_minus_b2 * (g * g) + h.b2 * s1;
     s0 = mu;
@@ -87,9 +95,23 @@ JDIRECT_HD float Update(const Hyper& h, const float* scalars, float w, float g, 
   }
 }
 
+// Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD, optimizers.py's
+// sparse_rowwise_adagrad) for one row of `dim` elements: adds the mean of
+// the row's squared summed gradients, sum_sq / dim, to the row's slot value
+// s (in place) and returns the step every element of the row takes,
+// lr / (sqrt(s) + eps). Only the sum's order differs from jnp's.
+JDIRECT_HD float RowwiseScale(const Hyper& h, float lr, float& s, float sum_sq, int64_t dim) {
+  s = s + sum_sq / static_cast<float>(dim);
+  return lr / (std::sqrt(s) + h.eps);
+}
+
+// The new value of an element w with summed gradient g, given its row's
+// RowwiseScale.
+JDIRECT_HD float RowwiseUpdate(float scale, float w, float g) { return w - scale * g; }
+
 struct SparseUpdateArgs {
   char* table;               // nrows x dim elements of the table's type
-  float* slots[kMaxSlots];   // nrows x dim float32 each; the first `SlotCount`
+  float* slots[kMaxSlots];   // the first `SlotCount`: float32, nrows x dim (or nrows)
   int64_t nrows;
   int64_t dim;
   const void* keys;          // distinct rows; out of [0, nrows): skipped
@@ -115,7 +137,7 @@ ffi::Error SparseUpdateTables(const Runner& run, HandleReader read_handle, ffi::
                               ffi::Buffer<ffi::F32> scalars, ffi::RemainingArgs rest,
                               int64_t rule, ffi::Span<const int64_t> handles, int64_t nrows,
                               int64_t dim, double b1, double b2, double eps) {
-  if (rule < 0 || rule > static_cast<int64_t>(Rule::kAdam)) {
+  if (rule < 0 || rule > static_cast<int64_t>(Rule::kRowwiseAdagrad)) {
     return ffi::Error::InvalidArgument("jdirect sparse_update: unknown rule " +
                                        std::to_string(rule));
   }
@@ -153,8 +175,9 @@ ffi::Error SparseUpdateTables(const Runner& run, HandleReader read_handle, ffi::
   std::optional<TableLease> leases[1 + kMaxSlots];
   for (int i = 0; i < tables; ++i) {
     const int64_t width = i == 0 ? static_cast<int64_t>(ffi::ByteWidth(rows.element_type())) : 4;
+    const int64_t row_bytes = i > 0 && PerRowSlots(r) ? width : dim * width;
     leases[i].emplace(a.handles[i]);
-    if (auto e = CheckWritable(*leases[i], a.handles[i], nrows, dim * width, "sparse_update");
+    if (auto e = CheckWritable(*leases[i], a.handles[i], nrows, row_bytes, "sparse_update");
         e.failure()) {
       return e;
     }

@@ -31,12 +31,43 @@ void UpdateRows(const SparseUpdateArgs& a) {
   }
 }
 
+// Row-wise Adagrad: the row's sum of squared gradients first, then every
+// element with the row's one scale.
+template <typename T, typename K>
+void UpdateRowwise(const SparseUpdateArgs& a) {
+  const K* keys = static_cast<const K*>(a.keys);
+  T* table = reinterpret_cast<T*>(a.table);
+  const T* given = reinterpret_cast<const T*>(a.rows);
+  for (int64_t k = 0; k < a.n; ++k) {
+    const int64_t r = static_cast<int64_t>(keys[k]);
+    if (r < 0 || r >= a.nrows) continue;
+    T* row = table + r * a.dim;
+    const T* old = given != nullptr ? given + k * a.dim : row;
+    const float* g = a.grads + k * a.dim;
+    float sum_sq = 0.0f;
+    for (int64_t j = 0; j < a.dim; ++j) sum_sq += g[j] * g[j];
+    const float scale = RowwiseScale(a.hyper, a.scalars[kLr], a.slots[0][r], sum_sq, a.dim);
+    for (int64_t j = 0; j < a.dim; ++j) {
+      row[j] = FromFloat<T>(RowwiseUpdate(scale, ToFloat(old[j]), g[j]));
+    }
+  }
+}
+
+template <Rule R, typename T, typename K>
+void UpdateKeys(const SparseUpdateArgs& a) {
+  if constexpr (PerRowSlots(R)) {
+    UpdateRowwise<T, K>(a);
+  } else {
+    UpdateRows<R, T, K>(a);
+  }
+}
+
 template <Rule R>
 void UpdateTyped(const SparseUpdateArgs& a) {
   if (a.bf16) {
-    a.keys64 ? UpdateRows<R, Bf16, int64_t>(a) : UpdateRows<R, Bf16, int32_t>(a);
+    a.keys64 ? UpdateKeys<R, Bf16, int64_t>(a) : UpdateKeys<R, Bf16, int32_t>(a);
   } else {
-    a.keys64 ? UpdateRows<R, float, int64_t>(a) : UpdateRows<R, float, int32_t>(a);
+    a.keys64 ? UpdateKeys<R, float, int64_t>(a) : UpdateKeys<R, float, int32_t>(a);
   }
 }
 
@@ -46,6 +77,7 @@ struct CpuUpdater {
       case Rule::kSgd: UpdateTyped<Rule::kSgd>(a); break;
       case Rule::kAdagrad: UpdateTyped<Rule::kAdagrad>(a); break;
       case Rule::kAdam: UpdateTyped<Rule::kAdam>(a); break;
+      case Rule::kRowwiseAdagrad: UpdateTyped<Rule::kRowwiseAdagrad>(a); break;
     }
     return ffi::Error::Success();
   }

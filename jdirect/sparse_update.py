@@ -8,7 +8,8 @@ gradient row and stores the new rows straight back. On a GPU the reads of
 some rows and the stores of others overlap on the full-duplex link, where
 a gather of every row followed by a write of every row would use one
 direction at a time. The rules are jdirect.embeddings' (optimizers.py),
-computed in float32 with the same operations in the same order.
+computed in float32 with the same operations in the same order (row-wise
+Adagrad's sum over a row may add in another order).
 
 Ordering follows jdirect.write_rows: the call takes every table's token
 and the rows read from them in the current trace, and returns one token,
@@ -30,16 +31,20 @@ from .write import check_writable
 
 # Values match ffi/sparse_update_common.h's Rule; each rule's slots in the
 # order the handler takes them.
-RULES = {"sgd": 0, "adagrad": 1, "adam": 2}
-SLOTS = {"sgd": (), "adagrad": ("sum_of_squares",), "adam": ("mu", "nu")}
+RULES = {"sgd": 0, "adagrad": 1, "adam": 2, "rowwise_adagrad": 3}
+SLOTS = {"sgd": (), "adagrad": ("sum_of_squares",), "adam": ("mu", "nu"),
+         "rowwise_adagrad": ("sum_of_squares",)}
+# Rules whose slots hold one value a row, shape (num,) (common.h's
+# PerRowSlots); the others' slots have the table's shape.
+PER_ROW_SLOTS = frozenset({"rowwise_adagrad"})
 TABLE_DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16))
 SLOT_DTYPE = np.dtype(np.float32)
 
 
 class FusedRule(NamedTuple):
     """A rule of the fused step: its name (a key of RULES) and the
-    hyperparameters the rule reads (Adam's b1 and b2; eps of Adagrad and
-    Adam), as Python floats."""
+    hyperparameters the rule reads (Adam's b1 and b2; eps of both Adagrads
+    and Adam), as Python floats."""
 
     name: str
     b1: float = 0.0
@@ -62,7 +67,8 @@ def sparse_update(table: HostTable, slots: dict[str, HostTable], ids: jax.Array,
 
     Args:
       table: a HostTable (num, dim) of a dtype in TABLE_DTYPES, open and writable.
-      slots: exactly SLOTS[rule.name], float32 HostTables of the table's shape.
+      slots: exactly SLOTS[rule.name], float32 HostTables of the table's shape,
+        or of shape (num,) for a rule in PER_ROW_SLOTS.
       ids: int (n,) distinct ids; ids outside [0, num) (the padding id num)
         read and write nothing.
       grads: float32 (n, dim), the summed gradient row of each id.
@@ -80,7 +86,7 @@ def sparse_update(table: HostTable, slots: dict[str, HostTable], ids: jax.Array,
     Raises:
       ValueError: a table is closed or read-only, or this version of it was
         already written in the current trace; slots other than the rule's,
-        or of another shape than the table's; grads or rows of a shape
+        or of another shape than the rule's; grads or rows of a shape
         other than (ids.size, dim).
       TypeError: a slot that is not float32; grads that are not float32,
         rows not of the table's dtype.
@@ -89,11 +95,14 @@ def sparse_update(table: HostTable, slots: dict[str, HostTable], ids: jax.Array,
     names = SLOTS[rule.name]
     if tuple(sorted(slots)) != tuple(sorted(names)):
         raise ValueError(f"the {rule.name} update keeps slots {names}, got {tuple(slots)}")
+    per_row = rule.name in PER_ROW_SLOTS
+    shape = table.shape[:1] if per_row else table.shape
     for name in names:
         slot = slots[name]
-        if slot.shape != table.shape:
-            raise ValueError(f"slot {name!r} has shape {slot.shape}, not the table's "
-                             f"{table.shape}: pass the state made by init(table)")
+        if slot.shape != shape:
+            kept = "one value a row of the table's" if per_row else "the table's"
+            raise ValueError(f"slot {name!r} has shape {slot.shape}, not {shape} ({kept} "
+                             f"{table.shape}): pass the state made by init(table)")
         if slot.dtype != SLOT_DTYPE:
             raise TypeError(f"slot {name!r} must be float32 (made by init(table)), got "
                             f"{slot.dtype.name}")

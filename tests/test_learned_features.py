@@ -372,7 +372,7 @@ def trained_rows(t: Trainer) -> np.ndarray:
 
 # The oldest end trains device tables in
 # test_device_tables_resume_and_move_between_placements[host-device-adam] and
-# here with row-wise Adagrad (its slot of one value a row, unfused).
+# here with row-wise Adagrad (its slot of one value a row, its own kernel).
 @pytest.mark.parametrize("optimizer", [pytest.param("sgd", marks=newest_only),
                                        pytest.param("adagrad", marks=newest_only),
                                        "rowwise_adagrad",

@@ -4,8 +4,9 @@ optimizers on HostTables, against the unfused path on device arrays.
 tests/test_sparse_optim.py checks the HostTable path (fused where it
 applies) against optax; here the fused call is compared with the jnp path
 on the same batches (duplicates, padding, empty batches, several steps,
-bfloat16 tables, rows given or read, rows too short for 16-byte accesses),
-shown to be the call that runs, and refused on tables it must not write.
+bfloat16 tables, rows given or read, rows too short for 16-byte accesses,
+row-wise Adagrad's rows of every width), shown to be the call that runs,
+and refused on tables it must not write.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import pytest
 from conftest import gpu_only, newest_only
 
 import jdirect
-from jdirect import embeddings
+from jdirect import embeddings, sparse_update
 from jdirect.host_table import _OWN_PAGES_BYTES
 
 OPTIMIZERS = {
     "sgd": lambda: embeddings.sparse_sgd(0.3),
     "adagrad": lambda: embeddings.sparse_adagrad(0.3, initial_accumulator_value=0.2, eps=1e-6),
     "adam": lambda: embeddings.sparse_adam(0.05, b1=0.8, b2=0.95, eps=1e-6),
+    "rowwise_adagrad": lambda: embeddings.sparse_rowwise_adagrad(0.3, eps=1e-6),
 }
 # Ids with duplicates, padding (negative, out of range), an empty and an
 # all-padding batch.
@@ -76,11 +78,14 @@ def _compare(opt_name: str, values: np.ndarray, use_rows: bool, batches) -> None
         embeddings.close((table, state))
 
 
-# The oldest end runs every optimizer on float32 rows and Adam (every slot
-# kind) on bfloat16 rows through `rows`: the other pairs run the same kernels.
+# The oldest end runs every optimizer on float32 rows, and Adam (every slot
+# kind of the element-wise kernel) and row-wise Adagrad (the row-wise
+# kernel) on bfloat16 rows through `rows`: the other pairs run the same
+# kernels.
 @pytest.mark.parametrize("use_rows, dtype, opt_name", [
     pytest.param(rows, dtype, name, marks=() if (dtype is np.float32 and not rows)
-                 or (rows and dtype is jnp.bfloat16 and name == "adam") else newest_only)
+                 or (rows and dtype is jnp.bfloat16 and name in ("adam", "rowwise_adagrad"))
+                 else newest_only)
     for rows in (False, True) for dtype in (np.float32, jnp.bfloat16) for name in OPTIMIZERS])
 def test_fused_equals_the_jnp_path(opt_name, dtype, use_rows):
     values = np.random.default_rng(1).standard_normal((37, 8)).astype(dtype)
@@ -91,6 +96,16 @@ def test_fused_equals_the_jnp_path(opt_name, dtype, use_rows):
 def test_rows_too_short_for_wide_accesses(dim):
     values = np.random.default_rng(2).standard_normal((37, dim)).astype(np.float32)
     _compare("adam", values, False, list(_batches(dim)))
+
+
+# Row-wise Adagrad's kernel gives a row's packets (4 floats, or 1 where the
+# width is not a multiple of 4) to a group of 1 to 32 lanes: one lane, a
+# group with idle lanes (3 packets on 4), and rows of several chunks of
+# 32 lanes x 4 packets (150 and 1030 packets).
+@pytest.mark.parametrize("dim", [1, 12, 600, 1030])
+def test_rowwise_rows_of_every_width(dim):
+    values = np.random.default_rng(2).standard_normal((37, dim)).astype(np.float32)
+    _compare("rowwise_adagrad", values, dim == 600, list(_batches(dim)))
 
 
 def test_random_batches_over_many_steps():
@@ -224,6 +239,41 @@ def test_refuses_slots_of_another_table(slot_values, error, match):
             with pytest.raises(error, match=match):
                 opt.apply(table, wrong, jnp.array([1]), jnp.ones((1, 4)))
         embeddings.close(state)
+
+
+def test_rowwise_adagrad_refuses_a_slot_of_the_tables_shape():
+    opt = OPTIMIZERS["rowwise_adagrad"]()
+    rule = sparse_update.FusedRule("rowwise_adagrad", eps=1e-6)
+    ids, grads, lr = jnp.array([1]), jnp.ones((1, 4)), jnp.float32(0.1)
+    with jdirect.HostTable.copy_of(np.ones((10, 4), np.float32)) as table, \
+            jdirect.HostTable.copy_of(np.zeros((10, 4), np.float32)) as wide:
+        wrong = embeddings.SparseState(jnp.zeros((), jnp.int32), {"sum_of_squares": wide})
+        with pytest.raises(ValueError, match=r"shape \(10, 4\), not \(10,\)"):
+            opt.apply(table, wrong, ids, grads)
+        # jdirect.sparse_update's own check, for callers other than the optimizer.
+        with pytest.raises(ValueError, match="one value a row"):
+            sparse_update.sparse_update(table, {"sum_of_squares": wide}, ids, grads, None, lr,
+                                        None, rule)
+        np.testing.assert_array_equal(table.numpy(), 1)
+
+
+@pytest.mark.parametrize("rule, slot_shape", [("rowwise_adagrad", (10, 4)), ("adagrad", (10,))])
+def test_a_hand_built_call_whose_slot_is_not_the_rules_is_refused(rule, slot_shape):
+    """The handler checks each leased slot against its rule's shape (one
+    float32 a row for row-wise Adagrad, else the table's): a mismatched call
+    writes nothing."""
+    from jdirect import _ffi
+    call = jax.ffi.ffi_call(_ffi.SPARSE_UPDATE, jax.ShapeDtypeStruct((), jnp.int32),
+                            has_side_effect=True)
+    with jdirect.HostTable.copy_of(np.ones((10, 4), np.float32)) as table, \
+            jdirect.HostTable.copy_of(np.zeros(slot_shape, np.float32)) as slot:
+        with pytest.raises(Exception, match="does not match"):
+            jax.block_until_ready(call(
+                jnp.array([1]), jnp.ones((1, 4)), jnp.zeros((0, 4)), jnp.ones(3), table._handle,
+                slot._handle, rule=sparse_update.RULES[rule], handles=np.zeros(2, np.int64),
+                nrows=10, dim=4, b1=np.float64(0), b2=np.float64(0), eps=np.float64(1e-6)))
+        np.testing.assert_array_equal(table.numpy(), 1)
+        np.testing.assert_array_equal(slot.numpy(), 0)
 
 
 @gpu_only

@@ -8,12 +8,12 @@ also in host memory for a HostTable) are updated in place, in the same
 compiled program as the forward and backward passes. Rows no batch touched
 are never read or written, and neither are their slots ("lazy" moments).
 
-On a float32 or bfloat16 HostTable (but for row-wise Adagrad and Adam with
-per_row_steps) one call (`jdirect.sparse_update`) reads each touched row's
-slot rows, applies the rule and stores the rows back, so on a GPU the reads
-of some rows overlap the writes of others on the full-duplex link.
-Otherwise (device arrays, other dtypes, those two rules) the touched rows
-are gathered, updated on the device and written back.
+On a float32 or bfloat16 HostTable (but for Adam with per_row_steps) one
+call (`jdirect.sparse_update`) reads each touched row's slot rows, applies
+the rule and stores the rows back, so on a GPU the reads of some rows
+overlap the writes of others on the full-duplex link. Otherwise (device
+arrays, other dtypes, that rule) the touched rows are gathered, updated on
+the device and written back.
 
 The optimizers mirror optax's element-wise rules (row-wise Adagrad,
 FBGEMM's), applied to the touched rows only:
@@ -370,7 +370,8 @@ def sparse_rowwise_adagrad(learning_rate: float | Schedule,
         return w - scale[:, None] * g, {"sum_of_squares": acc}
 
     return _optimizer("sparse_rowwise_adagrad", rule, learning_rate,
-                      {"sum_of_squares": Slot(0.0, per_row=True)}, None)
+                      {"sum_of_squares": Slot(0.0, per_row=True)},
+                      _rows.FusedRule("rowwise_adagrad", eps=eps))
 
 
 def close(tree: Any) -> None:
