@@ -2,7 +2,8 @@
 
 compute-sanitizer's memcheck crashed (the tool itself) when run over the whole
 pytest files under JAX; this script drives the kernels in one short process
-instead: `jdirect.gather` (plain, sorted, cached, int8), `gather_start`
+instead: `jdirect.gather` (plain, sorted, cached, a cache over the uncached rows
+alone, int8), `gather_start`
 (its side-stream read),
 `jdirect.write_rows` set/add, the fused sparse optimizer steps (SGD,
 Adagrad, row-wise Adagrad, Adam) and `jdirect.neighbor_sum` (rows in device arrays, in host
@@ -52,22 +53,32 @@ def _expected(values: np.ndarray, ids: np.ndarray, rows: np.ndarray, op: str) ->
     return np.asarray(at.set(rows, mode="drop") if op == "set" else at.add(rows, mode="drop"))
 
 
+def _uncached(values: np.ndarray, hot: np.ndarray, memory: str) -> jdirect.CachedTable:
+    """A cache of rows `hot` of `values` over a host table of the others
+    alone (`CachedTable.of_uncached`); closing it leaves its table open."""
+    rest = np.delete(values, hot, axis=0)
+    table = jdirect.HostTable(jdirect.host_empty(rest.shape, rest.dtype, memory=memory))
+    table.numpy()[...] = rest
+    return jdirect.CachedTable.of_uncached(table, hot, jnp.asarray(values[hot]))
+
+
 def check_reads(rng: np.random.Generator, memory: str) -> None:
     for dtype, dim in KINDS:
         values = (rng.standard_normal((ROWS, dim)) * 8).astype(dtype)
         with jdirect.HostTable(jdirect.host_empty(values.shape, dtype, memory=memory)) as t:
             t.numpy()[...] = values
             hot = np.arange(0, ROWS, 7)
-            with jdirect.CachedTable(t, hot) as cached:
+            with jdirect.CachedTable(t, hot) as cached, _uncached(values, hot, memory) as split:
                 for n in (0, 1, 3000):
                     ids = _ids(rng, n)
                     want = np.asarray(jnp.take(jnp.asarray(values), jnp.asarray(ids), axis=0,
                                                mode="fill", fill_value=0))
-                    for table in (t, cached):
+                    for table in (t, cached, split):
                         for locality in (False, True):
                             got = jax.jit(lambda i: jdirect.gather(
                                 table, i, mode="fill", fill_value=0, locality=locality))(ids)
                             np.testing.assert_array_equal(np.asarray(got), want)
+            split.table.close()
     floats = rng.standard_normal((ROWS, 40)).astype(np.float32)
     with jdirect.Int8Table(floats, memory=memory) as packed:
         ids = _ids(rng, 3000)
@@ -76,7 +87,8 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
         with jdirect.CachedTable(packed, np.arange(0, ROWS, 5)) as cached:
             got = jax.jit(lambda i: jdirect.gather(cached, jnp.clip(i, -ROWS, ROWS - 1)))(ids)
             np.testing.assert_array_equal(np.asarray(got), want)
-    print(f"gather ({memory}): plain, sorted, cached and int8 match jnp.take")
+    print(f"gather ({memory}): plain, sorted, cached (over every row and over the uncached "
+          "rows alone) and int8 match jnp.take")
 
 
 # Beside KINDS, row widths at the edges of the started read's loads: 1-byte
@@ -89,18 +101,21 @@ def check_started(rng: np.random.Generator, memory: str) -> None:
         values = (rng.standard_normal((ROWS, dim)) * 8).astype(dtype)
         with jdirect.HostTable(jdirect.host_empty(values.shape, dtype, memory=memory)) as t:
             t.numpy()[...] = values  # before the cache copies its rows
-            with jdirect.CachedTable(t, np.arange(0, ROWS, 7)) as cached:
+            hot = np.arange(0, ROWS, 7)
+            with jdirect.CachedTable(t, hot) as cached, _uncached(values, hot, memory) as split:
                 for n in (0, 1, 3000):
                     ids = _ids(rng, n)
                     want = np.asarray(jnp.take(jnp.asarray(values), jnp.asarray(ids), axis=0,
                                                mode="fill", fill_value=0))
                     # Caller and address order (3000 ids sort when asked).
-                    for table, locality in itertools.product((t, cached), (False, True)):
+                    for table, locality in itertools.product((t, cached, split), (False, True)):
                         pending = jdirect.gather_start(table, ids, mode="fill", fill_value=0,
                                                        locality=locality, max_blocks=5)
                         np.testing.assert_array_equal(np.asarray(jdirect.gather_done(pending)),
                                                       want)
-    print(f"gather_start ({memory}): plain and cached, caller and address order, match jnp.take")
+            split.table.close()
+    print(f"gather_start ({memory}): plain and cached (over every row and over the uncached "
+          "rows alone), caller and address order, match jnp.take")
 
 
 def check_writes(rng: np.random.Generator, memory: str) -> None:
