@@ -71,7 +71,8 @@ import numpy as np
 from ... import HostTable, Int8Table
 from ...cached_table import cache_budget, cached_row_bytes, rows_within
 from ...host_memory import host_room_for
-from ...placement import PIECE_BYTES, put_rows
+from ..._chunks import map_chunks
+from ...placement import PIECE_BYTES, PUT_THREADS, put_rows
 from ...quantized import quantize_rows
 
 STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
@@ -208,10 +209,11 @@ def open_rows(features: np.ndarray, encoding: str,
     table = HostTable.empty((n,) + shape, dtype)
     try:
         out = table.numpy()
-        step = max(1, PIECE_BYTES // max(out.itemsize * int(np.prod(shape)), 1))
-        for a in range(0, n, step):  # NumPy's gathers and conversions a piece at a time
-            part = features[a:a + step] if rows is None else features[rows[a:a + step]]
-            encode(part, encoding, out[a:a + step])
+
+        def copy(_: int, a: int, b: int) -> None:  # NumPy's gathers and casts drop the GIL
+            encode(features[a:b] if rows is None else features[rows[a:b]], encoding, out[a:b])
+
+        map_chunks(copy, n, max(1, PIECE_BYTES // max(out.itemsize * int(np.prod(shape)), 1)))
     except BaseException:
         table.close()
         raise
@@ -228,9 +230,10 @@ def stored_form(encoding: str, dim: int) -> tuple[tuple[int, ...], np.dtype]:
 
 def encode(block: np.ndarray, encoding: str, out: np.ndarray | None = None) -> np.ndarray:
     """`block`'s rows in a copy's `encoding`, stored form (`stored_form`),
-    into `out` if given."""
+    into `out` if given, on the calling thread (callers split the rows
+    over threads)."""
     if encoding == "int8":
-        return quantize_rows(block, out=out)
+        return quantize_rows(block, out=out, threads=1)
     if out is None:
         return block.astype(stored_form(encoding, block.shape[1])[1])
     out[...] = block
@@ -243,7 +246,7 @@ def device_rows(features: np.ndarray, encoding: str, rows: np.ndarray) -> jax.Ar
     sent a piece at a time (no host copy of them all)."""
     shape, dtype = stored_form(encoding, features.shape[1])
     return put_rows(lambda a, b: encode(features[rows[a:b]], encoding),
-                    (rows.size,) + shape, dtype)
+                    (rows.size,) + shape, dtype, threads=PUT_THREADS)
 
 
 def describe_rows(encoding: str, dtype: np.dtype, dim: int) -> str:
