@@ -187,30 +187,3 @@ def test_the_epoch_line_gives_each_types_rows_by_path():
     assert type_traffic(types, False).startswith(" | by type: paper 3,310 read (0.0017 GB)")
     assert type_traffic({"paper": types["institution"]}, True) == ""
 
-
-
-@pytest.mark.parametrize("features, row_encoding", [("jdirect", "auto"),
-                                                    ("jdirect-cache", "int8")])
-def test_pipelined_steps_train_as_the_serial_ones(features, row_encoding):
-    """With `overlap`, step i reads batch i + 1's rows while it updates on
-    batch i (three programs: the first read, the overlapped steps, the
-    last update): the same losses, counts and model as one program a step;
-    a run with learned rows, which each step writes, is not pipelined."""
-    graph = typed_preset("mag", scale=0.002, seed=1)
-    cfg = load_config("mag").replace(scale=0.002, epochs=1, batch_size=128, hidden=8,
-                                     features=features, row_encoding=row_encoding,
-                                     cache_fraction=0.3, progress=False, full_eval=False)
-    runs = []
-    for overlap in (True, False):
-        with TypedRun(graph, cfg.replace(overlap=overlap)) as run:
-            assert run.pipelined == overlap
-            m = run.train_epoch(0)
-            runs.append((m, jax.tree.leaves(nnx.state(nnx.merge(run.graphdef, run.state)))))
-    (piped, piped_state), (serial, serial_state) = runs
-    assert piped["batches"] > 2 and piped["types"] == serial["types"]
-    np.testing.assert_allclose(piped["loss"], serial["loss"], rtol=1e-6)
-    for a, b in zip(piped_state, serial_state):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    featureless = typed_preset("mag", scale=0.002, seed=1, derived=False)
-    with TypedRun(featureless, cfg.replace(embedding_dim=4)) as run:
-        assert not run.pipelined

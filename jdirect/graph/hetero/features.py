@@ -98,21 +98,6 @@ class TypedInputs:
         for padded ids (== num_nodes[t]): one read a type."""
         return {t: s.read(tables[t], input_nodes[t], None) for t, s in self.sources.items()}
 
-    @property
-    def overlaps(self) -> bool:
-        """Whether some type's reads can overlap an update (a source that
-        `overlaps`): what pipelining a run's steps would hide."""
-        return any(s.overlaps for s in self.sources.values())
-
-    def start(self, tables: Mapping[str, Any], input_nodes: Mapping[str, jax.Array]) -> dict:
-        """Traced: `read`'s reads begun, one a type (each source's `start`);
-        `finish` gives the rows."""
-        return {t: s.start(tables[t], input_nodes[t]) for t, s in self.sources.items()}
-
-    def finish(self, pending: Mapping[str, Any]) -> dict[str, jax.Array]:
-        """Traced: the rows of the reads `start` began, as `read` returns them."""
-        return {t: s.finish(pending[t]) for t, s in self.sources.items()}
-
     def count(self, tables: Mapping[str, Any],
               input_nodes: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """Traced: per type, its source's `count` of the read (cache hits, PCIe rows)."""

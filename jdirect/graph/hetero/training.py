@@ -165,47 +165,18 @@ class TypedRun:
         self._data = (self.sampler.arrays, self.inputs.tables)
         self._step = jax.jit(self._train_step)
         self._correct = jax.jit(self._count_correct)
-        # With cfg.overlap, step i samples batch i + 1 and starts its reads,
-        # then updates on batch i while they arrive, as the homogeneous
-        # trainer's pipeline: not with learned rows, which step i writes.
-        self.pipelined = cfg.overlap and self.learned is None and self.inputs.overlaps
-        self._first = jax.jit(self._read_first)
-        self._ahead_step = jax.jit(self._overlapped_step)
-        self._last = jax.jit(lambda state, data, sums, ahead, epoch, step: self._update(
-            state, data, {}, sums, *ahead, {}, epoch, step))
 
     # -- traced ------------------------------------------------------------
     def _read(self, data: Any, tables: Any, seeds: jax.Array, key: jax.Array):
         """(batch, the ids read per type, the sources' rows, the learned
         rows) of one batch of `seeds` from `data` (`self._data`): one read
         a type."""
-        batch, ids, pending = self._start(data, seeds, key)
-        learned = {} if self.learned is None else self.learned.rows(tables, ids)
-        return batch, ids, self.inputs.finish(pending), learned
-
-    def _start(self, data: Any, seeds: jax.Array, key: jax.Array):
-        """(batch, ids read per type, the sources' reads begun) of `seeds`."""
         arrays, sources = data
         batch = self.sampler.sample(arrays, seeds, key)
         ids = batch.input_nodes if self.neighbours else batch.nodes[0]
-        return batch, ids, self.inputs.start(sources, ids)
-
-    def _read_first(self, data: Any, seeds: jax.Array, epoch: jax.Array):
-        """The pipeline's first batch (step 0) and its rows: (batch, ids, rows)."""
-        batch, ids, rows, _ = self._read(data, {}, seeds, self.sampler.key(epoch, jnp.int32(0)))
-        return batch, ids, rows
-
-    def _overlapped_step(self, state: Any, data: Any, sums: dict[str, Any], ahead: Any,
-                         seeds: jax.Array, epoch: jax.Array, step: jax.Array):
-        """Step `step` on `ahead` (its batch, ids and rows) while batch
-        step + 1 of `seeds` is sampled and its rows read; (state, sums, the
-        next step's ahead). The barriers pin XLA's schedule to start ->
-        update -> finish, so the update's kernels run beside the reads."""
-        batch, ids, pending = self._start(data, seeds, self.sampler.key(epoch, step + 1))
-        pending, state, ahead = jax.lax.optimization_barrier((pending, state, ahead))
-        state, _, sums = self._update(state, data, {}, sums, *ahead, {}, epoch, step)
-        pending, state, sums = jax.lax.optimization_barrier((pending, state, sums))
-        return state, sums, (batch, ids, self.inputs.finish(pending))
+        rows = self.inputs.read(sources, ids)
+        learned = {} if self.learned is None else self.learned.rows(tables, ids)
+        return batch, ids, rows, learned
 
     def _logits(self, model: nnx.Module, batch: Any, rows: dict[str, jax.Array],
                 learned: dict[str, jax.Array], key: jax.Array | None) -> jax.Array:
@@ -216,15 +187,9 @@ class TypedRun:
 
     def _train_step(self, state: Any, data: Any, tables: Any, sums: dict[str, Any],
                     seeds: jax.Array, epoch: jax.Array, step: jax.Array):
-        batch, ids, rows, learned = self._read(data, tables, seeds, self.sampler.key(epoch, step))
-        return self._update(state, data, tables, sums, batch, ids, rows, learned, epoch, step)
-
-    def _update(self, state: Any, data: Any, tables: Any, sums: dict[str, Any], batch: Any,
-                ids: dict[str, jax.Array], rows: dict[str, jax.Array],
-                learned: dict[str, jax.Array], epoch: jax.Array, step: jax.Array):
-        """Step `step`'s update on its batch and rows: (state, tables, sums)."""
         model, optimizer = nnx.merge(self.graphdef, state)
         key = self.sampler.key(epoch, step)
+        batch, ids, rows, learned = self._read(data, tables, seeds, key)
 
         def loss_fn(model, learned):
             logits = self._logits(model, batch, rows, learned, key)
@@ -267,19 +232,9 @@ class TypedRun:
             learned={t: jnp.zeros(1) for t in self.tables})))  # a learned type's rows read
         start = time.perf_counter()
         rows = self.sampler.epoch_seeds(self.sampler.arrays, self.train_ids, epoch)
-        if self.pipelined:
-            ahead = self._first(self._data, rows[0], jnp.int32(epoch))
-            for i in range(len(rows) - 1):
-                self.state, sums, ahead = self._ahead_step(
-                    self.state, self._data, sums, ahead, rows[i + 1], jnp.int32(epoch),
-                    jnp.int32(i))
-            self.state, _, sums = self._last(self.state, self._data, sums, ahead,
-                                             jnp.int32(epoch), jnp.int32(len(rows) - 1))
-        else:
-            for i, seeds in enumerate(rows):
-                self.state, self.tables, sums = self._step(self.state, self._data, self.tables,
-                                                           sums, seeds, jnp.int32(epoch),
-                                                           jnp.int32(i))
+        for i, seeds in enumerate(rows):
+            self.state, self.tables, sums = self._step(self.state, self._data, self.tables, sums,
+                                                       seeds, jnp.int32(epoch), jnp.int32(i))
         loss_sum, right, seen = (float(v) for v in jax.device_get(sums["totals"]))
         if not math.isfinite(loss_sum):
             raise TrainingDiverged(f"training diverged: the loss became {loss_sum} in epoch "
