@@ -27,6 +27,7 @@ alone (SANITIZE_GROUPS="pinned:writes ..." picks them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 
 import jax
@@ -53,13 +54,15 @@ def _expected(values: np.ndarray, ids: np.ndarray, rows: np.ndarray, op: str) ->
     return np.asarray(at.set(rows, mode="drop") if op == "set" else at.add(rows, mode="drop"))
 
 
-def _uncached(values: np.ndarray, hot: np.ndarray, memory: str) -> jdirect.CachedTable:
+@contextlib.contextmanager
+def _uncached(values: np.ndarray, hot: np.ndarray, memory: str):
     """A cache of rows `hot` of `values` over a host table of the others
-    alone (`CachedTable.of_uncached`); closing it leaves its table open."""
+    alone (`CachedTable.of_uncached`), both closed after the block."""
     rest = np.delete(values, hot, axis=0)
-    table = jdirect.HostTable(jdirect.host_empty(rest.shape, rest.dtype, memory=memory))
-    table.numpy()[...] = rest
-    return jdirect.CachedTable.of_uncached(table, hot, jnp.asarray(values[hot]))
+    with jdirect.HostTable(jdirect.host_empty(rest.shape, rest.dtype, memory=memory)) as table:
+        table.numpy()[...] = rest
+        with jdirect.CachedTable.of_uncached(table, hot, jnp.asarray(values[hot])) as cached:
+            yield cached
 
 
 def check_reads(rng: np.random.Generator, memory: str) -> None:
@@ -78,7 +81,6 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
                             got = jax.jit(lambda i: jdirect.gather(
                                 table, i, mode="fill", fill_value=0, locality=locality))(ids)
                             np.testing.assert_array_equal(np.asarray(got), want)
-            split.table.close()
     floats = rng.standard_normal((ROWS, 40)).astype(np.float32)
     with jdirect.Int8Table(floats, memory=memory) as packed:
         ids = _ids(rng, 3000)
@@ -113,7 +115,6 @@ def check_started(rng: np.random.Generator, memory: str) -> None:
                                                        locality=locality, max_blocks=5)
                         np.testing.assert_array_equal(np.asarray(jdirect.gather_done(pending)),
                                                       want)
-            split.table.close()
     print(f"gather_start ({memory}): plain and cached (over every row and over the uncached "
           "rows alone), caller and address order, match jnp.take")
 

@@ -70,19 +70,19 @@ inline ffi::Error MakeGatherArgs(const char* table, int64_t nrows,
 }
 
 // The device cache of a CachedTable; empty operands mean no cache.
-// `host_rows` >= 0: the host table holds only the uncached rows, that many
+// `compact_rows` >= 0: the host table holds only the uncached rows, that many
 // (DeviceCache), which needs a cache.
 inline ffi::Error MakeCache(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer rows,
                             int64_t nrows, int64_t row_bytes, DeviceCache* cache,
-                            int64_t host_rows = -1) {
-  if (slots.element_count() == 0 && host_rows < 0) return ffi::Error::Success();
+                            int64_t compact_rows = -1) {
+  if (slots.element_count() == 0 && compact_rows < 0) return ffi::Error::Success();
   if (static_cast<int64_t>(slots.element_count()) != nrows || row_bytes <= 0 ||
-      static_cast<int64_t>(rows.size_bytes()) % row_bytes != 0 || host_rows == 0) {
+      static_cast<int64_t>(rows.size_bytes()) % row_bytes != 0 || compact_rows == 0) {
     return ffi::Error::InvalidArgument(
         "jdirect gather: cache slots or rows do not match the table");
   }
   *cache = DeviceCache{slots.typed_data(), static_cast<const char*>(rows.untyped_data()),
-                       static_cast<int64_t>(rows.size_bytes()) / row_bytes, host_rows};
+                       static_cast<int64_t>(rows.size_bytes()) / row_bytes, compact_rows};
   return ffi::Error::Success();
 }
 
@@ -148,25 +148,24 @@ ffi::Error GatherFromArray(const Runner& run, ffi::AnyBuffer table,
 // The lease spans the runner: on the CPU the copy, on the GPU the launch and
 // the recording of the table's event, which close() waits for before the
 // memory is released. `nrows` is the table's as read (indices resolve
-// against it); the host table has `host_rows` rows where that is >= 0 (a
+// against it); the host table has `compact_rows` rows where that is >= 0 (a
 // cache's compact host table), else `nrows`.
 template <typename Runner>
 ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
                             ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
                             ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
                             int64_t mode, int64_t fill_lo, int64_t fill_hi,
-                            int64_t nrows, int64_t row_bytes, int64_t host_rows) {
+                            int64_t nrows, int64_t row_bytes, int64_t compact_rows) {
   TableLease lease(handle);
-  if (auto e = CheckLease(lease, host_rows >= 0 ? host_rows : nrows, row_bytes); e.failure()) {
-    return e;
-  }
+  const int64_t leased = compact_rows >= 0 ? compact_rows : nrows;
+  if (auto e = CheckLease(lease, leased, row_bytes); e.failure()) return e;
   GatherArgs a;
   if (auto e = MakeGatherArgs(lease.view().data, nrows, row_bytes, idx, out,
                               mode, fill_lo, fill_hi, &a);
       e.failure()) {
     return e;
   }
-  if (auto e = MakeCache(slots, cached, nrows, row_bytes, &a.cache, host_rows); e.failure()) {
+  if (auto e = MakeCache(slots, cached, nrows, row_bytes, &a.cache, compact_rows); e.failure()) {
     return e;
   }
   a.handle = handle;
@@ -211,7 +210,7 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Attr<int64_t>("max_blocks")                             \
       .Attr<int64_t>("nrows")                                  \
       .Attr<int64_t>("row_bytes")                              \
-      .Attr<int64_t>("host_rows")
+      .Attr<int64_t>("compact_rows")
 
 #define JDIRECT_BIND_GATHER_HOST_STATIC(CTX)    \
   xla::ffi::Ffi::Bind() CTX                     \
@@ -227,7 +226,7 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Attr<int64_t>("max_blocks")              \
       .Attr<int64_t>("nrows")                   \
       .Attr<int64_t>("row_bytes")               \
-      .Attr<int64_t>("host_rows")
+      .Attr<int64_t>("compact_rows")
 
 // gather_done: the start's rows (aliased to the result), then every
 // operand the start's read still uses, passed only to keep it alive.

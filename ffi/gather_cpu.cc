@@ -55,11 +55,11 @@ ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::S32> slots,
                       ffi::Result<ffi::AnyBuffer> out,
                       ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
                       int64_t fill_lo, int64_t fill_hi, int64_t /*max_blocks*/,
-                      int64_t nrows, int64_t row_bytes, int64_t host_rows) {
+                      int64_t nrows, int64_t row_bytes, int64_t compact_rows) {
   int32_t h;
   if (auto e = HandleOnCpu(handle, &h); e.failure()) return e;
   return GatherFromHandle(CpuRunner{}, h, slots, cached, idx, out, mode, fill_lo, fill_hi,
-                          nrows, row_bytes, host_rows);
+                          nrows, row_bytes, compact_rows);
 }
 
 ffi::Error GatherHostStatic(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
@@ -67,9 +67,9 @@ ffi::Error GatherHostStatic(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
                             ffi::Result<ffi::AnyBuffer> /*workspace*/,
                             int64_t handle, int64_t mode, int64_t fill_lo,
                             int64_t fill_hi, int64_t /*max_blocks*/, int64_t nrows,
-                            int64_t row_bytes, int64_t host_rows) {
+                            int64_t row_bytes, int64_t compact_rows) {
   return GatherFromHandle(CpuRunner{}, static_cast<int32_t>(handle), slots, cached, idx,
-                          out, mode, fill_lo, fill_hi, nrows, row_bytes, host_rows);
+                          out, mode, fill_lo, fill_hi, nrows, row_bytes, compact_rows);
 }
 
 // gather_done's twin: the start already wrote the rows, so only a copy

@@ -229,11 +229,11 @@ ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
                       ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached, ffi::AnyBuffer idx,
                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
                       int64_t mode, int64_t fill_lo, int64_t fill_hi, int64_t max_blocks,
-                      int64_t nrows, int64_t row_bytes, int64_t host_rows) {
+                      int64_t nrows, int64_t row_bytes, int64_t compact_rows) {
   int32_t h;
   if (auto e = HostHandle(handle, &h); e.failure()) return e;
   return GatherFromHandle(Runner(stream, workspace, max_blocks), h, slots, cached, idx, out,
-                          mode, fill_lo, fill_hi, nrows, row_bytes, host_rows);
+                          mode, fill_lo, fill_hi, nrows, row_bytes, compact_rows);
 }
 
 ffi::Error GatherHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> slots,
@@ -241,10 +241,10 @@ ffi::Error GatherHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> slots,
                             ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, int64_t handle, int64_t mode,
                             int64_t fill_lo, int64_t fill_hi, int64_t max_blocks, int64_t nrows,
-                            int64_t row_bytes, int64_t host_rows) {
+                            int64_t row_bytes, int64_t compact_rows) {
   return GatherFromHandle(Runner(stream, workspace, max_blocks), static_cast<int32_t>(handle),
                           slots, cached, idx, out, mode, fill_lo, fill_hi, nrows, row_bytes,
-                          host_rows);
+                          compact_rows);
 }
 
 }  // namespace

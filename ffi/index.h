@@ -51,7 +51,7 @@ struct FillPattern {
 // Rows of a cached table kept in device memory: row r lives at slot
 // slots[r] of `rows` if that slot is in [0, count), else in the host table:
 // at host row r, or, for a host table of only the uncached rows
-// (`host_rows` >= 0, CachedTable.of_uncached), at host row -2 - slots[r].
+// (`compact_rows` >= 0, CachedTable.of_uncached), at host row -2 - slots[r].
 // An uncached table has slots == nullptr. The bound checks keep a bad slot
 // map from reading outside the cache or the host table (a compact host
 // table has at least one row: a cache of every row is read by XLA).
@@ -59,7 +59,7 @@ struct DeviceCache {
   const int32_t* slots = nullptr;
   const char* rows = nullptr;
   int64_t count = 0;
-  int64_t host_rows = -1;
+  int64_t compact_rows = -1;
 };
 
 JDIRECT_HD const char* RowAddress(const char* table, int64_t r, int64_t row_bytes,
@@ -67,9 +67,9 @@ JDIRECT_HD const char* RowAddress(const char* table, int64_t r, int64_t row_byte
   if (cache.slots != nullptr) {
     const int64_t s = cache.slots[r];
     if (s >= 0 && s < cache.count) return cache.rows + s * row_bytes;
-    if (cache.host_rows >= 0) {
+    if (cache.compact_rows >= 0) {
       const int64_t k = -2 - s;
-      return table + (k >= 0 && k < cache.host_rows ? k : 0) * row_bytes;
+      return table + (k >= 0 && k < cache.compact_rows ? k : 0) * row_bytes;
     }
   }
   return table + r * row_bytes;

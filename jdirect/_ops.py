@@ -188,7 +188,8 @@ def _as_read(shape: tuple[int, ...], cache: DeviceCache | None) -> tuple[tuple[i
 
 def read_whole(shape: tuple[int, ...], dtype: np.dtype, idx: jax.Array,
                request: ReadRequest, cache: WholeCache) -> jax.Array:
-    """jnp.take of a table of `shape` (its rows: the slots') whose every row `cache` holds, read
+    """jnp.take of a table whose rows are `shape[1:]` and whose every row
+    `cache` holds (len(cache.slots) of them), read
     from the cache by XLA's own gather: XLA fuses it into the operations
     that use the rows, where the FFI gather writes them out first: with
     every row cached, products' GraphSAGE epoch comes near the device
@@ -219,11 +220,11 @@ def read_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.d
     """
     if isinstance(cache, WholeCache):
         return read_whole(shape, dtype, idx, request, cache)
-    shape, host_rows = _as_read(shape, cache)
+    shape, compact_rows = _as_read(shape, cache)
     prep = _prepare(shape, dtype, memory, idx, request)
     if not isinstance(prep, _Prepared):
         return prep
-    static, operands = _registered(handle, shape, host_rows, prep, idx, cache)
+    static, operands = _registered(handle, shape, compact_rows, prep, idx, cache)
     if isinstance(handle, int):  # not cached: a per-table entry would outlive the table
         return _make_call(_ffi.GATHER_HOST_STATIC, **static)(*operands)
     return _cached_call(_ffi.GATHER_HOST, **static)(*operands)
@@ -239,13 +240,13 @@ def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.
     if isinstance(cache, WholeCache):
         return Pending(read_whole(shape, dtype, idx, request, cache))
     host_shape = shape
-    shape, host_rows = _as_read(shape, cache)
+    shape, compact_rows = _as_read(shape, cache)
     prep = _prepare(shape, dtype, memory, idx, request, max_blocks)
     if not isinstance(prep, _Prepared):
         return Pending(prep)
     if prep.row_bytes == 0:
         return Pending(read_registered(handle, host_shape, dtype, memory, idx, request, cache))
-    static, operands = _registered(handle, shape, host_rows, prep, idx, cache)
+    static, operands = _registered(handle, shape, compact_rows, prep, idx, cache)
     if isinstance(handle, int):
         start = _make_start(_ffi.GATHER_HOST_STATIC_START, **static)
     else:
@@ -256,16 +257,16 @@ def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.
     return Pending(rows, operands[0 if isinstance(handle, int) else 1:] + (workspace,))
 
 
-def _registered(handle: jax.Array | int, shape: tuple[int, ...], host_rows: int,
+def _registered(handle: jax.Array | int, shape: tuple[int, ...], compact_rows: int,
                 prep: _Prepared, idx: jax.Array,
                 cache: DeviceCache | None) -> tuple[dict, tuple[jax.Array, ...]]:
     """A registered read's static configuration and operands ([handle,]
     [slots, cached rows,] idx: no cache, no cache operands); a handle given
-    as an int is an attribute. `shape` is the table's as read, `host_rows`
+    as an int is an attribute. `shape` is the table's as read, `compact_rows`
     as `_as_read` gives it."""
     static = dict(prep.static)
     static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes),
-                        ("host_rows", host_rows))
+                        ("compact_rows", compact_rows))
     # No cache: the compiled call makes the empty cache operands itself
     # (`_with_cache`), so an eager read dispatches no arrays of its own.
     static["empty_cache"] = cache is None

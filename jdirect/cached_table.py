@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._arrays import all_distinct, ascending
+from ._cache_rows import check_rows, check_table, checked_counts, highest
 from ._ops import CompactCache, DeviceCache, Pending, ReadRequest, WholeCache
 from ._table_base import HostRows, RegisteredTable, TableBase
 
@@ -81,7 +81,8 @@ class CachedTable(TableCache):
     `jdirect.gather` on a CachedTable serves indices of cached rows from
     device memory and the others from the wrapped table's own read, in one
     call and with the same result as gathering from the wrapped table
-    (`jnp.take` of its decoded rows). Useful when a few rows are read far
+    (`jnp.take` of its decoded rows; for `of_uncached`, of the whole
+    table its cache and its wrapped table hold between them). Useful when a few rows are read far
     more often than the rest (power-law graphs, embeddings of frequent ids).
     `gather_start` starts it asynchronously where the wrapped table can.
     When every row is cached, reads take only the device copy, through
@@ -105,7 +106,7 @@ class CachedTable(TableCache):
     Attributes:
       table: the wrapped table; cached_rows: the cached ids (int64); shape,
         dtype, memory: the wrapped table's (memory: where uncached rows
-        live).
+        live; shape: with the cached rows counted for `of_uncached`).
 
     Raises:
       TypeError: `table` is not a registered table kind (a HostTable or
@@ -151,22 +152,29 @@ class CachedTable(TableCache):
         `jdirect.neighbor_sum` does not read it.
 
         Args:
-          table: an open HostTable or Int8Table of the uncached rows.
+          table: an open HostTable or Int8Table of the uncached rows, at
+            most 2**31 - 1 of them (their slots are int32).
           rows: distinct integer ids of the cached rows.
           cached: their rows in `table`'s stored form (an Int8Table's
             packed), [len(rows), ...] in device memory, row i of id rows[i].
 
         Raises:
-          TypeError, ValueError: as the constructor, and ValueError for
-            `cached` of another row count or row size than `table` stores.
+          TypeError, ValueError: as the constructor; ValueError for
+            `cached` not len(rows) rows of `table`'s stored form (shape and
+            dtype), or a `table` of more than 2**31 - 1 rows.
         """
         check_table(table, "CachedTable")
+        if table.shape[0] >= 2**31:
+            raise ValueError(f"of_uncached: at most 2**31 - 1 uncached rows (int32 slots), got "
+                             f"{table.shape[0]:,}")
         nrows = table.shape[0] + np.asarray(rows).size
         rows, ordered = check_rows(rows, nrows)
-        row_bytes = int(np.prod(cached.shape[1:], dtype=np.int64)) * np.dtype(cached.dtype).itemsize
-        if cached.shape[0] != rows.size or row_bytes != table.row_bytes:
-            raise ValueError(f"cached rows {tuple(cached.shape)} {np.dtype(cached.dtype).name} "
-                             f"are not {rows.size} rows of the table's {table.row_bytes} B")
+        stored = table.cache_rows(np.empty(0, np.int64))  # no rows: the stored form alone
+        want = ((rows.size,) + tuple(stored.shape[1:]), np.dtype(stored.dtype))
+        if (tuple(cached.shape), np.dtype(cached.dtype)) != want:
+            raise ValueError(f"of_uncached: cached rows must be {want[1].name} {want[0]} (the "
+                             f"cached ids' rows in the table's stored form), got "
+                             f"{np.dtype(cached.dtype).name} {tuple(cached.shape)}")
         self = object.__new__(cls)
         self.table, self.cached_rows = table, rows
         self._count, self._compact = int(rows.size), True
@@ -242,7 +250,8 @@ class CachedTable(TableCache):
 
     def host_rows(self) -> HostRows | None:
         """The wrapped table's stored rows with this cache (see
-        `TableBase.host_rows`)."""
+        `TableBase.host_rows`); None for `of_uncached`, whose table's rows
+        are not the rows as read."""
         inner = self.table.host_rows()
         if inner is None or self._compact:
             return None
@@ -326,37 +335,6 @@ class CachedTable(TableCache):
         return kind(slots, rows)
 
 
-def check_table(table: Any, kind: str) -> None:
-    """Raises TypeError or ValueError unless `table` is an open registered
-    table that the cache `kind` (its class name) can wrap."""
-    if not isinstance(table, RegisteredTable):
-        raise TypeError(f"{kind} caches a HostTable or an Int8Table, got {type(table).__name__}")
-    if table.closed:
-        raise ValueError(f"{kind} needs an open {type(table).__name__}, got {table!r}")
-
-
-def check_rows(rows: Any, nrows: int) -> tuple[np.ndarray, bool]:
-    """(`rows` as int64 ids to cache, in their order; whether they ascend);
-    raises as the CachedTable constructor."""
-    rows = np.asarray(rows)
-    if rows.size and rows.dtype.kind not in "iu":
-        hint = " (for a boolean mask m, pass np.flatnonzero(m))" if rows.dtype == bool else ""
-        raise TypeError(f"rows must be integer row ids, got dtype {rows.dtype.name}{hint}")
-    rows = rows.astype(np.int64).ravel()
-    # Ascending ids (a cache's rows as `hottest_rows` gives them:
-    # papers100M's 111M) are distinct, and their ends are their bounds: one
-    # pass instead of a sort and two reductions.
-    ordered = ascending(rows)
-    if rows.size and ((rows[0] if ordered else rows.min()) < 0 or
-                      (rows[-1] if ordered else rows.max()) >= nrows):
-        raise ValueError(f"cached row ids must lie in [0, {nrows})")
-    if not ordered and not all_distinct(rows):
-        raise ValueError("cached row ids must be distinct")
-    if rows.size >= 2**31:
-        raise ValueError("at most 2**31 - 1 rows can be cached")
-    return rows, ordered
-
-
 def hottest_rows(table: RegisteredTable, counts: Any, budget_bytes: int, kind: str,
                  devices: int = 1) -> np.ndarray:
     """Sorted ids of the rows with the highest `counts` that fit in
@@ -376,29 +354,5 @@ def top_rows(counts: Any, nrows: int, row_bytes: int, budget_bytes: int,
         raise TypeError(f"budget_bytes must be an int, got {budget_bytes!r}")
     if budget_bytes < 0:
         raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
-    counts = np.asarray(counts)
-    if counts.dtype.kind not in "biuf":
-        raise TypeError(f"counts must be real numbers, got dtype {counts.dtype.name}")
-    counts = counts.ravel()
-    if counts.shape != (nrows,):
-        raise ValueError(f"counts needs {nrows} entries, got {counts.shape}")
-    k = min(nrows, devices * rows_within(budget_bytes, nrows, row_bytes))
-    if counts.dtype.kind == "f" and np.isnan(counts).any():
-        raise ValueError("counts must not be NaN")
-    return _top_rows(counts, k)
-
-
-def _top_rows(counts: np.ndarray, k: int) -> np.ndarray:
-    """Sorted ids of the k largest counts, ties going to the lowest ids:
-    np.sort(np.argsort(-counts, kind="stable")[:k]) without its temporaries
-    of n int64 (GBs for a papers100M-sized table)."""
-    n = counts.shape[0]
-    if k >= n:
-        return np.arange(n)
-    if k == 0:
-        return np.empty(0, np.int64)
-    threshold = np.partition(counts, n - k)[n - k]
-    keep = counts > threshold
-    ties = np.flatnonzero(counts == threshold)[: k - np.count_nonzero(keep)]
-    keep[ties] = True
-    return np.flatnonzero(keep)
+    counts = checked_counts(counts, nrows)
+    return highest(counts, min(nrows, devices * rows_within(budget_bytes, nrows, row_bytes)))

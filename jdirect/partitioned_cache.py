@@ -63,7 +63,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ._ops import FILL, DeviceCache, ReadRequest
 from ._table_base import RegisteredTable
-from .cached_table import TableCache, check_rows, check_table, hottest_rows
+from ._cache_rows import check_rows, check_table
+from .cached_table import TableCache, hottest_rows
 from ._partition_slices import check_mesh, place_slices
 from .placement import replicated
 

@@ -23,12 +23,13 @@ _F32 = np.finfo(np.float32)
 
 
 def quantize_rows(array: Any, out: np.ndarray | None = None, *,
-                  threads: int | None = None) -> np.ndarray:
+                  threads: int | None = None, checked: bool = False) -> np.ndarray:
     """Packs a float [n, d] array as uint8 [n, d + 4]: per row, d int8 values
     q = round(x / s) and the float32 scale s = max|x| / 127 (little-endian).
     Writes into `out` (uint8 [n, d + 4]) if given, and returns it. Blocks of
     rows are packed on `threads` threads (None: every core; the bytes do not
-    depend on it).
+    depend on it). `checked`: the caller has run `check_quantizable` on
+    these rows (a copy of some rows of a table checks them all once).
 
     Every row decodes (`decode_rows`: q * s in float32) to finite values
     within s / 2 of its own: s is lowered by an ulp where 127 * s would
@@ -36,6 +37,29 @@ def quantize_rows(array: Any, out: np.ndarray | None = None, *,
     normal number (XLA flushes subnormal operands to zero, which would
     decode a row below ~1.5e-36 to zeros), so rows that small are quantized
     in steps of 1.2e-38. An all-zero row gets s = 1.
+
+    Raises:
+      TypeError, ValueError: as `check_quantizable`; ValueError for `out`
+        of another dtype or shape.
+    """
+    array = np.asarray(array)
+    if not checked:
+        check_quantizable(array, threads=threads)
+    shape = (array.shape[0], array.shape[1] + 4)
+    packed = np.empty(shape, np.uint8) if out is None else out
+    if packed.shape != shape or packed.dtype != np.uint8:
+        raise ValueError(f"out must be uint8 of shape {shape}, got {packed.dtype.name} {packed.shape}")
+    map_chunks(lambda _, start, stop: _pack(array[start:stop].astype(np.float32),
+                                            packed[start:stop]),
+               array.shape[0], _block_rows(array), threads=threads)
+    return packed
+
+
+def check_quantizable(array: Any, rows: np.ndarray | None = None, *,
+                      threads: int | None = None) -> None:
+    """Raises unless `quantize_rows` accepts `array` (float [n, d]), or its
+    rows `rows` (ids; the message names them), checked in blocks of rows
+    on `threads` threads (None: every core), nothing written.
 
     Raises:
       TypeError: `array` is not floating point (integers, bool, complex and
@@ -50,34 +74,35 @@ def quantize_rows(array: Any, out: np.ndarray | None = None, *,
         raise TypeError(f"quantize_rows needs a floating-point array, got {array.dtype.name}")
     if array.ndim != 2:
         raise ValueError(f"quantize_rows needs a 2-D array, got shape {array.shape}")
-    shape = (array.shape[0], array.shape[1] + 4)
-    packed = np.empty(shape, np.uint8) if out is None else out
-    if packed.shape != shape or packed.dtype != np.uint8:
-        raise ValueError(f"out must be uint8 of shape {shape}, got {packed.dtype.name} {packed.shape}")
     # In blocks of rows: a whole-table pass would hold ~3 float32 copies of a
     # table that may be most of the host's memory (papers100M: 57 GB each);
     # on threads, as one core packs a MAG240M-sized table in minutes. Two
-    # passes: nothing is written into `out` unless every row is accepted.
-    step = max(1, _BLOCK_BYTES // max(1, 4 * array.shape[1]))
+    # passes (this one, then the packing): nothing is written into `out`
+    # unless every row is accepted.
     nonfinite, beyond = _Refusals(), _Refusals()
 
     def check(_: int, start: int, stop: int) -> tuple[_Refusals, _Refusals]:
-        block, found = array[start:stop], (_Refusals(), _Refusals())
-        found[0].add(~np.isfinite(block), start)
+        ids = None if rows is None else rows[start:stop]
+        block = array[start:stop] if rows is None else array[ids]
+        found = (_Refusals(), _Refusals())
+        found[0].add(~np.isfinite(block), start, ids)
         with np.errstate(over="ignore", invalid="ignore"):
-            found[1].add(np.isinf(block.astype(np.float32)) & np.isfinite(block), start)
+            found[1].add(np.isinf(block.astype(np.float32)) & np.isfinite(block), start, ids)
         return found
 
-    for block_nonfinite, block_beyond in map_chunks(check, array.shape[0], step, threads=threads):
+    n = array.shape[0] if rows is None else len(rows)
+    for block_nonfinite, block_beyond in map_chunks(check, n, _block_rows(array),
+                                                    threads=threads):
         nonfinite.merge(block_nonfinite)
         beyond.merge(block_beyond)
     nonfinite.check("finite values", "NaN or infinite values")
     beyond.check(f"values within float32's range (|x| <= {float(_F32.max):.7g})",
                  "values beyond it")
-    map_chunks(lambda _, start, stop: _pack(array[start:stop].astype(np.float32),
-                                            packed[start:stop]),
-               array.shape[0], step, threads=threads)
-    return packed
+
+
+def _block_rows(array: Any) -> int:
+    """Rows of `array` [n, d] a block of `_BLOCK_BYTES` float32 bytes holds."""
+    return max(1, _BLOCK_BYTES // max(1, 4 * array.shape[1]))
 
 
 _BLOCK_BYTES = 64 << 20  # float32 bytes of a block of rows
@@ -103,12 +128,14 @@ class _Refusals:
         self.elements = self.rows = 0
         self.first: int | None = None
 
-    def add(self, bad: np.ndarray, start: int) -> None:
+    def add(self, bad: np.ndarray, start: int, ids: np.ndarray | None = None) -> None:
+        """Counts mask `bad` of rows start.. (their ids `ids`, if given)."""
         rows = np.flatnonzero(bad.any(axis=1))
         if rows.size:
             self.elements += int(bad.sum())
             self.rows += rows.size
-            self.first = start + int(rows[0]) if self.first is None else self.first
+            first = start + int(rows[0]) if ids is None else int(ids[rows[0]])
+            self.first = first if self.first is None else self.first
 
     def merge(self, later: _Refusals) -> None:
         """Adds the counts of a later block of rows."""

@@ -86,17 +86,48 @@ def test_every_row_cached_reads_the_cache_alone():
 
 def test_bad_cached_rows_are_refused():
     rest = HostTable(np.zeros((5, 3), np.float32))
-    with pytest.raises(ValueError, match="are not 2 rows of the table's 12 B"):
-        CachedTable.of_uncached(rest, [0, 1], jnp.zeros((3, 3), jnp.float32))
-    with pytest.raises(ValueError, match="are not 2 rows of the table's 12 B"):
-        CachedTable.of_uncached(rest, [0, 1], jnp.zeros((2, 4), jnp.float32))
+    for cached in (jnp.zeros((3, 3), jnp.float32),  # a row too many
+                   jnp.zeros((2, 4), jnp.float32),  # rows too wide
+                   jnp.zeros((2, 6), jnp.bfloat16),  # the same bytes, another dtype
+                   jnp.zeros((2, 3, 1), jnp.float32)):  # another row shape
+        with pytest.raises(ValueError, match=r"cached rows must be float32 \(2, 3\)"):
+            CachedTable.of_uncached(rest, [0, 1], cached)
     with pytest.raises(ValueError, match="distinct"):
         CachedTable.of_uncached(rest, [1, 1], jnp.zeros((2, 3), jnp.float32))
     with pytest.raises(ValueError, match=r"in \[0, 7\)"):
         CachedTable.of_uncached(rest, [0, 7], jnp.zeros((2, 3), jnp.float32))
+    packed = Int8Table.from_packed(np.zeros((5, 7), np.uint8))
+    with pytest.raises(ValueError, match=r"cached rows must be uint8 \(1, 7\)"):
+        CachedTable.of_uncached(packed, [0], jnp.zeros((1, 3), jnp.float32))
     rest.close()
     with pytest.raises(ValueError, match="open"):
         CachedTable.of_uncached(rest, [0, 1], jnp.zeros((2, 3), jnp.float32))
+
+
+def test_a_bad_slot_map_reads_inside_the_host_table():
+    """A slot map rebuilt with slots the constructor never makes (past the
+    cache, past the host table, -1) reads host row 0, never outside."""
+    values = np.arange(24, dtype=np.float32).reshape(8, 3)
+    table = CachedTable.of_uncached(HostTable(values[2:].copy()), [0, 1],
+                                    jnp.asarray(values[:2]))
+    leaves, tree = jax.tree.flatten(table)
+    slots = jnp.array([0, 1, -2, 5, -1, -1002, 2**31 - 1, -(2**31)], jnp.int32)
+    bad = jax.tree.unflatten(tree, [slots if leaf is table._cache.slots else leaf
+                                    for leaf in leaves])
+    got = np.asarray(jdirect.gather(bad, jnp.arange(8)))
+    np.testing.assert_array_equal(got, values[[0, 1, 2, 2, 2, 2, 2, 2]])
+
+
+def test_a_copy_names_the_feature_row_it_cannot_quantize():
+    features = np.ones((50, 4), np.float32)
+    features[[37, 44], 1] = np.nan
+    rows = np.arange(20, 50)
+    with pytest.raises(ValueError, match=r"2 NaN or infinite values, in 2 rows \(first: row 37\)"):
+        encoding.open_rows(features, "int8", rows)
+    with pytest.raises(ValueError, match=r"first: row 44"):
+        encoding.device_rows(features, "int8", np.array([3, 44]))
+    with pytest.raises(ValueError, match="another encoding"):
+        encoding.open_rows(features, "float32", rows)
 
 
 def test_what_cannot_read_it_refuses_it():
@@ -125,13 +156,17 @@ def test_the_cache_source_copies_only_the_uncached_rows(row_encoding):
     graph = synthetic("tiny", seed=0, progress=False)
     options = SourceOptions(cache_fraction=0.3, row_encoding=row_encoding)
     ids = jnp.asarray(np.arange(-3, graph.num_nodes + 3, dtype=np.int32))
-    with SOURCES["jdirect-cache"].open(graph, options) as source, \
-            encoding.open_rows(graph.features, row_encoding) as every_row:
+    features = np.asarray(graph.features)
+    if row_encoding == "int8":  # the rows as an Int8Table decodes them
+        every_row = jnp.asarray(decode_rows(jnp.asarray(quantize_rows(features))))
+    else:
+        every_row = jnp.asarray(features, jnp.bfloat16)
+    with SOURCES["jdirect-cache"].open(graph, options) as source:
         table = source.table
         cached = table.cached_rows.size
         assert table.compact and 0 < cached < graph.num_nodes
         assert source.host.shape[0] == graph.num_nodes - cached
-        want = jdirect.gather(CachedTable(every_row, table.cached_rows), ids, fill_value=0)
+        want = jnp.take(every_row, ids, axis=0, mode="fill", fill_value=0)
         np.testing.assert_array_equal(np.asarray(jax.jit(source.read)(table, ids, None)),
                                       np.asarray(want))
         pending = jax.jit(source.start)(table, ids)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jdirect import CachedTable, HostTable, Pending
-from jdirect.cached_table import AUTO_SHARE, SLOT_BYTES
+from jdirect.cached_table import AUTO_SHARE, SLOT_BYTES, rows_within
 from jdirect.host_memory import HOST_RESERVE
 from jdirect.graph import NeighborSampler, synthetic
 from jdirect.graph.features import SOURCES, SourceOptions
@@ -194,6 +194,20 @@ def test_auto_makes_no_copy_the_host_cannot_hold():
             STORED, int(fraction * SHAPE[0] * (400 + SLOT_BYTES)))
     assert plan(0.6, 0, ml_dtypes.bfloat16).encoding == STORED  # in place anyway
     assert plan(0.2, 0, encoding="int8").encoding == "int8"
+
+
+def test_a_copy_of_the_uncached_rows_alone_needs_room_for_those():
+    """`jdirect-cache` copies only the rows its cache does not take
+    (`uncached_copy`): the host needs room for those alone."""
+    def plan(host, uncached_copy):
+        return plan_rows(SHAPE, np.float32, "auto", 0.6, cached=True, free_bytes=10**12,
+                         host_free_bytes=host, uncached_copy=uncached_copy)
+
+    cache = int(0.6 * SHAPE[0] * (200 + SLOT_BYTES))
+    held = SHAPE[0] - rows_within(cache, SHAPE[0], 200)  # the bfloat16 rows not cached
+    assert plan(held * 200 + HOST_RESERVE, True) == RowPlan("bfloat16", cache)
+    assert plan(held * 200 + HOST_RESERVE - 1, True).encoding == STORED
+    assert plan(held * 200 + HOST_RESERVE, False).encoding == STORED  # a copy of every row
 
 
 def test_auto_keeps_an_uncached_source_exact():

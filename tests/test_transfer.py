@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import jdirect
 from jdirect import placement
-from jdirect.cached_table import _top_rows
+from jdirect._cache_rows import highest
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -50,7 +50,7 @@ def test_top_rows_matches_stable_argsort(counts, k):
     counts = np.array(counts)
     k = min(k, counts.size)
     want = np.sort(np.argsort(-counts, kind="stable")[:k])
-    np.testing.assert_array_equal(_top_rows(counts, k), want)
+    np.testing.assert_array_equal(highest(counts, k), want)
 
 
 def test_from_counts_refuses_nan():

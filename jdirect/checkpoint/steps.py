@@ -176,8 +176,8 @@ class Checkpoints:
 
         Raises:
           CheckpointError: a HostTable of target is closed or read-only, a
-            CachedTable closed, or a PartitionedCache in it (nothing is
-            written); a step is of another format (named: it is not read);
+            CachedTable closed or made by `CachedTable.of_uncached`, or a
+            PartitionedCache in it (nothing is written); a step is of another format (named: it is not read);
             a symbolic link, directory, FIFO or device is at a step's name,
             or a checkpoint that is no run's step (a save_tables file):
             named, not read; the saved run_config differs (the message

@@ -114,8 +114,9 @@ def restore_tables(path: str | Path, tree: Any) -> tuple[Any, dict[str, Any]]:
 
     Raises:
       TableCheckpointError: a HostTable of `tree` is closed or read-only,
-        a CachedTable closed, or a PartitionedCache in it (nothing is
-        written); the file is missing, not a file, of another format
+        a CachedTable closed or made by `CachedTable.of_uncached` (its
+        cached rows cannot be read again from its table), or a
+        PartitionedCache in it (nothing is written); the file is missing, not a file, of another format
         (named), or unreadable; it holds leaves of other paths, shapes or
         dtypes (each difference named; nothing is written); or its data is
         damaged (checksum mismatch or a cut file: the tables were partly

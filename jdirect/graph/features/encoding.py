@@ -35,8 +35,11 @@ them all, narrower rows when only a share of them is cached.
     in the budget for "auto": int8 rows where a cache of 2-byte rows
     (bfloat16, or a 2-byte table's own) would hold under
     INT8_BELOW_CACHED_SHARE of them, else bfloat16 rows (a float32
-    table's; 2-byte tables stay as stored). Never a copy the host cannot
-    hold: where the narrower rows would not fit in the host memory
+    table's; 2-byte tables stay as stored). `jdirect-cache`'s copy holds
+    only the rows its cache does not (`jdirect.CachedTable.of_uncached`):
+    the misses alone in host memory, which then more often fits where the
+    GPU reads it at the link's rate (managed memory). Never a copy the host
+    cannot hold: where the copied rows would not fit in the host memory
     available (`host_free_bytes`, less `HOST_RESERVE`), the rows as stored,
     read in place (MAG240M's tables are most of a host's memory). A source
     without a cache keeps the rows as stored: it is the exact,
@@ -71,9 +74,9 @@ import numpy as np
 from ... import HostTable, Int8Table
 from ...cached_table import cache_budget, cached_row_bytes, rows_within
 from ...host_memory import host_room_for
-from ..._chunks import map_chunks
+from ..._chunks import default_threads, map_chunks
 from ...placement import PIECE_BYTES, PUT_THREADS, put_rows
-from ...quantized import quantize_rows
+from ...quantized import check_quantizable, quantize_rows
 
 STORED = "stored"  # a plan's encoding: the table's own rows, opened in place
 ENCODINGS = ("auto", "float32", "bfloat16", "int8")
@@ -109,7 +112,7 @@ def row_bytes(encoding: str, dim: int, dtype: np.dtype) -> int:
 def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
               cache_fraction: float | str, *, cached: bool,
               free_bytes: int | None, reserve_bytes: int = 0, devices: int = 1,
-              host_free_bytes: int | None = None) -> RowPlan:
+              host_free_bytes: int | None = None, uncached_copy: bool = False) -> RowPlan:
     """The encoding and cache size for a [rows, dim] table of `dtype`, by
     the module's rule; a pure function of its arguments. The cache's bytes
     follow the core's sizing rule (`jdirect.cached_table`: a cached row
@@ -134,6 +137,9 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
       host_free_bytes: host memory available for a copy of the rows
         (`host_memory.host_available_bytes`), None where unknown: `auto`
         makes no copy beyond it less `HOST_RESERVE`.
+      uncached_copy: the source copies only the rows its cache does not
+        take (`jdirect-cache`: `jdirect.CachedTable.of_uncached`), so only
+        those count against `host_free_bytes`; else every row.
 
     Raises:
       ValueError: an encoding not in ENCODINGS, or float32 for a 2-byte
@@ -163,17 +169,28 @@ def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
             encoding = "int8"
         else:
             encoding = two_byte
-        copy = rows * row_bytes(encoding, dim, dtype) if encoding != STORED else 0
-        if not host_room_for(copy, host_free_bytes):
-            encoding = STORED
-    table_bytes = rows * cached_row_bytes(row_bytes(encoding, dim, dtype))
-    if not cached:
-        cache = 0
-    elif auto:
-        cache = min(-(-table_bytes // devices), budget)
-    else:
-        cache = int(cache_fraction * table_bytes)
+        if encoding != STORED:
+            per_row = row_bytes(encoding, dim, dtype)
+            held = rows  # the rows copied
+            if uncached_copy:
+                held -= rows_within(_cache_bytes(rows, per_row, cache_fraction, budget, 1),
+                                    rows, per_row)
+            if not host_room_for(held * per_row, host_free_bytes):
+                encoding = STORED
+    cache = (_cache_bytes(rows, row_bytes(encoding, dim, dtype), cache_fraction, budget, devices)
+             if cached else 0)
     return RowPlan(encoding, cache)
+
+
+def _cache_bytes(rows: int, per_row: int, cache_fraction: float | str, budget: int,
+                 devices: int) -> int:
+    """A cache's bytes a device for a `rows`-row table of `per_row`-byte
+    stored rows: `cache_fraction` of its cached bytes, or for "auto" its
+    share over `devices`, at most `budget`."""
+    table_bytes = rows * cached_row_bytes(per_row)
+    if cache_fraction == "auto":
+        return min(-(-table_bytes // devices), budget)
+    return int(cache_fraction * table_bytes)
 
 
 def cached_share(rows: int, per_row: int, cache_fraction: float | str, budget: int,
@@ -197,13 +214,19 @@ def open_rows(features: np.ndarray, encoding: str,
     of `jdirect.CachedTable.of_uncached`. The caller closes it.
 
     Raises:
-      ValueError: as `Int8Table` (non-finite features for "int8").
+      ValueError: `rows` with an encoding that is not a copy; as
+        `Int8Table` (non-finite features for "int8", naming the row id).
     """
-    if rows is None:
-        if encoding == STORED or encoding == features.dtype.name:
-            return HostTable(features)
-        if encoding == "int8":
-            return Int8Table(features)
+    copies = encoding not in (STORED, features.dtype.name)
+    if rows is None and not copies:
+        return HostTable(features)
+    if not copies:
+        raise ValueError(f"open_rows copies some rows only into another encoding, got "
+                         f"{encoding!r} for a {features.dtype.name} table")
+    if rows is None and encoding == "int8":
+        return Int8Table(features)
+    if encoding == "int8":
+        check_quantizable(features, rows, threads=COPY_THREADS)
     shape, dtype = stored_form(encoding, features.shape[1])
     n = features.shape[0] if rows is None else rows.size
     table = HostTable.empty((n,) + shape, dtype)
@@ -213,7 +236,8 @@ def open_rows(features: np.ndarray, encoding: str,
         def copy(_: int, a: int, b: int) -> None:  # NumPy's gathers and casts drop the GIL
             encode(features[a:b] if rows is None else features[rows[a:b]], encoding, out[a:b])
 
-        map_chunks(copy, n, max(1, PIECE_BYTES // max(out.itemsize * int(np.prod(shape)), 1)))
+        map_chunks(copy, n, _piece_rows(features.shape[1], out.itemsize * int(np.prod(shape))),
+                   threads=COPY_THREADS)
     except BaseException:
         table.close()
         raise
@@ -231,9 +255,9 @@ def stored_form(encoding: str, dim: int) -> tuple[tuple[int, ...], np.dtype]:
 def encode(block: np.ndarray, encoding: str, out: np.ndarray | None = None) -> np.ndarray:
     """`block`'s rows in a copy's `encoding`, stored form (`stored_form`),
     into `out` if given, on the calling thread (callers split the rows
-    over threads)."""
+    over threads; int8 rows checked by `check_quantizable` first)."""
     if encoding == "int8":
-        return quantize_rows(block, out=out, threads=1)
+        return quantize_rows(block, out=out, threads=1, checked=True)
     if out is None:
         return block.astype(stored_form(encoding, block.shape[1])[1])
     out[...] = block
@@ -243,10 +267,27 @@ def encode(block: np.ndarray, encoding: str, out: np.ndarray | None = None) -> n
 def device_rows(features: np.ndarray, encoding: str, rows: np.ndarray) -> jax.Array:
     """`features[rows]` in a copy's `encoding`, stored form, in device
     memory: the cache half of `jdirect.CachedTable.of_uncached`, encoded and
-    sent a piece at a time (no host copy of them all)."""
+    sent a piece at a time (no host copy of them all).
+
+    Raises:
+      ValueError: as `open_rows`."""
+    if encoding == "int8":
+        check_quantizable(features, rows, threads=COPY_THREADS)
     shape, dtype = stored_form(encoding, features.shape[1])
     return put_rows(lambda a, b: encode(features[rows[a:b]], encoding),
                     (rows.size,) + shape, dtype, threads=PUT_THREADS)
+
+
+# Threads that copy and encode rows at once: each holds a piece of gathered
+# rows and its float32 temporaries (`_piece_rows`), so not every core of a
+# host whose memory the table mostly fills.
+COPY_THREADS = min(16, default_threads())
+
+
+def _piece_rows(dim: int, out_row_bytes: int) -> int:
+    """Rows a piece of a copy holds: PIECE_BYTES of its largest form (the
+    encoded rows, or the float32 values an encoding computes through)."""
+    return max(1, PIECE_BYTES // max(out_row_bytes, 4 * dim, 1))
 
 
 def describe_rows(encoding: str, dtype: np.dtype, dim: int) -> str:

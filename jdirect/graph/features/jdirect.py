@@ -31,19 +31,22 @@ def finish_rows(pending: Any) -> jax.Array:
     return gather_done(pending)
 
 
-def plan(graph: Graph, options: SourceOptions, *, cache_devices: int = 0) -> encoding.RowPlan:
+def plan(graph: Graph, options: SourceOptions, *, cache_devices: int = 0,
+         uncached_copy: bool = False) -> encoding.RowPlan:
     """The one plan of `graph`'s host rows under `options`
     (`encoding.plan_rows`, with the free device and host memory now): their
     encoding and, with `cache_devices` > 0, the bytes of a device cache in
-    front of them on each of that many devices (0: no cache). The caller of
-    a cached source plans once and opens both halves from it."""
+    front of them on each of that many devices (0: no cache);
+    `uncached_copy` as `plan_rows`. The caller of a cached source plans
+    once and opens both halves from it."""
     features = graph.features
     return encoding.plan_rows(features.shape, features.dtype, options.row_encoding,
                               options.cache_fraction, cached=cache_devices > 0,
                               free_bytes=device_free_bytes(),
                               reserve_bytes=options.device_reserve,
                               devices=max(cache_devices, 1),
-                              host_free_bytes=host_available_bytes())
+                              host_free_bytes=host_available_bytes(),
+                              uncached_copy=uncached_copy)
 
 
 class HostTableSource(FeatureSource):

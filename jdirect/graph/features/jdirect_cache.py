@@ -38,7 +38,7 @@ class CachedSource(FeatureSource):
       hotness: float or int[num_nodes]: which rows to cache first.
       cached: None, or (ids, their rows in the host table's stored form
         on the device) where `inner` holds only the other rows, in
-        ascending id order (`open`; `hotness` then only names them).
+        ascending id order (`open`; `hotness` is then not read).
 
     Attributes:
       inner: the source it wraps; host: its host table; plan: its
@@ -73,21 +73,21 @@ class CachedSource(FeatureSource):
         many of them the cache takes).
 
         Where the plan copies the rows (another encoding) and the cache
-        takes some but not all of them, the copy in host memory holds only
-        the rows the cache does not (`CachedTable.of_uncached`): the misses
+        takes some of them, the copy in host memory holds only the rows the
+        cache does not (`CachedTable.of_uncached`): the misses
         then take managed memory, read at the link's rate, where a copy of
         every row would not fit there (the lent machines' rule,
         `jdirect.host_memory`) and would be pinned, whose random rows are
         read at a fraction of it (the journal, benchmarks/results/journal/LOG.md,
         2026-11-29, twentieth session, call B)."""
-        row_plan = plan(graph, options, cache_devices=1)
+        row_plan = plan(graph, options, cache_devices=1, uncached_copy=True)
         features, hotness = graph.features, graph.degrees()
         rows = features.shape[0]
         hot = None
         if row_plan.encoding != encoding.STORED:
             stored = encoding.row_bytes(row_plan.encoding, features.shape[1], features.dtype)
             hot = top_rows(hotness, rows, stored, row_plan.cache_bytes)
-        if hot is None or not 0 < hot.size < rows:
+        if hot is None or hot.size == 0:
             return cls(HostTableSource(graph, options, row_plan), row_plan.cache_bytes, hotness)
         uncached = np.ones(rows, bool)
         uncached[hot] = False
