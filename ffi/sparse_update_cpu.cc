@@ -8,8 +8,11 @@
 namespace jdirect {
 namespace {
 
-template <Rule R, typename T, typename K>
-void UpdateRows(const SparseUpdateArgs& a) {
+// Calls update(r, row, old, g) for each key in [0, nrows): its table row r,
+// that row's storage, its current values (the given rows, else the row)
+// and its summed gradient row.
+template <typename T, typename K, typename F>
+void ForEachKey(const SparseUpdateArgs& a, F update) {
   const K* keys = static_cast<const K*>(a.keys);
   T* table = reinterpret_cast<T*>(a.table);
   const T* given = reinterpret_cast<const T*>(a.rows);
@@ -17,8 +20,13 @@ void UpdateRows(const SparseUpdateArgs& a) {
     const int64_t r = static_cast<int64_t>(keys[k]);
     if (r < 0 || r >= a.nrows) continue;
     T* row = table + r * a.dim;
-    const T* old = given != nullptr ? given + k * a.dim : row;
-    const float* g = a.grads + k * a.dim;
+    update(r, row, given != nullptr ? given + k * a.dim : row, a.grads + k * a.dim);
+  }
+}
+
+template <Rule R, typename T, typename K>
+void UpdateRows(const SparseUpdateArgs& a) {
+  ForEachKey<T, K>(a, [&](int64_t r, T* row, const T* old, const float* g) {
     for (int64_t j = 0; j < a.dim; ++j) {
       const int64_t at = r * a.dim + j;
       float s0 = 0.0f, s1 = 0.0f;
@@ -28,29 +36,21 @@ void UpdateRows(const SparseUpdateArgs& a) {
       if constexpr (SlotCount(R) > 0) a.slots[0][at] = s0;
       if constexpr (SlotCount(R) > 1) a.slots[1][at] = s1;
     }
-  }
+  });
 }
 
 // Row-wise Adagrad: the row's sum of squared gradients first, then every
 // element with the row's one scale.
 template <typename T, typename K>
 void UpdateRowwise(const SparseUpdateArgs& a) {
-  const K* keys = static_cast<const K*>(a.keys);
-  T* table = reinterpret_cast<T*>(a.table);
-  const T* given = reinterpret_cast<const T*>(a.rows);
-  for (int64_t k = 0; k < a.n; ++k) {
-    const int64_t r = static_cast<int64_t>(keys[k]);
-    if (r < 0 || r >= a.nrows) continue;
-    T* row = table + r * a.dim;
-    const T* old = given != nullptr ? given + k * a.dim : row;
-    const float* g = a.grads + k * a.dim;
+  ForEachKey<T, K>(a, [&](int64_t r, T* row, const T* old, const float* g) {
     float sum_sq = 0.0f;
     for (int64_t j = 0; j < a.dim; ++j) sum_sq += g[j] * g[j];
     const float scale = RowwiseScale(a.hyper, a.scalars[kLr], a.slots[0][r], sum_sq, a.dim);
     for (int64_t j = 0; j < a.dim; ++j) {
       row[j] = FromFloat<T>(RowwiseUpdate(scale, ToFloat(old[j]), g[j]));
     }
-  }
+  });
 }
 
 template <Rule R, typename T, typename K>
