@@ -44,6 +44,14 @@ def check_rows(rows: Any, nrows: int) -> tuple[np.ndarray, bool]:
     return rows, ordered
 
 
+def uncached(nrows: int, rows: np.ndarray) -> np.ndarray:
+    """Ascending ids of an `nrows`-row table's rows not among `rows` (the
+    distinct ids a cache holds)."""
+    left = np.ones(nrows, bool)
+    left[rows] = False
+    return np.flatnonzero(left)
+
+
 def checked_counts(counts: Any, nrows: int) -> np.ndarray:
     """`counts` as a flat array of one real number a row of an `nrows`-row
     table; raises as `CachedTable.from_counts` says."""

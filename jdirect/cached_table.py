@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._cache_rows import check_rows, check_table, checked_counts, highest
+from ._cache_rows import check_rows, check_table, checked_counts, highest, uncached
 from ._ops import CompactCache, DeviceCache, Pending, ReadRequest, WholeCache
 from ._table_base import HostRows, RegisteredTable, TableBase
 
@@ -181,9 +181,7 @@ class CachedTable(TableCache):
         self._in_order = rows.size == nrows and ordered
         slots = np.empty(nrows, np.int32)
         slots[rows] = np.arange(rows.size, dtype=np.int32)
-        uncached = np.ones(nrows, bool)
-        uncached[rows] = False
-        slots[uncached] = -2 - np.arange(table.shape[0], dtype=np.int32)
+        slots[uncached(nrows, rows)] = -2 - np.arange(table.shape[0], dtype=np.int32)
         self._cache = self._device_cache(jax.device_put(slots), cached)
         return self
 

@@ -102,11 +102,10 @@ class RowPlan:
 def row_bytes(encoding: str, dim: int, dtype: np.dtype) -> int:
     """Bytes of one stored row of `dim` values in `encoding` ("stored": the
     table's `dtype`)."""
-    if encoding == "int8":
-        return dim + 4
     if encoding == STORED:
         return dim * np.dtype(dtype).itemsize
-    return dim * {"float32": 4, "bfloat16": 2}[encoding]
+    shape, stored = stored_form(encoding, dim)
+    return int(np.prod(shape)) * stored.itemsize
 
 
 def plan_rows(shape: tuple[int, int], dtype: np.dtype, encoding: str,
@@ -223,8 +222,6 @@ def open_rows(features: np.ndarray, encoding: str,
     if not copies:
         raise ValueError(f"open_rows copies some rows only into another encoding, got "
                          f"{encoding!r} for a {features.dtype.name} table")
-    if rows is None and encoding == "int8":
-        return Int8Table(features)
     if encoding == "int8":
         check_quantizable(features, rows, threads=COPY_THREADS)
     shape, dtype = stored_form(encoding, features.shape[1])

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import CachedTable
+from ..._cache_rows import uncached
 from ...cached_table import top_rows
 from ..data.csr import Graph
 from . import encoding
@@ -89,9 +90,7 @@ class CachedSource(FeatureSource):
             hot = top_rows(hotness, rows, stored, row_plan.cache_bytes)
         if hot is None or hot.size == 0:
             return cls(HostTableSource(graph, options, row_plan), row_plan.cache_bytes, hotness)
-        uncached = np.ones(rows, bool)
-        uncached[hot] = False
-        inner = HostTableSource(graph, options, row_plan, np.flatnonzero(uncached))
+        inner = HostTableSource(graph, options, row_plan, uncached(rows, hot))
         try:
             cached = encoding.device_rows(features, row_plan.encoding, hot)
         except BaseException:
