@@ -25,7 +25,8 @@ table, a run also reports the rows its timed pass read and
 wrote back (learned_rows, and learned_rows_per_s: optimizers keep
 different state a row; learned_gb each way, the row with its optimizer's
 slots), their rate learned_gbps and, on a GPU, the link's link_gbps: a
-host-resident table's updates against the link.
+host-resident table's updates against the link. `--profile` times one
+more pass under jax.profiler and prints its device time by kernel.
 
 Prints a line a run; writes link-epoch.json under --out.
 GPU (H200):
@@ -61,6 +62,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from _common import epoch_time, run_meta, write_json  # noqa: E402
+from _profile import kernel_profile, print_profile  # noqa: E402
 from jdirect import environment  # noqa: E402
 from jdirect.graph.training._sharded import (ALL, POSITION, SPLIT, Position,  # noqa: E402
                                              call_batches, call_seeds, shard_map)
@@ -120,9 +122,9 @@ def sampling_s(t: Trainer, epoch: int, reps: int = 3) -> dict[str, float]:
 
 def show(figures: dict) -> None:
     """One printed line of `figures` (each part as it ends: a call's time
-    limit then keeps what finished)."""
+    limit then keeps what finished), a profile left to its own lines."""
     print(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                    for k, v in figures.items()), flush=True)
+                    for k, v in figures.items() if k != "profile"), flush=True)
 
 
 def main() -> None:
@@ -134,6 +136,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=400,
                    help="batches timed a run (0: no training; the ranking's model is untrained)")
     p.add_argument("--no-ranking", action="store_true", help="skip the full ranking")
+    p.add_argument("--profile", action="store_true",
+                   help="one more timed pass under jax.profiler: its device time by kernel")
     p.add_argument("--out", type=Path, default=Path("."))
     args = p.parse_args()
     cfg = load_config(args.config).replace(progress=False, **settings(args.set)).validate()
@@ -154,6 +158,9 @@ def main() -> None:
                 rate = len(t.train_seeds) / m["epoch_s"]
                 row.update(steps=m["batches"], seconds=m["epoch_s"], edges_per_s=rate,
                            epoch_s_at_rate=len(edges) / rate, loss=m["loss"])
+                if args.profile:  # a third pass, kernel by kernel (kept in the JSON)
+                    row["profile"] = kernel_profile(lambda: t.train_epoch(2), 1, top=24)
+                    print_profile(run, row["profile"])
                 for name, seconds in sampling_s(t, 1).items():  # and their shares of the pass
                     row.update({name: seconds, name[:-2] + "_share": seconds / m["epoch_s"]})
                 if "learned_rows" in m:  # the learned table's rows, each way, and their rate
