@@ -338,6 +338,27 @@ def test_gpu_heavy_work_between_start_and_done():
             np.testing.assert_array_equal(np.asarray(rows), expected)
 
 
+def test_a_write_after_a_start_does_not_reach_the_started_read():
+    """jnp's semantics, as `write_rows` documents them: a read of a version
+    traced before a write of it does not see the write, a started read
+    included. On a GPU the read runs on the side stream (slow here: one
+    block) while the write, enqueued after its start on XLA's stream, could
+    overtake it."""
+    rng = np.random.default_rng(8)
+    host = rng.standard_normal((1 << 18, 64)).astype(np.float32)
+    idx = jnp.asarray(rng.permutation(host.shape[0]), jnp.int32)
+
+    def f(t, i):
+        pending = jdirect.gather_start(t, i, max_blocks=1)
+        t = jdirect.write_rows(t, i, jnp.zeros((i.shape[0], 64), jnp.float32))
+        return jdirect.gather_done(pending), t.token
+
+    with jdirect.HostTable.copy_of(host) as table:
+        rows, _ = jax.jit(f)(table, idx)
+        np.testing.assert_array_equal(np.asarray(rows), host[np.asarray(idx)])
+        assert not table.numpy().any()  # the write landed
+
+
 @gpu_only
 def test_gpu_done_without_start_is_an_error(host_table):
     """A Pending passed into a jitted function without donation: XLA copies

@@ -142,3 +142,42 @@ def test_grad_through_lookup_is_per_looked_up_row():
     sparse = embeddings.dedup(ids, g, 6)
     np.testing.assert_array_equal(sparse.ids, [1, 6, 6])
     np.testing.assert_array_equal(sparse.rows[0], [2.0, 4.0])
+
+
+@pytest.mark.parametrize("kind", ["host_table", "array"])
+def test_lookup_start_then_done_is_lookup(kind):
+    values = np.random.default_rng(1).standard_normal((10, 3)).astype(np.float32)
+    table = jdirect.HostTable(values) if kind == "host_table" else jnp.asarray(values)
+    ids = np.array([[0, 9, -1], [10, 4, 4]], np.int32)
+    rows = jax.jit(lambda t, i: jdirect.gather_done(embeddings.lookup_start(t, i)))(table, ids)
+    np.testing.assert_array_equal(rows, embeddings.lookup(table, ids))
+    if kind == "host_table":
+        table.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=hnp.arrays(np.int32, hnp.array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=9),
+                      elements=st.integers(-2, 11)),
+       written=hnp.arrays(np.int32, hnp.array_shapes(min_dims=1, max_dims=2, min_side=0,
+                                                     max_side=7), elements=st.integers(-2, 11)))
+def test_refresh_reads_again_exactly_the_written_rows(ids, written):
+    """`refresh` of rows read before a write of `written` is the lookup
+    after it; the rows of ids not written are the ones given (sentinels
+    here), not read again."""
+    num, dim = 10, 2
+    old = np.random.default_rng(2).standard_normal((num, dim)).astype(np.float32)
+    inside = written[(written >= 0) & (written < num)]
+    with jdirect.HostTable(old.copy()) as table:
+        new = jdirect.write_rows(table, jnp.asarray(inside), jnp.full((inside.size, dim), 7.0))
+        stale = jnp.full(ids.shape + (dim,), -5.0)  # what a racing read might have seen
+        got = np.asarray(jax.jit(embeddings.refresh)(new, ids, stale, written))
+        after = np.asarray(embeddings.lookup(new, ids))
+    hit = np.isin(ids, inside)
+    np.testing.assert_array_equal(got[hit], after[hit])
+    np.testing.assert_array_equal(got[~hit], -5.0)
+
+
+def test_refresh_refuses_rows_of_another_shape():
+    with pytest.raises(ValueError, match=r"ids.shape \+ \(dim,\)"):
+        embeddings.refresh(jnp.zeros((6, 2)), jnp.array([1, 2]), jnp.zeros((2, 3)),
+                           jnp.array([1]))
