@@ -35,13 +35,6 @@ def featureless(graph):
     return synthetic("tiny", seed=0, progress=False, feature_dim=0)
 
 
-@pytest.fixture(scope="module")
-def recsys():
-    from jdirect.graph.data.datasets import load_graph
-
-    return load_graph(load_config("recsys"))
-
-
 def test_a_featureless_preset_is_its_featured_twin_without_features(graph, featureless):
     assert featureless.features.shape == (graph.num_nodes, 0)
     for name in ("indptr", "indices", "labels", "train", "val", "test"):
@@ -536,26 +529,3 @@ def test_the_learned_table_is_step_state_beside_the_given_source(graph):
     assert not isinstance(sgd.state, tuple)  # closed: the model's state is kept, the rows freed
     with Trainer(graph, config(epochs=1, embedding_dim=0)) as plain:
         assert plain.learned is None and not isinstance(plain.state, tuple)
-
-
-@pytest.mark.parametrize("optimizer", ["rowwise_adagrad", pytest.param("adam",
-                                                                       marks=newest_only)])
-def test_host_tables_read_ahead_train_as_the_unpipelined_steps(recsys, optimizer):
-    """The pipelined schedule reads batch i + 1's rows of the host tables
-    during batch i's step, before its writes, and reads the rows that step
-    wrote again after them (`LearnedRows.finish`): the same losses and
-    table as the unpipelined schedule, bit for bit. Recommendation's
-    matrix factorisation (the link task, learned rows alone, consecutive
-    batches sharing popular items), which compiles the device sampler's
-    programs in seconds on a CPU; without the re-read the tables differ."""
-    cfg = load_config("recsys").replace(
-        progress=False, model="mlp", embedding_optimizer=optimizer, embedding_memory="host",
-        sampler="device", steps_per_call=3, epochs=1, batch_size=512, full_eval=False)
-    runs = {}
-    for overlap in (False, True):
-        with Trainer(recsys, cfg.replace(overlap=overlap).validate()) as t:
-            assert t.feed.overlap == overlap  # no given features: the learned rows alone
-            loss = t.train_epoch(0)["loss"]
-            runs[overlap] = (loss, trained_rows(t))
-    assert runs[True][0] == runs[False][0]
-    np.testing.assert_array_equal(runs[True][1], runs[False][1])

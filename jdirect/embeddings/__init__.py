@@ -1,8 +1,7 @@
 """Trainable embedding tables whose rows live in host memory.
 
 `create_table` makes a (num_embeddings, dim) HostTable initialised from a
-seed; `lookup` gathers rows of it inside a jitted step (`lookup_start` and
-`refresh`: read the next step's rows while this one updates); the gradient with
+seed; `lookup` gathers rows of it inside a jitted step; the gradient with
 respect to the looked-up rows goes to a row-wise sparse optimizer
 (`sparse_sgd`, `sparse_adagrad`, `sparse_rowwise_adagrad`, `sparse_adam`),
 whose `apply` updates the touched rows and their per-row moments in place,
@@ -11,10 +10,9 @@ the optimizer's state. A jax.Array table (one that fits in device memory)
 works with the same functions.
 """
 
-from .embedding import SparseRows, create_table, dedup, lookup, lookup_start, refresh
+from .embedding import SparseRows, create_table, dedup, lookup
 from .optimizers import (SparseOptimizer, SparseState, close, sparse_adagrad, sparse_adam,
                          sparse_rowwise_adagrad, sparse_sgd)
 
 __all__ = ["SparseOptimizer", "SparseRows", "SparseState", "close", "create_table", "dedup",
-           "lookup", "lookup_start", "refresh", "sparse_adagrad", "sparse_adam",
-           "sparse_rowwise_adagrad", "sparse_sgd"]
+           "lookup", "sparse_adagrad", "sparse_adam", "sparse_rowwise_adagrad", "sparse_sgd"]

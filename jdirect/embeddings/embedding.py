@@ -22,7 +22,6 @@ import numpy as np
 
 from .._arrays import as_indices
 from .._chunks import chunk_rng, default_threads, map_chunks
-from ..async_gather import Pending, gather_start
 from ..gather import gather
 from ..host_table import HostTable
 
@@ -149,51 +148,6 @@ def lookup(table: Any, ids: Any) -> jax.Array:
     """
     ids = _valid_ids(ids, table.shape[0])
     return gather(table, ids, mode="fill", fill_value=0)
-
-
-def lookup_start(table: Any, ids: Any) -> Pending:
-    """Starts `lookup(table, ids)` (`jdirect.gather_start`: on a GPU a
-    HostTable's rows are read on a side stream while the program goes on):
-    `jdirect.gather_done(lookup_start(table, ids))` equals `lookup(table, ids)`
-    when nothing writes the table's rows at `ids` before the done; rows that
-    something does write may be read before or after (or during) that write,
-    which `refresh` mends.
-
-    This is how a training loop reads step i + 1's rows while step i
-    updates the table (TorchRec's prefetch pipeline), exactly::
-
-        pending = lookup_start(table, next_ids)        # before step i's update
-        table, state = opt.apply(table, state, ids, grads, rows=rows)
-        next_rows = refresh(table, next_ids, gather_done(pending), ids)
-
-    Raises: as `lookup` and `jdirect.gather_start`.
-    """
-    return gather_start(table, _valid_ids(ids, table.shape[0]), mode="fill", fill_value=0)
-
-
-def refresh(table: Any, ids: Any, rows: jax.Array, written: Any) -> jax.Array:
-    """`rows` (`lookup` of `ids`, read from an earlier version of `table`)
-    made `lookup(table, ids)`, where only the rows at `written` (ids of any
-    shape, padding ignored) may have changed since: those ids' rows are read
-    again from `table`, the others kept. Costs a read of the ids of `ids`
-    found in `written` (a sort of `written` and a binary search), not of
-    all of them.
-
-    Raises:
-      ValueError: rows' shape is not ids.shape + (dim,); and as `lookup`.
-    """
-    num = table.shape[0]
-    ids = _valid_ids(ids, num)
-    if rows.shape != ids.shape + tuple(table.shape[1:]):
-        raise ValueError(f"refresh: rows must have shape ids.shape + (dim,) = {ids.shape} + "
-                         f"{tuple(table.shape[1:])}, got {rows.shape}")
-    done = jnp.sort(_valid_ids(written, num).reshape(-1))  # padding (num) sorts last
-    if not done.size:
-        return rows
-    at = jnp.minimum(jnp.searchsorted(done, ids), done.size - 1)
-    hit = (done[at] == ids) & (ids < num)
-    again = lookup(table, jnp.where(hit, ids, num))  # padding reads nothing
-    return jnp.where(hit[..., None], again, rows)
 
 
 class SparseRows(NamedTuple):

@@ -153,9 +153,8 @@ def parser() -> argparse.ArgumentParser:
         help="where the learned embedding and its moments live (auto: the GPU when they fit)")
     add("--sampler", choices=SAMPLERS, help="where neighbours are sampled (auto: GPU if present)")
     add("--no-overlap", dest="overlap", action="store_false", default=None,
-        help="device sampler, jdirect modes and learned tables in host memory: read each "
-             "batch's rows in its own step instead of on a side stream during the previous "
-             "step")
+        help="device sampler, jdirect modes: read each batch's rows in its own step instead "
+             "of on a side stream during the previous step")
     add("--cache-fraction", type=_cache_fraction,
         help="jdirect-cache, jdirect-partitioned: share of the (encoded) feature table kept "
              "on each device, in [0, 1], or auto: what fits (docs/training.md)")

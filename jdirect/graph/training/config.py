@@ -141,8 +141,7 @@ class TrainConfig:
         workers feeding the step) or "auto" (device on a GPU, else cpu;
         a source that needs the CPU sampler samples there).
       overlap: with the device sampler and a source whose reads overlap
-        (the jdirect ones) or a learned table in host memory, read batch
-        i + 1's rows while batch i trains.
+        (the jdirect ones), read batch i + 1's rows while batch i trains.
       devices: data-parallel devices, over all processes (None: every
         device with the device sampler; the CPU sampler feeds one).
       steps_per_call: device sampler: optimizer steps per dispatch (one

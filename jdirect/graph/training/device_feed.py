@@ -80,7 +80,7 @@ class Pipeline:
         """Steps `at` .. `at` + ctx.n - 1 of a pass (`last`: the pass's last
         step is among them); returns (state, metrics)."""
         if self._ahead is None:  # a pass's first step: nothing read ahead yet
-            self._ahead, metrics = read_first(ctx, metrics, data, at, state)
+            self._ahead, metrics = read_first(ctx, metrics, data, at)
         if last and ctx.n == 1:
             ahead, self._ahead = self._ahead, None
             return train_on_rows(ctx, state, metrics, ahead, step)
@@ -118,10 +118,9 @@ class DeviceFeed:
     devices and trained slower than one (the journal, 2026-11-22); hence
     `default_steps_per_call`.
 
-    With `overlap` and a source whose reads overlap (`FeatureSource.overlaps`)
-    or a learned table in host memory, training steps are pipelined
-    (`Pipeline`): step i samples batch i + 1 and starts reading its rows,
-    then updates on batch i while they arrive.
+    With `overlap` and a source whose reads overlap (`FeatureSource.overlaps`),
+    training steps are pipelined (`Pipeline`): step i samples batch i + 1
+    and starts reading its rows, then updates on batch i while they arrive.
 
     Args:
       sampler: a `DeviceSampler` of the per-device batch size, or the
@@ -135,23 +134,20 @@ class DeviceFeed:
       steps_per_call: steps per dispatch (validated by `TrainConfig`).
       gemm_search: `TrainConfig.gemm_search`.
       task: the loss the steps train (`jdirect.graph.tasks`).
-      learned: where the step state's learned table lives (`learned.py`),
-        "host" or "device", None without one. Its optimizer would count
-        steps of no seeds: no pass is padded with them. With `overlap`, host
-        tables' rows are read ahead too, whatever the source
-        (`learned.LearnedRows.start`).
+      learned: the step state carries a learned table (`learned.py`), whose
+        optimizer would count steps of no seeds: no pass is padded with them.
     """
 
     def __init__(self, sampler: DeviceSampler, source: FeatureSource, graphdef: Any, *,
                  seed: int, overlap: bool = True, mesh: Mesh | None = None,
                  steps_per_call: int = 1, gemm_search: bool = True, task: Task = NODE,
-                 learned: str | None = None):
+                 learned: bool = False):
         self.mesh = mesh if mesh is not None else parallel.device_mesh(1)
         self.sampler = sampler
         self.steps_per_call = steps_per_call
         self.batch_size = sampler.batch_size * self.mesh.size
-        self.overlap = overlap and (source.overlaps or learned == "host")
-        self._pads = learned is None
+        self.overlap = overlap and source.overlaps
+        self._pads = not learned
         self.ctx = StepContext(graphdef, type(source), seed, self.mesh, sampler, steps_per_call,
                                gemm_search, task)
         self.arrays = replicated(sampler.arrays, self.mesh)

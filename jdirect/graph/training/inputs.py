@@ -88,7 +88,7 @@ def make_feed(graph: Graph, cfg: TrainConfig, source: FeatureSource, graphdef, f
                                                                       learned == "device")
         return DeviceFeed(sampler, source, graphdef, seed=cfg.seed, overlap=cfg.overlap,
                           mesh=mesh, steps_per_call=steps_per_call,
-                          gemm_search=cfg.gemm_search, task=task, learned=learned)
+                          gemm_search=cfg.gemm_search, task=task, learned=learned is not None)
     sampler = NeighborSampler(graph, fanouts, batch_size, seed=cfg.seed)
     return HostFeed(sampler, source, graphdef, seed=cfg.seed, prefetch=cfg.prefetch,
                     workers=cfg.workers, mesh=mesh, gemm_search=cfg.gemm_search)

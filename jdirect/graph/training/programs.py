@@ -14,8 +14,7 @@ program below is that body under a schedule:
     one loop), each device on its share of the global batch (`shard_map`);
   * pipelined (`read_first`, `overlapped_train_steps`, `train_on_rows`):
     the looped schedule with the read split at the source's `start` /
-    `finish` (and the learned host tables' reads at theirs), so batch
-    i + 1's rows arrive during batch i's update.
+    `finish`, so batch i + 1's rows arrive during batch i's update.
 
 Each program is jitted with its `StepContext` static (steps.py), so equal
 contexts share a compilation; the evaluation programs with `.._jit.jit`'s
@@ -40,9 +39,7 @@ from ._sharded import (ALL, POSITION, SPLIT, Position, call_batches, repeat, sam
 from .parallel import AXIS
 from .steps import StepContext, count_reads, dropout_key
 
-# Rows read ahead, their batch and its learned rows (None without host
-# tables, `learned.LearnedRows.start`), per device (SPLIT).
-Ahead = tuple[jax.Array, Batch, Any]
+Ahead = tuple[jax.Array, Batch]  # rows read ahead and their batch, per device (SPLIT)
 
 
 def training(fun: Callable) -> Callable:
@@ -85,27 +82,10 @@ def start_read(ctx: StepContext, metrics: jax.Array, table: Any, batch: Batch,
 
 
 def learn(ctx: StepContext, state, metrics: jax.Array, x: jax.Array, batch: Batch,
-          step: jax.Array, axis: str | None = None, learned_rows: Any = None):
-    """The update on rows `x` of `batch` (and its `learned_rows` where read
-    ahead), dropout drawn for global `step` (inside a sharded step, this
-    device's share of it); (state, metrics)."""
-    return ctx.update(state, metrics, x, batch, dropout_key(ctx.seed, step), axis,
-                      learned_rows)
-
-
-def start_learned(state, batch: Batch) -> Any:
-    """Begins reading `batch`'s rows of the state's learned host tables
-    (`learned.LearnedRows.start`); None without them."""
-    rows = learned.split_state(state)[1]
-    return None if rows is None else rows.start(batch.input_nodes)
-
-
-def finish_learned(state, pending: Any, batch: Batch, written: Batch) -> Any:
-    """The rows `start_learned` began reading for `batch`, as of `state`,
-    after the step on `written` (`learned.LearnedRows.finish`)."""
-    rows = learned.split_state(state)[1]
-    return None if rows is None else rows.finish(pending, batch.input_nodes,
-                                                 written.input_nodes)
+          step: jax.Array, axis: str | None = None):
+    """The update on rows `x` of `batch`, dropout drawn for global `step`
+    (inside a sharded step, this device's share of it); (state, metrics)."""
+    return ctx.update(state, metrics, x, batch, dropout_key(ctx.seed, step), axis)
 
 
 def train_on(ctx: StepContext, state, metrics: jax.Array, table: Any, batch: Batch, staged: Any,
@@ -196,8 +176,7 @@ def sample_eval_steps(ctx: StepContext, state, correct: jax.Array, data: Any,
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def sample_rows(ctx: StepContext, data: Any, at: Position,
-                j: jax.Array) -> tuple[jax.Array, Batch]:
+def sample_rows(ctx: StepContext, data: Any, at: Position, j: jax.Array) -> Ahead:
     """(rows, batch) of the batch j steps after `at`, as a training step
     samples and reads it, on every device of `ctx.mesh`: each array is the
     devices' parts concatenated along axis 0 (`_sharded.SPLIT`)."""
@@ -231,24 +210,21 @@ def sample_outputs(ctx: StepContext, state, data: Any, seeds: jax.Array, epoch: 
 
 # -- pipelined: the looped schedule, each read overlapping an update --------
 @training
-def read_first(ctx: StepContext, metrics: jax.Array, data: Any, at: Position,
-               state) -> tuple[Ahead, jax.Array]:
-    """Batch `at` sampled on the devices of `ctx.mesh` and its rows read,
-    with those of the step state's learned host tables:
-    ((rows, batch, learned rows), each device's concatenated along axis 0
-    (`SPLIT`), metrics with the read counted). `data` is the feed's (graph
-    arrays, table), placed by the feed (`data_spec`)."""
+def read_first(ctx: StepContext, metrics: jax.Array, data: Any,
+               at: Position) -> tuple[Ahead, jax.Array]:
+    """Batch `at` sampled on the devices of `ctx.mesh` and its rows read:
+    ((rows, batch), each device's concatenated along axis 0 (`SPLIT`),
+    metrics with the read counted). `data` is the feed's (graph arrays,
+    table), placed by the feed (`data_spec`)."""
 
-    def body(metrics, data, at, state):
+    def body(metrics, data, at):
         arrays, table = data
         batch = sample(ctx.sampler, arrays, at, 0)
         pending, metrics = start_read(ctx, metrics, table, batch, AXIS)
-        rows = learned.split_state(state)[1]
-        ahead = None if rows is None else rows.read(batch.input_nodes)
-        return (ctx.source.finish(pending), batch, ahead), metrics
+        return (ctx.source.finish(pending), batch), metrics
 
-    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, data_spec(ctx, data), POSITION, ALL),
-                     out_specs=(SPLIT, ALL))(metrics, data, at, state)
+    return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, data_spec(ctx, data), POSITION),
+                     out_specs=(SPLIT, ALL))(metrics, data, at)
 
 
 @training
@@ -256,30 +232,24 @@ def overlapped_train_steps(ctx: StepContext, state, metrics: jax.Array, ahead: A
                            data: Any, at: Position, step: jax.Array):
     """Steps i .. i + n - 1 after `at`, pipelined: step i + j updates on
     batch i + j (for j = 0: `ahead`) while batch i + j + 1 is sampled and
-    its rows (those of the learned host tables too) are read on every
-    device.
+    its rows are read on every device.
 
-    Returns (state, metrics, rows, batch and learned rows i + n), per-device
-    (`SPLIT`, as from `read_first`). The optimization barriers pin XLA's
-    schedule to start -> update -> finish, so the update's kernels run while
-    the reads are in flight; the learned rows that the update wrote are
-    read again after it (`finish_learned`).
+    Returns (state, metrics, rows and batch i + n); rows and batches are
+    per-device (`SPLIT`, as from `read_first`). The optimization barriers
+    pin XLA's schedule to start -> update -> finish, so the update's kernels
+    run while the read is in flight.
     """
 
     def body(state, metrics, ahead, data, at, step):
         arrays, table = data
 
         def one(j, nxt, carry):
-            state, metrics, (x, batch, rows) = carry
+            state, metrics, (x, batch) = carry
             pending, metrics = start_read(ctx, metrics, table, nxt, AXIS)
-            reading = start_learned(state, nxt)
-            pending, reading, state, x, rows = jax.lax.optimization_barrier(
-                (pending, reading, state, x, rows))
-            state, metrics = learn(ctx, state, metrics, x, batch, share(step + j), AXIS, rows)
-            pending, reading, state, metrics = jax.lax.optimization_barrier(
-                (pending, reading, state, metrics))
-            return state, metrics, (ctx.source.finish(pending), nxt,
-                                    finish_learned(state, reading, nxt, batch))
+            pending, state, x = jax.lax.optimization_barrier((pending, state, x))
+            state, metrics = learn(ctx, state, metrics, x, batch, share(step + j), AXIS)
+            pending, state, metrics = jax.lax.optimization_barrier((pending, state, metrics))
+            return state, metrics, (ctx.source.finish(pending), nxt)
 
         # Two steps a pass of the loop's body: the rows read ahead go
         # through two buffers inside it, instead of each step's rows being
@@ -298,8 +268,8 @@ def train_on_rows(ctx: StepContext, state, metrics: jax.Array, ahead: Ahead, ste
     already read (`SPLIT`, as `read_first` returns them)."""
 
     def body(state, metrics, ahead, step):
-        x, batch, rows = ahead
-        return learn(ctx, state, metrics, x, batch, share(step), AXIS, rows)
+        x, batch = ahead
+        return learn(ctx, state, metrics, x, batch, share(step), AXIS)
 
     return shard_map(body, mesh=ctx.mesh, in_specs=(ALL, ALL, SPLIT, ALL),
                      out_specs=(ALL, ALL))(state, metrics, ahead, step)

@@ -75,17 +75,16 @@ class StepContext:
         return self if n == self.n else dataclasses.replace(self, n=n)
 
     def update(self, state, metrics: jax.Array, x: jax.Array, batch: Batch, key: jax.Array,
-               axis: str | None = None, learned_rows: jax.Array | None = None):
+               axis: str | None = None):
         """`update` on the model's input (the source's rows `x`, joined by
-        the learned table's rows where the state has one, `learned.split_state`:
-        `learned_rows` where read ahead, `LearnedRows.finish`), then the
-        learned table's update of those rows from their gradient;
+        the learned table's rows where the state has one, `learned.split_state`),
+        then the learned table's update of those rows from their gradient;
         (state, metrics)."""
         model_state, rows = learned.split_state(state)
         if rows is None:
             return update(self.graphdef, model_state, metrics, x, batch, key, axis,
                           task=self.task)
-        x, read = rows.input(x, batch.input_nodes, learned_rows)
+        x, read = rows.input(x, batch.input_nodes)
         model_state, metrics, x_grad = update(self.graphdef, model_state, metrics, x, batch,
                                               key, axis, x_grad=True, task=self.task)
         metrics = metrics.at[LEARNED_ROWS].add(_total(rows.touched(batch.input_nodes), axis))
