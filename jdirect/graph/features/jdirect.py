@@ -99,4 +99,10 @@ class HostTableSource(FeatureSource):
         return self._about
 
     def close(self) -> None:
-        self.host.close()
+        # The rows' memory (a copy in another encoding is this source's)
+        # goes now, not when the source is collected: a run made while this
+        # one is still referenced (a loop's `with Trainer(...) as t`) finds
+        # it free (else its tables could take pinned memory instead).
+        if self.host is not None:
+            self.host.close()
+        self.table = self.host = None

@@ -112,6 +112,8 @@ class CachedSource(FeatureSource):
         # collected: a run after this one in the same process (the typed
         # command's MLP after R-GraphSAGE) places its own cache.
         try:
-            self.table.close()
+            if self.table is not None:
+                self.table.close()
         finally:
+            self.table = self.host = None  # as JdirectSource.close
             self.inner.close()

@@ -118,6 +118,8 @@ class PartitionedSource(FeatureSource):
 
     def close(self) -> None:
         try:
-            self.table.close()
+            if self.table is not None:
+                self.table.close()
         finally:
+            self.table = self.host = None  # as JdirectSource.close
             self.inner.close()

@@ -32,15 +32,10 @@ the compiler keeps). The tables go into every step program as arguments
 (their handles are operands: one compilation serves every run of the
 same shapes) and never leave one, only tokens (`detached`): a handle a
 program returns is a copy that a GPU could read unwritten. Device tables
-are the state's leaves themselves, ordered as any array.
-
-The pipelined schedule (`overlap`) reads batch i + 1's rows of host
-tables ahead too (`start`), during batch i's step: that read is not
-ordered with batch i's writes, so `finish` reads again, after them, the
-rows of batch i + 1 that batch i wrote (`embeddings.refresh`): the rows
-each step trains on are those of the unpipelined schedule, exactly. Each
-direction of the link then runs beside the other (a step's reads no
-longer wait for the previous step's writes).
+are the state's leaves themselves, ordered as any array. The pipelined
+read (`overlap`) stays exact: it reads batch i + 1's given features
+ahead, never its embedding rows, which the update reads after batch i's
+write.
 
 Checkpoints: a step file holds the step state as one pytree,
 `(the model's state, LearnedTable.saved(rows))`: the table and its
@@ -62,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import embeddings, gather_done
+from ... import embeddings
 from ...host_table import HostTable
 from ...placement import device_free_bytes
 from ..data.csr import Graph
@@ -144,40 +139,13 @@ class LearnedRows:
             table, *slots = (t.next_version(tok) for t, tok in zip(self.tables, self.leaves))
         return table, embeddings.SparseState(self.count, dict(zip(self.slots, slots)))
 
-    def input(self, x: jax.Array, input_nodes: jax.Array,
-              rows: jax.Array | None = None) -> tuple[jax.Array, Any]:
+    def input(self, x: jax.Array, input_nodes: jax.Array) -> tuple[jax.Array, Any]:
         """Traced: (the model's input `[x, table[input_nodes]]`,
         float32[len(input_nodes), x's width + dim], zero rows for padding
-        ids; what `apply` takes of this read). `rows`: `table[input_nodes]`
-        read ahead (`start`, `finish`), else read here."""
+        ids; what `apply` takes of this read)."""
         table, sparse = self._versions()
-        if rows is None:
-            rows = embeddings.lookup(table, input_nodes)
+        rows = embeddings.lookup(table, input_nodes)
         return jnp.concatenate([x.astype(rows.dtype), rows], axis=1), (table, sparse, rows)
-
-    def read(self, input_nodes: jax.Array) -> jax.Array | None:
-        """Traced: the rows of `input_nodes` of host tables, as `input`
-        reads them, for `input` to take later; None for device tables."""
-        return None if self.on_device else embeddings.lookup(self._versions()[0], input_nodes)
-
-    def start(self, input_nodes: jax.Array) -> Any:
-        """Traced: begins reading the rows of `input_nodes` from host tables
-        (`embeddings.lookup_start`) before the next `apply`, whose writes
-        the read may or may not see; `finish` on the state that `apply`
-        returns gives them as of its writes. None for device tables, which
-        `input` reads at device-memory speed."""
-        if self.on_device:
-            return None
-        return embeddings.lookup_start(self._versions()[0], input_nodes)
-
-    def finish(self, pending: Any, input_nodes: jax.Array, written: jax.Array) -> Any:
-        """Traced: the rows `start(input_nodes)` began reading on the state
-        before this one, as of this state: the rows of `written` (the input
-        nodes of the step between the two) are read again
-        (`embeddings.refresh`). None where `start` gave None."""
-        if pending is None:
-            return None
-        return embeddings.refresh(self._versions()[0], input_nodes, gather_done(pending), written)
 
     def touched(self, input_nodes: jax.Array) -> jax.Array:
         """Traced: float32 scalar, the rows a step's `input` reads and
@@ -202,9 +170,8 @@ class LearnedRows:
 def split_state(state: Any) -> tuple[Any, LearnedRows | None]:
     """(the model's state, its `LearnedRows` or None) of a step state: a
     run with a learned table steps `(model state, LearnedRows)`, any other
-    the model's state alone (anything else, e.g. a program's first output
-    that is not a state, is taken for one without)."""
-    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], LearnedRows):
+    the model's state alone."""
+    if isinstance(state, tuple):
         return state
     return state, None
 
@@ -395,12 +362,19 @@ class LearnedTable:
 
     def close(self) -> None:
         """Closes the host tables, after the writes `settle` waited for (its
-        caller's last state's). Device tables are the state's leaves: they
-        go when it does."""
+        caller's last state's), and lets them go (`table` and `sparse` are
+        None after). Device tables are the state's leaves: they go when it
+        does. Closing again does nothing."""
         if self.memory == "device":
             self._initial = None  # the arrays go with the last state
             return
-        embeddings.close((self.table, self.sparse))
+        if self.table is not None:
+            embeddings.close((self.table, self.sparse))
+        # Their memory goes now, not when this object is collected: a run
+        # made while this one is still referenced (a loop's `with
+        # Trainer(...) as t`) finds it free (else its managed memory would
+        # count both runs' tables and the new one take pinned memory).
+        self.table = self.sparse = None
 
 
 def model_input(graph: Graph, cfg: Any) -> tuple[str, int]:
