@@ -162,7 +162,7 @@ def test_the_cache_source_copies_only_the_uncached_rows(row_encoding):
     else:
         every_row = jnp.asarray(features, jnp.bfloat16)
     with SOURCES["jdirect-cache"].open(graph, options) as source:
-        table = source.table
+        table, host = source.table, source.host
         cached = table.cached_rows.size
         assert table.compact and 0 < cached < graph.num_nodes
         assert source.host.shape[0] == graph.num_nodes - cached
@@ -175,7 +175,7 @@ def test_the_cache_source_copies_only_the_uncached_rows(row_encoding):
                                       np.asarray(want))
         assert source.describe().endswith(f"{cached:,} of {graph.num_nodes:,} cached "
                                           f"({source.plan.cache_bytes / 1e9:.3g} GB)")
-    assert source.host.closed
+    assert host.closed
 
 
 def test_rows_as_stored_keep_every_row_in_place():

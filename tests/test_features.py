@@ -49,9 +49,11 @@ def test_every_source_reads_the_batch_rows_and_zeros_for_padding(graph, name):
 @pytest.mark.parametrize("name", ["jdirect", "jdirect-cache"])
 def test_a_source_closes_the_host_table_it_opened(graph, name):
     source = SOURCES[name].open(graph, SourceOptions())
-    assert not source.host.closed
+    host = source.host
+    assert not host.closed
     source.close()
-    assert source.host.closed
+    assert host.closed and source.host is None and source.table is None  # let go at close
+    source.close()  # closing again does nothing
 
 
 def test_closing_a_source_frees_its_device_rows(graph):
@@ -59,10 +61,11 @@ def test_closing_a_source_frees_its_device_rows(graph):
     the source is collected (a second run in one process places its own)."""
     cached = SOURCES["jdirect-cache"].open(graph, SourceOptions())
     device = SOURCES["device"].open(graph, SourceOptions())
-    assert not cached.table.closed and not device.table.is_deleted()
+    cache = cached.table
+    assert not cache.closed and not device.table.is_deleted()
     cached.close()
     device.close()
-    assert cached.table.closed and device.table.is_deleted()
+    assert cache.closed and device.table.is_deleted()
 
 
 def test_only_the_staging_source_needs_the_cpu_sampler_and_only_jdirect_reads_overlap():
@@ -104,6 +107,7 @@ def test_a_cache_wraps_a_host_source_that_knows_nothing_of_it(graph):
 
     rows = graph.num_nodes
     inner = HostTableSource(graph, SourceOptions())
+    host = inner.host
     hotness = np.arange(rows, dtype=np.float32)  # the last ids hottest
     with CachedSource(inner, 10 * cached_row_bytes(inner.link_row_bytes), hotness) as source:
         np.testing.assert_array_equal(source.table.cached_rows, np.arange(rows - 10, rows))
@@ -113,4 +117,4 @@ def test_a_cache_wraps_a_host_source_that_knows_nothing_of_it(graph):
         hits, misses = jax.jit(CachedSource.count)(source.table, jnp.asarray(ids)).tolist()
         assert (hits, misses) == (2, 2)  # the padding id counts nowhere
         assert source.describe().startswith(inner.describe() + f", 10 of {rows:,} cached (")
-    assert inner.host.closed
+    assert host.closed
