@@ -553,6 +553,29 @@ def test_tree_of_host_tables_and_arrays_round_trips_as_numpy_holds_it(tmp_path, 
         close_tables(t)
 
 
+@pytest.mark.parametrize("chunk", [1 << 20, 40])
+def test_each_leafs_sha256_is_hashlibs_of_its_bytes(tmp_path, monkeypatch, chunk):
+    """The header's SHA-256 of a leaf (its pieces hashed on a worker thread
+    while they are written) is hashlib's of the bytes stored, whatever the
+    pieces: a hash that skipped or reordered pieces would match itself on
+    the read back, not this."""
+    import hashlib
+    import zipfile
+
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", chunk)
+    values = np.random.default_rng(3).standard_normal((5000, 7)).astype(np.float32)
+    with jdirect.HostTable.copy_of(values) as table:
+        save_tables(tmp_path / "t.npz", dict(t=table, a=np.arange(999.0)))
+    with zipfile.ZipFile(tmp_path / "t.npz") as z:
+        entries = json.loads(z.read("header.json"))["leaves"]
+        for i, entry in enumerate(entries):
+            with z.open(f"leaf{i}.npy") as member:
+                np.lib.format.read_magic(member)
+                np.lib.format.read_array_header_2_0(member)
+                assert entry["sha256"] == hashlib.sha256(member.read()).hexdigest(), entry
+    assert {e["path"] for e in entries} == {"['a']", "['t']"}
+
+
 def test_a_run_checkpoint_streams_its_host_tables(tmp_path, monkeypatch):
     import tracemalloc
 

@@ -37,6 +37,7 @@ import os
 import struct
 import zipfile
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -121,6 +122,39 @@ def spec(leaf: Any) -> tuple[tuple[int, ...], str]:
     return tuple(leaf.shape), np.dtype(leaf.dtype).name
 
 
+class _Sha256:
+    """SHA-256 of a leaf's pieces, each hashed on a worker thread while the
+    caller writes or reads the next (hashlib releases the GIL on large
+    buffers): a leaf takes about the longer of its hashing and its I/O, not
+    their sum (a table's save and restore: the journal, 2026-11-30). A
+    piece must not change until the next `update` or `hexdigest` returns.
+    A context manager: leaving it waits for the worker."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="jdirect-sha256")
+        self._pending: Future | None = None
+
+    def update(self, piece: Any) -> None:
+        self._wait()
+        self._pending = self._pool.submit(self._sha.update, piece)
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def hexdigest(self) -> str:
+        self._wait()
+        return self._sha.hexdigest()
+
+    def __enter__(self) -> "_Sha256":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown()  # after the pending piece's hash
+
+
 def _pieces(array: np.ndarray):
     """`array`'s elements in C order, in flat pieces of about CHUNK_BYTES."""
     flat = array.reshape(-1)
@@ -154,19 +188,21 @@ def write(f: BinaryIO, names: list[str], leaves: list[Any], metadata: dict[str, 
     with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for i, (name, leaf) in enumerate(zip(names, leaves)):
             array = memory(leaf, name)
-            digest, bad = hashlib.sha256(), 0
-            with archive.open(f"leaf{i}.npy", "w", force_zip64=True) as member:
+            bad = 0
+            with _Sha256() as digest, archive.open(f"leaf{i}.npy", "w",
+                                                    force_zip64=True) as member:
                 np.lib.format.write_array_header_2_0(
                     member, np.lib.format.header_data_from_array_1_0(array))
                 for piece in _pieces(array):
                     raw = piece.view(np.uint8)
-                    digest.update(raw)
+                    digest.update(raw)  # hashed while it is written
                     member.write(raw)
                     bad += _nonfinite(piece) if finite else 0
+                sha256 = digest.hexdigest()
             if bad:
                 raise NonFinite(name, bad)
             entries.append(dict(path=name, shape=list(array.shape), dtype=array.dtype.name,
-                                key_impl=_key_impl(leaf), sha256=digest.hexdigest()))
+                                key_impl=_key_impl(leaf), sha256=sha256))
         header = json.dumps(dict(format=FORMAT, metadata=metadata, leaves=entries)).encode()
         if len(header) > MAX_HEADER_BYTES:
             raise ValueError(f"its header.json (the metadata and one entry a leaf) would take "
@@ -198,20 +234,21 @@ def _read_member(member: BinaryIO, size: int, entry: dict[str, Any], out: np.nda
     nbytes = int(np.prod(entry["shape"], dtype=object)) * want.itemsize
     if size - member.tell() != nbytes:
         raise ValueError(f"it holds {size - member.tell():,} bytes of data, its shape {nbytes:,}")
-    digest, bad = hashlib.sha256(), 0
-    if out is None:
-        while piece := member.read(CHUNK_BYTES):
-            digest.update(piece)
-        return digest.hexdigest(), 0
-    for piece in _pieces(out):
-        raw = piece.view(np.uint8)
-        if member.readinto(raw) != raw.size:
-            raise EOFError("a leaf ends early")
-        digest.update(raw)
-        bad += _nonfinite(piece) if finite else 0
-    if member.read(1):  # also where zipfile checks the member's CRC-32
-        raise ValueError("a leaf is longer than its shape")
-    return digest.hexdigest(), bad
+    bad = 0
+    with _Sha256() as digest:  # each piece hashed while the next is read
+        if out is None:
+            while piece := member.read(CHUNK_BYTES):
+                digest.update(piece)
+            return digest.hexdigest(), 0
+        for piece in _pieces(out):
+            raw = piece.view(np.uint8)
+            if member.readinto(raw) != raw.size:
+                raise EOFError("a leaf ends early")
+            digest.update(raw)
+            bad += _nonfinite(piece) if finite else 0
+        if member.read(1):  # also where zipfile checks the member's CRC-32
+            raise ValueError("a leaf is longer than its shape")
+        return digest.hexdigest(), bad
 
 
 def verify(path: Path, entries: list[dict[str, Any]]) -> None:
