@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import warnings
 import weakref
 from typing import Any
@@ -11,69 +10,12 @@ import jax
 import numpy as np
 
 from . import _dtypes, _ffi, host_memory
+from ._host_arrays import check_array, host_copy, in_own_pages
 from ._ops import (DeviceCache, Pending, ReadRequest, TableOperands, read_registered,
                    start_registered)
 from ._table_base import HostRows, RegisteredTable
 from .placement import put_rows, replicated
 from .write import WritableTable, trace_state
-
-
-def _check_array(array: Any) -> None:
-    """Raises TypeError or ValueError unless `array` can back a table."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(
-            f"HostTable wraps a NumPy array (np.memmap included), got {type(array).__name__}"
-        )
-    if array.ndim < 1:
-        raise ValueError("HostTable needs an array of rank >= 1 (rows along axis 0)")
-    if not array.flags.c_contiguous:
-        raise ValueError(
-            "HostTable needs a C-contiguous array; pass np.ascontiguousarray(a) or use "
-            "HostTable.copy_of(a) (both copy it)"
-        )
-    _dtypes.check_table_dtype(array.dtype)
-
-
-# CUDA pins whole pages, and a copy by any library (XLA's transfers too)
-# whose host range is partly pinned fails with CUDA_ERROR_INVALID_VALUE: a
-# page that other objects share must never be pinned. An array owns its
-# pages when it maps a file or lies in an allocation of at least this many
-# bytes, which glibc's malloc maps on pages of their own (its largest
-# mmap threshold on 64-bit systems).
-_OWN_PAGES_BYTES = 32 << 20
-
-
-def _owns_its_pages(array: np.ndarray) -> bool:
-    """Whether every page `array` touches belongs to its own allocation."""
-    root = array
-    while isinstance(root, np.ndarray) and root.base is not None:
-        root = root.base
-    if isinstance(root, mmap.mmap):
-        return True
-    if isinstance(root, np.ndarray):
-        return root.nbytes >= _OWN_PAGES_BYTES
-    try:  # the allocation of another buffer owner (a bytearray, ...)
-        size = memoryview(root).nbytes
-    except (TypeError, ValueError):  # no buffer, or a format memoryview lacks
-        size = array.nbytes
-    return size >= _OWN_PAGES_BYTES
-
-
-def _host_copy(array: np.ndarray, memory: str = "auto") -> np.ndarray:
-    """A copy of `array` in `host_empty(..., memory=memory)`."""
-    out = host_memory.host_empty(array.shape, array.dtype, memory=memory)
-    np.copyto(out, array)
-    return out
-
-
-def _in_own_pages(array: np.ndarray) -> np.ndarray:
-    """`array` itself where pinning it in place touches only its own pages;
-    else `_host_copy(array)`, as read-only as the array."""
-    if _owns_its_pages(array):
-        return array
-    copy = _host_copy(array)
-    copy.flags.writeable = array.flags.writeable
-    return copy
 
 
 def release(handle: int, pin: int, array: np.ndarray) -> None:
@@ -190,11 +132,11 @@ class HostTable(RegisteredTable, WritableTable):
                     "table.numpy()")
 
     def __init__(self, array: np.ndarray):
-        _check_array(array)
+        check_array(array)
         on_gpu = jax.default_backend() == "gpu"
         memory = host_memory.memory_of(array) if on_gpu else "host"
         if memory is None:
-            array = _in_own_pages(array)
+            array = in_own_pages(array)
             memory = host_memory.memory_of(array)
         pin = 0
         if memory is None:
@@ -242,7 +184,7 @@ class HostTable(RegisteredTable, WritableTable):
         array = np.asarray(array)
         if array.ndim < 1:
             raise ValueError("HostTable needs an array of rank >= 1 (rows along axis 0)")
-        return cls(_host_copy(array, memory))
+        return cls(host_copy(array, memory))
 
     def numpy(self) -> np.ndarray:
         """The table's memory as a NumPy array (the wrapped array itself, or

@@ -94,8 +94,8 @@ def place(array: np.ndarray, placement: str):
 def in_own_pages(array: np.ndarray) -> np.ndarray:
     """A copy of `array` in an allocation of its own pages (32 MiB or more,
     mostly untouched), which a HostTable on a GPU pins in place."""
-    from jdirect.host_table import _OWN_PAGES_BYTES
-    block = np.empty(max(_OWN_PAGES_BYTES, array.nbytes), np.uint8)
+    from jdirect._host_arrays import OWN_PAGES_BYTES
+    block = np.empty(max(OWN_PAGES_BYTES, array.nbytes), np.uint8)
     view = block[:array.nbytes].view(array.dtype).reshape(array.shape)
     view[...] = array
     return view

@@ -17,7 +17,7 @@ import pytest
 
 import jdirect
 from jdirect import _ffi
-from jdirect.host_table import _OWN_PAGES_BYTES, _owns_its_pages
+from jdirect._host_arrays import OWN_PAGES_BYTES, owns_its_pages
 from conftest import ON_GPU, gpu_only, in_own_pages, place
 
 
@@ -43,10 +43,10 @@ def test_pins_in_place_only_arrays_that_own_their_pages(tmp_path):
     big = in_own_pages(np.arange(300, dtype=np.float32).reshape(100, 3))
     np.save(tmp_path / "rows.npy", small)
     mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
-    assert not _owns_its_pages(small) and not _owns_its_pages(small[2:4])
-    assert _owns_its_pages(big) and _owns_its_pages(big[5:9]) and _owns_its_pages(mapped)
-    assert _owns_its_pages(np.frombuffer(bytearray(_OWN_PAGES_BYTES), np.uint8)[3:9])
-    assert not _owns_its_pages(np.zeros(4, np.float16))  # a format memoryview has not
+    assert not owns_its_pages(small) and not owns_its_pages(small[2:4])
+    assert owns_its_pages(big) and owns_its_pages(big[5:9]) and owns_its_pages(mapped)
+    assert owns_its_pages(np.frombuffer(bytearray(OWN_PAGES_BYTES), np.uint8)[3:9])
+    assert not owns_its_pages(np.zeros(4, np.float16))  # a format memoryview has not
     with jdirect.HostTable(small) as t, jdirect.HostTable(big[5:9]) as v:
         assert (t.numpy() is small) != ON_GPU
         assert np.shares_memory(v.numpy(), big)

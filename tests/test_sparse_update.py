@@ -21,7 +21,7 @@ from conftest import gpu_only, newest_only
 
 import jdirect
 from jdirect import embeddings, sparse_update
-from jdirect.host_table import _OWN_PAGES_BYTES
+from jdirect._host_arrays import OWN_PAGES_BYTES
 
 OPTIMIZERS = {
     "sgd": lambda: embeddings.sparse_sgd(0.3),
@@ -209,7 +209,7 @@ def test_refuses_a_table_over_unaligned_memory(dtype):
     itemsize = np.dtype(dtype).itemsize
     # In an allocation that owns its pages, so that a GPU's table is this
     # memory, not an aligned copy (HostTable).
-    raw = np.frombuffer(bytearray(_OWN_PAGES_BYTES + 1), np.uint8)[1:1 + 10 * 4 * itemsize]
+    raw = np.frombuffer(bytearray(OWN_PAGES_BYTES + 1), np.uint8)[1:1 + 10 * 4 * itemsize]
     values = raw.view(dtype).reshape(10, 4)
     values[...] = 1
     assert values.ctypes.data % itemsize
