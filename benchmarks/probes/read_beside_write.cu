@@ -3,7 +3,7 @@
 // and does the table's size matter? A bare probe, no JAX.
 //
 // A host-resident managed table of `--table-gb` (allocated and advised as
-// jdirect's HostTable: sm_lean_read.cu's HostResidentTable), 256 B rows (a
+// jdirect's HostTable: sm_lean_reads.cuh's HostResidentTable), 256 B rows (a
 // 64-wide float32 embedding row), `--ids` random rows a batch (380K: a
 // recsys step's learned rows):
 //   read   ffi/gather_kernels.cuh's GatherKernel itself, on 2 blocks an SM
@@ -47,24 +47,6 @@ __global__ void ScatterRows(char* __restrict__ table, const int32_t* __restrict_
   }
 }
 
-char* Table(int64_t bytes, int device) {
-  char* table = nullptr;
-  CHECK(cudaMallocManaged(&table, bytes, cudaMemAttachGlobal));
-  CHECK(cudaMemAdvise(table, bytes, cudaMemAdviseSetPreferredLocation,
-                      cudaMemLocation{cudaMemLocationTypeHost, 0}));
-  CHECK(cudaMemAdvise(table, bytes, cudaMemAdviseSetAccessedBy,
-                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([=] {
-      std::memset(table + bytes * t / threads, 1, bytes * (t + 1) / threads - bytes * t / threads);
-    });
-  }
-  for (auto& th : pool) th.join();
-  return table;
-}
-
 float Median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -99,7 +81,7 @@ int main(int argc, char** argv) {
               "both_ms", "read_gbps", "write_gbps", "both_each_way");
   for (double size : sizes) {
     const int64_t nrows = static_cast<int64_t>(size * 1e9) / kRowBytes;
-    char* table = Table(nrows * kRowBytes, device);
+    char* table = HostResidentTable(nrows * kRowBytes, device);
     std::mt19937_64 rng(1);
     std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(nrows - 1));
     std::vector<int32_t> rid(ids), wid(ids);

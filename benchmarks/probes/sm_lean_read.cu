@@ -85,13 +85,6 @@ __global__ void FillBf16(__nv_bfloat16* x, int64_t n, uint32_t seed) {
   }
 }
 
-uint64_t Mix(uint64_t x) {  // splitmix64: the table's word at word offset x
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 float Ms(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -263,30 +256,6 @@ class Rig {
   unsigned long long* sum_ = nullptr;
 };
 
-// `bytes` of host-resident managed memory, allocated and advised as
-// jdirect's HostTable does (ffi/host_memory_cuda.cu), filled by CPU threads
-// with Mix(word offset).
-char* HostResidentTable(int64_t bytes, int device) {
-  char* table = nullptr;
-  CHECK(cudaMallocManaged(&table, bytes, cudaMemAttachGlobal));
-  CHECK(cudaMemAdvise(table, bytes, cudaMemAdviseSetPreferredLocation,
-                      cudaMemLocation{cudaMemLocationTypeHost, 0}));
-  CHECK(cudaMemAdvise(table, bytes, cudaMemAdviseSetAccessedBy,
-                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
-  uint64_t* words = reinterpret_cast<uint64_t*>(table);
-  const int64_t count = bytes / 8;
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([=] {
-      for (int64_t i = count * t / threads; i < count * (t + 1) / threads; ++i) {
-        words[i] = Mix(static_cast<uint64_t>(i));
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  return table;
-}
 
 // Checksum's value for the rows `ids` of `table` gathered on the host.
 uint64_t HostChecksum(const char* table, const std::vector<int32_t>& ids, int64_t row_bytes) {
