@@ -27,7 +27,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "sm_lean_reads.cuh"
