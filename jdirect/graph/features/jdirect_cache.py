@@ -115,5 +115,5 @@ class CachedSource(FeatureSource):
             if self.table is not None:
                 self.table.close()
         finally:
-            self.table = self.host = None  # as JdirectSource.close
+            self.table = self.host = None  # as HostTableSource.close
             self.inner.close()

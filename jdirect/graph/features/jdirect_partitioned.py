@@ -121,5 +121,5 @@ class PartitionedSource(FeatureSource):
             if self.table is not None:
                 self.table.close()
         finally:
-            self.table = self.host = None  # as JdirectSource.close
+            self.table = self.host = None  # as HostTableSource.close
             self.inner.close()
