@@ -350,8 +350,12 @@ def test_a_write_after_a_start_does_not_reach_the_started_read():
 
     def f(t, i):
         pending = jdirect.gather_start(t, i, max_blocks=1)
-        t = jdirect.write_rows(t, i, jnp.zeros((i.shape[0], 64), jnp.float32))
-        return jdirect.gather_done(pending), t.token
+        # Pinned start -> write -> done, as gather_start documents for work
+        # between the two (else XLA may finish the read before the write).
+        pending, at = jax.lax.optimization_barrier((pending, i))
+        token = jdirect.write_rows(t, at, jnp.zeros((i.shape[0], 64), jnp.float32)).token
+        pending, token = jax.lax.optimization_barrier((pending, token))
+        return jdirect.gather_done(pending), token
 
     with jdirect.HostTable.copy_of(host) as table:
         rows, _ = jax.jit(f)(table, idx)
