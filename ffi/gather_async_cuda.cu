@@ -217,6 +217,25 @@ ffi::Error GatherDone(cudaStream_t stream, ffi::AnyBuffer rows,
 }
 
 }  // namespace
+
+ffi::Error FollowStartedReads(cudaStream_t stream, ffi::RemainingArgs args) {
+  AsyncState& s = State();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.started.empty()) return ffi::Error::Success();
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto buffer = args.get<ffi::AnyBuffer>(i);
+    if (buffer.has_error() || buffer->size_bytes() == 0) continue;
+    // A live buffer's address names at most one unfinished start; an entry a
+    // failed program left behind names a finished read (waiting is a no-op).
+    auto it = s.started.find(buffer->untyped_data());
+    if (it == s.started.end()) continue;
+    if (cudaError_t e = cudaStreamWaitEvent(stream, it->second.event, 0); e != cudaSuccess) {
+      return CudaFailed("cudaStreamWaitEvent", e);
+    }
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace jdirect
 
 #define JDIRECT_CUDA_CTX .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()

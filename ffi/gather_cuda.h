@@ -40,6 +40,14 @@ CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& workspace,
 // call is enqueued, so it must live in host memory.
 ffi::Error HostHandle(ffi::Buffer<ffi::S32> handle, int32_t* value);
 
+// Makes `stream` wait for the reads begun by gather_start (and not yet
+// finished by their done) whose rows buffers are among `args`: a write of a
+// table takes the rows read from its version as operands to follow
+// (jdirect/write.py), and a started read runs on the side stream, which
+// XLA's order alone would not keep it ahead of the write
+// (gather_async_cuda.cu).
+ffi::Error FollowStartedReads(cudaStream_t stream, ffi::RemainingArgs args);
+
 }  // namespace jdirect
 
 #endif  // JDIRECT_FFI_GATHER_CUDA_H_

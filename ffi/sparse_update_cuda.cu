@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-#include "gather_cuda.h"     // Blocks, HostHandle
+#include "gather_cuda.h"     // Blocks, HostHandle, FollowStartedReads
 #include "gather_kernels.cuh"  // kThreads, kUnroll
 #include "sparse_update_common.h"
 #include "table_events.h"
@@ -268,6 +268,9 @@ ffi::Error SparseUpdate(cudaStream_t stream, ffi::AnyBuffer keys, ffi::Buffer<ff
                         ffi::RemainingArgs rest, ffi::Result<ffi::Buffer<ffi::S32>> token,
                         int64_t rule, ffi::Span<const int64_t> handles, int64_t nrows,
                         int64_t dim, double b1, double b2, double eps) {
+  // `rest` holds handle operands, then what the update follows: the rows
+  // read from its tables' versions among them (a handle never matches).
+  if (auto e = FollowStartedReads(stream, rest); e.failure()) return e;
   if (auto e = ZeroToken(stream, token); e.failure()) return e;
   return SparseUpdateTables(CudaUpdater{stream}, HostHandle, keys, grads, rows, scalars, rest,
                             rule, handles, nrows, dim, b1, b2, eps);

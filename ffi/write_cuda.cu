@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "gather_cuda.h"  // HostHandle, MultiprocessorCount
+#include "gather_cuda.h"  // HostHandle, MultiprocessorCount, FollowStartedReads
 #include "table_events.h"
 #include "write_common.h"
 #include "write_cuda.h"
@@ -124,20 +124,22 @@ namespace {
 
 ffi::Error WriteHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
                      ffi::Buffer<ffi::S32> /*token_in*/, ffi::AnyBuffer keys,
-                     ffi::AnyBuffer rows, ffi::RemainingArgs /*reads*/,
-                           ffi::Result<ffi::Buffer<ffi::S32>> token,
+                     ffi::AnyBuffer rows, ffi::RemainingArgs reads,
+                     ffi::Result<ffi::Buffer<ffi::S32>> token,
                      int64_t nrows, int64_t row_bytes) {
   int32_t h;
   if (auto e = HostHandle(handle, &h); e.failure()) return e;
+  if (auto e = FollowStartedReads(stream, reads); e.failure()) return e;
   if (auto e = ZeroToken(stream, token); e.failure()) return e;
   return WriteToHandle(CudaWriter{stream}, h, keys, rows, nrows, row_bytes);
 }
 
 ffi::Error WriteHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> /*token_in*/,
                            ffi::AnyBuffer keys, ffi::AnyBuffer rows,
-                           ffi::RemainingArgs /*reads*/,
+                           ffi::RemainingArgs reads,
                            ffi::Result<ffi::Buffer<ffi::S32>> token, int64_t handle,
                            int64_t nrows, int64_t row_bytes) {
+  if (auto e = FollowStartedReads(stream, reads); e.failure()) return e;
   if (auto e = ZeroToken(stream, token); e.failure()) return e;
   return WriteToHandle(CudaWriter{stream}, static_cast<int32_t>(handle), keys, rows, nrows,
                        row_bytes);
