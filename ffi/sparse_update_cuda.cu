@@ -36,6 +36,9 @@ __global__ void SparseUpdateKernel(SparseUpdateArgs a, uint32_t packets_per_row,
                                    uint32_t total) {
   using Rows = Packet<T, W>;
   using Floats = Packet<float, W>;
+  // Both kernels declare these views themselves: in a shared struct nvcc
+  // drops the members' __restrict__, and with it the read-only loads
+  // (ld.global.nc) of keys, gradients and given rows.
   const K* __restrict__ keys = static_cast<const K*>(a.keys);
   Rows* table = reinterpret_cast<Rows*>(a.table);
   const Rows* __restrict__ given = reinterpret_cast<const Rows*>(a.rows);
