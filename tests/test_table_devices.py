@@ -120,7 +120,14 @@ SCRIPT = textwrap.dedent(r"""
     from jdirect import placement
     placement.PIECE_BYTES = 64
     put, sent = jax.device_put, []
-    jax.device_put = lambda *a, **k: sent.append(put(*a, **k)) or sent[-1]
+
+    def recording_put(*args, **kwargs):
+        # Its own piece, not sent[-1]: another thread may append in between.
+        piece = put(*args, **kwargs)
+        sent.append(piece)
+        return piece
+
+    jax.device_put = recording_put
     with jax.default_device(jax.devices()[2]):
         placed = placement.put(np.arange(1000, dtype=np.int32))
     jax.device_put = put
