@@ -8,7 +8,9 @@ one file in this package plus one line here; the registry opens each with
 inherit: `jdirect-cache` is a cache in front of a `jdirect` source that
 knows nothing of it, `CachedSource(HostTableSource(...), budget, hotness)`
 (as GraphBolt's `GPUCachedFeature(fallback, size)`), both opened from one
-plan of the rows (`jdirect.plan`).
+plan of the rows (`jdirect.plan`); the two caches (`jdirect-cache`,
+`jdirect-partitioned`) share that front's ownership of the inner source
+(`CacheInFront`).
 
   device         the whole table in device memory; steps use jnp.take.
   host           the conventional path: the CPU sampler's workers gather

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,45 @@ from .base import FeatureSource, SourceOptions
 from .jdirect import HostTableSource, finish_rows, plan, read_rows, start_rows
 
 
-class CachedSource(FeatureSource):
+class CacheInFront(FeatureSource):
+    """A device cache (`table`, made by `make` from the host table) in front
+    of `inner`, a host source whose `table` is a host table and which knows
+    nothing of the cache: what `jdirect-cache` and `jdirect-partitioned`
+    share. `inner` is owned from the call on: closed by `close`, and if
+    `make` fails. `devices`: how many devices' caches `budget` is each."""
+
+    encodes_rows = True
+    read = staticmethod(read_rows)
+
+    def __init__(self, inner: FeatureSource, budget: int, make: Callable[[Any], Any],
+                 devices: int = 1):
+        self.inner, self.host = inner, inner.table
+        self.plan = getattr(inner, "plan", None)
+        self.link_row_bytes = inner.link_row_bytes
+        try:
+            self.table = make(self.host)
+        except BaseException:
+            inner.close()
+            raise
+        self._about = ", ".join(filter(None, [inner.describe(), encoding.describe_cache(
+            budget, self.table.shape[0], self.link_row_bytes, devices)]))
+
+    def describe(self) -> str:
+        return self._about
+
+    def close(self) -> None:
+        # The cache's device memory goes now, not when the source is
+        # collected: a run after this one in the same process (the typed
+        # command's MLP after R-GraphSAGE) places its own cache.
+        try:
+            if self.table is not None:
+                self.table.close()
+        finally:
+            self.table = self.host = None  # as HostTableSource.close
+            self.inner.close()
+
+
+class CachedSource(CacheInFront):
     """`cached(encoded(host(x)))`: a device cache of `budget` bytes (a
     `CachedTable`) in front of `inner`, a source whose `table` is a host
     table and which knows nothing of the cache, as GraphBolt's
@@ -46,26 +86,17 @@ class CachedSource(FeatureSource):
         `encoding.RowPlan` (where the caller made one).
     """
 
-    overlaps = True
-    encodes_rows = True
-    read = staticmethod(read_rows)
+    overlaps = True  # but where the cache took every row (__init__)
     start = staticmethod(start_rows)
     finish = staticmethod(finish_rows)
 
     def __init__(self, inner: FeatureSource, budget: int, hotness: np.ndarray,
                  cached: tuple[np.ndarray, jax.Array] | None = None):
-        self.inner, self.host = inner, inner.table
-        self.plan = getattr(inner, "plan", None)
-        self.link_row_bytes, self.exact_rows = inner.link_row_bytes, inner.exact_rows
-        try:
-            self.table = (CachedTable.from_counts(self.host, hotness, budget) if cached is None
-                          else CachedTable.of_uncached(self.host, *cached))
-        except BaseException:
-            inner.close()
-            raise
+        super().__init__(inner, budget, lambda host: (
+            CachedTable.from_counts(host, hotness, budget) if cached is None
+            else CachedTable.of_uncached(host, *cached)))
+        self.exact_rows = inner.exact_rows
         self.overlaps = not self.table.all_cached
-        self._about = ", ".join(filter(None, [inner.describe(), encoding.describe_cache(
-            budget, self.table.shape[0], self.link_row_bytes)]))
 
     @classmethod
     def open(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
@@ -103,17 +134,3 @@ class CachedSource(FeatureSource):
         inside = (input_nodes >= 0) & (input_nodes < table.shape[0])
         hits = table.is_cached(input_nodes).sum(dtype=jnp.float32)
         return jnp.stack([hits, inside.sum(dtype=jnp.float32) - hits])
-
-    def describe(self) -> str:
-        return self._about
-
-    def close(self) -> None:
-        # The cache's device memory goes now, not when the source is
-        # collected: a run after this one in the same process (the typed
-        # command's MLP after R-GraphSAGE) places its own cache.
-        try:
-            if self.table is not None:
-                self.table.close()
-        finally:
-            self.table = self.host = None  # as HostTableSource.close
-            self.inner.close()

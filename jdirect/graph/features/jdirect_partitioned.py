@@ -13,12 +13,11 @@ from jax.sharding import Mesh
 from ... import PartitionedCache
 from ..data.csr import Graph
 from .base import FeatureSource, SourceOptions
-from . import encoding
-from .jdirect import HostTableSource, plan, read_rows
-from .jdirect_cache import CachedSource
+from .jdirect import HostTableSource, plan
+from .jdirect_cache import CacheInFront, CachedSource
 
 
-class PartitionedSource(FeatureSource):
+class PartitionedSource(CacheInFront):
     """`partitioned(encoded(host(x)))`: a `PartitionedCache` over the steps'
     mesh in front of a host source that knows nothing of it. Each device
     holds `budget` bytes of rows (`open`: `cache_fraction` per device, the
@@ -58,25 +57,15 @@ class PartitionedSource(FeatureSource):
         `encoding.RowPlan`; peer_row_bytes: bytes of one row a peer sends.
     """
 
-    encodes_rows = True
-    read = staticmethod(read_rows)
     COUNTERS = ("cache_hits", "peer_rows", "pcie_rows")
 
     def __init__(self, inner: FeatureSource, budget: int, hotness: np.ndarray, mesh: Mesh):
-        self.inner, self.host = inner, inner.table
-        self.plan = getattr(inner, "plan", None)
-        self.link_row_bytes = inner.link_row_bytes
+        super().__init__(inner, budget, lambda host: PartitionedCache.from_counts(
+            host, hotness, budget, mesh), mesh.size)
         # Full-split evaluation runs on one device, where the exchange
         # cannot: it reads the graph's own table (evaluation.full_accuracy).
         self.exact_rows = False
         self.peer_row_bytes = self.host.dtype.itemsize * math.prod(self.host.shape[1:])
-        try:
-            self.table = PartitionedCache.from_counts(self.host, hotness, budget, mesh)
-        except BaseException:
-            inner.close()
-            raise
-        self._about = ", ".join(filter(None, [inner.describe(), encoding.describe_cache(
-            budget, self.host.shape[0], self.link_row_bytes, mesh.size)]))
 
     @classmethod
     def open(cls, graph: Graph, options: SourceOptions) -> FeatureSource:
@@ -112,14 +101,3 @@ class PartitionedSource(FeatureSource):
         peer = int(round(float(peer)))
         return dict(super().traffic((hits, misses)), peer_rows=peer,
                     peer_gb=peer * self.peer_row_bytes / 1e9)
-
-    def describe(self) -> str:
-        return self._about
-
-    def close(self) -> None:
-        try:
-            if self.table is not None:
-                self.table.close()
-        finally:
-            self.table = self.host = None  # as HostTableSource.close
-            self.inner.close()
