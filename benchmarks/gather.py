@@ -14,7 +14,13 @@ which the wake-up is noise. Methods:
   jdirect-sorted     the same table, locality=True (always address order)
   jdirect-unsorted   the same table, locality=False (always caller order)
   jdirect-inplace    HostTable(array): the user's array pinned in place
-                     (cudaHostRegister; address order)
+                     (cudaHostRegister), read as the policy decides (the
+                     copy engines for rows under 1 KB, else address order)
+  jdirect-inplace-zerocopy  the same table, copy_engines=False: GPU threads
+                     read it (address order)
+  jdirect-copy       the in-place table, copy_engines=True: host threads
+                     gather into pinned staging, copy engines move it
+  jdirect-copy-managed  the managed table, copy_engines=True
   jdirect-pinned     a pinned_host jax.Array (address order)
   jdirect-started    jdirect.gather_start then gather_done on the managed
                      table: the trainer's pipelined read, on jdirect's side
@@ -74,7 +80,8 @@ STREAMED_CALLS = 8  # calls timed back to back for gbps_streamed
 # Methods whose table sits in device memory: off the plot's PCIe scale.
 IN_DEVICE = ("device-jnp.take",)
 METHODS = (
-    "jdirect", "jdirect-sorted", "jdirect-unsorted", "jdirect-inplace", "jdirect-pinned",
+    "jdirect", "jdirect-sorted", "jdirect-unsorted", "jdirect-inplace",
+    "jdirect-inplace-zerocopy", "jdirect-copy", "jdirect-copy-managed", "jdirect-pinned",
     "jdirect-started", "jdirect-cached", "jdirect-bf16", "jdirect-int8", "naive", "sorted+scatter",
     "numpy+device_put", "torch-16threads", "device-jnp.take",
 )
@@ -87,7 +94,10 @@ MEMORY_OF = {
     "jdirect-unsorted": lambda managed, inplace: managed.memory,
     "jdirect-started": lambda managed, inplace: managed.memory,  # and each jdirect-started/N
     "jdirect-cached": lambda managed, inplace: managed.memory,
+    "jdirect-copy-managed": lambda managed, inplace: managed.memory,
     "jdirect-inplace": lambda managed, inplace: inplace.memory,
+    "jdirect-inplace-zerocopy": lambda managed, inplace: inplace.memory,
+    "jdirect-copy": lambda managed, inplace: inplace.memory,
     "naive": lambda managed, inplace: inplace.memory,
 }
 
@@ -207,7 +217,7 @@ def main() -> None:
         half = jdirect.host_empty(words.shape, ml_dtypes.bfloat16)
         np.copyto(half, words, casting="same_kind")
     take = jax.jit(lambda t, i: jnp.take(t, i, axis=0))
-    gather = jax.jit(jdirect.gather, static_argnames="locality")
+    gather = jax.jit(jdirect.gather, static_argnames=("locality", "copy_engines"))
     records: list[dict] = []
 
     for row_bytes in args.row_bytes:
@@ -239,7 +249,10 @@ def main() -> None:
                     "jdirect-sorted": lambda: gather(table, idx, locality=True),
                     "jdirect-unsorted": lambda: gather(table, idx, locality=False),
                     "jdirect-inplace": lambda: gather(inplace, idx),
-                    "naive": lambda: gather(inplace, idx, locality=False),
+                    "jdirect-inplace-zerocopy": lambda: gather(inplace, idx, copy_engines=False),
+                    "jdirect-copy": lambda: gather(inplace, idx, copy_engines=True),
+                    "jdirect-copy-managed": lambda: gather(table, idx, copy_engines=True),
+                    "naive": lambda: gather(inplace, idx, locality=False, copy_engines=False),
                     "sorted+scatter": lambda: sorted_scatter(table, idx),
                     "numpy+device_put": lambda: jax.device_put(np.take(host, idx_np, axis=0), device),
                 }

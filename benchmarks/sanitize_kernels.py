@@ -3,8 +3,8 @@
 compute-sanitizer's memcheck crashed (the tool itself) when run over the whole
 pytest files under JAX; this script drives the kernels in one short process
 instead: `jdirect.gather` (plain, sorted, cached, a cache over the uncached rows
-alone, int8), `gather_start`
-(its side-stream read),
+alone, int8, through the copy engines), `gather_start`
+(its side-stream read, and through the copy engines),
 `jdirect.write_rows` set/add, the fused sparse optimizer steps (SGD,
 Adagrad, row-wise Adagrad, Adam) and `jdirect.neighbor_sum` (rows in device arrays, in host
 tables and in a cache over them; the CSR in arrays or in host tables),
@@ -77,9 +77,12 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
                     want = np.asarray(jnp.take(jnp.asarray(values), jnp.asarray(ids), axis=0,
                                                mode="fill", fill_value=0))
                     for table in (t, cached, split):
-                        for locality in (False, True):
+                        # Caller order, address order, the copy engines (a
+                        # cache's reads ignore them).
+                        for locality, copy in ((False, False), (True, False), (None, True)):
                             got = jax.jit(lambda i: jdirect.gather(
-                                table, i, mode="fill", fill_value=0, locality=locality))(ids)
+                                table, i, mode="fill", fill_value=0, locality=locality,
+                                copy_engines=copy))(ids)
                             np.testing.assert_array_equal(np.asarray(got), want)
     floats = rng.standard_normal((ROWS, 40)).astype(np.float32)
     with jdirect.Int8Table(floats, memory=memory) as packed:
@@ -89,8 +92,8 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
         with jdirect.CachedTable(packed, np.arange(0, ROWS, 5)) as cached:
             got = jax.jit(lambda i: jdirect.gather(cached, jnp.clip(i, -ROWS, ROWS - 1)))(ids)
             np.testing.assert_array_equal(np.asarray(got), want)
-    print(f"gather ({memory}): plain, sorted, cached (over every row and over the uncached "
-          "rows alone) and int8 match jnp.take")
+    print(f"gather ({memory}): plain, sorted, through the copy engines, cached (over every "
+          "row and over the uncached rows alone) and int8 match jnp.take")
 
 
 # Beside KINDS, row widths at the edges of the started read's loads: 1-byte
@@ -109,14 +112,17 @@ def check_started(rng: np.random.Generator, memory: str) -> None:
                     ids = _ids(rng, n)
                     want = np.asarray(jnp.take(jnp.asarray(values), jnp.asarray(ids), axis=0,
                                                mode="fill", fill_value=0))
-                    # Caller and address order (3000 ids sort when asked).
-                    for table, locality in itertools.product((t, cached, split), (False, True)):
+                    # Caller and address order (3000 ids sort when asked),
+                    # the copy engines.
+                    for table, (locality, copy) in itertools.product(
+                            (t, cached, split), ((False, False), (True, False), (None, True))):
                         pending = jdirect.gather_start(table, ids, mode="fill", fill_value=0,
-                                                       locality=locality, max_blocks=5)
+                                                       locality=locality, copy_engines=copy,
+                                                       max_blocks=5)
                         np.testing.assert_array_equal(np.asarray(jdirect.gather_done(pending)),
                                                       want)
     print(f"gather_start ({memory}): plain and cached (over every row and over the uncached "
-          "rows alone), caller and address order, match jnp.take")
+          "rows alone), caller and address order, the copy engines, match jnp.take")
 
 
 def check_writes(rng: np.random.Generator, memory: str) -> None:

@@ -161,12 +161,12 @@ ffi::Error GatherHostStart(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
                            ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
                            ffi::Result<ffi::AnyBuffer> workspace, int64_t mode, int64_t fill_lo,
                            int64_t fill_hi, int64_t max_blocks, int64_t nrows,
-                           int64_t row_bytes, int64_t compact_rows) {
+                           int64_t row_bytes, int64_t compact_rows, int64_t copy_thousandths) {
   int32_t h;
   if (auto e = HostHandle(handle, &h); e.failure()) return e;
   return Start(stream, out, workspace, max_blocks, [&](const CudaRunner& run) {
     return GatherFromHandle(run, h, slots, cached, idx, out, mode, fill_lo, fill_hi, nrows,
-                            row_bytes, compact_rows);
+                            row_bytes, compact_rows, copy_thousandths);
   });
 }
 
@@ -176,10 +176,10 @@ ffi::Error GatherHostStaticStart(cudaStream_t stream, ffi::Buffer<ffi::S32> slot
                                  ffi::Result<ffi::AnyBuffer> workspace, int64_t handle,
                                  int64_t mode, int64_t fill_lo, int64_t fill_hi,
                                  int64_t max_blocks, int64_t nrows, int64_t row_bytes,
-                                 int64_t compact_rows) {
+                                 int64_t compact_rows, int64_t copy_thousandths) {
   return Start(stream, out, workspace, max_blocks, [&](const CudaRunner& run) {
     return GatherFromHandle(run, static_cast<int32_t>(handle), slots, cached, idx, out, mode,
-                            fill_lo, fill_hi, nrows, row_bytes, compact_rows);
+                            fill_lo, fill_hi, nrows, row_bytes, compact_rows, copy_thousandths);
   });
 }
 

@@ -28,7 +28,24 @@ struct GatherArgs {
   FillPattern fill;
   DeviceCache cache;
   int32_t handle;  // the registered table read, or 0 for an array operand
+  // Thousandths of the rows (the leading ones) that host threads gather and
+  // copy engines move, beside GPU threads reading the rest: the copy-engine
+  // read (copy_engine_read_cuda.cu; on the CPU, the threads gather into the
+  // result). Only a registered table without a device cache has it.
+  int64_t copy_thousandths = 0;
+
+  // The rows `copy_thousandths` gives the copy engines.
+  int64_t CopiedRows() const { return n * copy_thousandths / 1000; }
 };
+
+// `a` for its rows [begin, end) only.
+inline GatherArgs RowsOf(const GatherArgs& a, int64_t begin, int64_t end) {
+  GatherArgs part = a;
+  part.idx = static_cast<const char*>(a.idx) + begin * (a.idx64 ? 8 : 4);
+  part.out = a.out + begin * a.row_bytes;
+  part.n = end - begin;
+  return part;
+}
 
 inline ffi::Error MakeGatherArgs(const char* table, int64_t nrows,
                                  int64_t row_bytes, ffi::AnyBuffer idx,
@@ -149,13 +166,15 @@ ffi::Error GatherFromArray(const Runner& run, ffi::AnyBuffer table,
 // the recording of the table's event, which close() waits for before the
 // memory is released. `nrows` is the table's as read (indices resolve
 // against it); the host table has `compact_rows` rows where that is >= 0 (a
-// cache's compact host table), else `nrows`.
+// cache's compact host table), else `nrows`. `copy_thousandths` as
+// GatherArgs' (0 where there is a cache).
 template <typename Runner>
 ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
                             ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
                             ffi::AnyBuffer idx, ffi::Result<ffi::AnyBuffer> out,
                             int64_t mode, int64_t fill_lo, int64_t fill_hi,
-                            int64_t nrows, int64_t row_bytes, int64_t compact_rows) {
+                            int64_t nrows, int64_t row_bytes, int64_t compact_rows,
+                            int64_t copy_thousandths) {
   TableLease lease(handle);
   const int64_t leased = compact_rows >= 0 ? compact_rows : nrows;
   if (auto e = CheckLease(lease, leased, row_bytes); e.failure()) return e;
@@ -169,6 +188,10 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
     return e;
   }
   a.handle = handle;
+  if (copy_thousandths < 0 || copy_thousandths > 1000) {
+    return ffi::Error::InvalidArgument("jdirect gather: copy_thousandths must be in [0, 1000]");
+  }
+  a.copy_thousandths = a.cache.slots == nullptr ? copy_thousandths : 0;
   return run(a);
 }
 
@@ -210,7 +233,8 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Attr<int64_t>("max_blocks")                             \
       .Attr<int64_t>("nrows")                                  \
       .Attr<int64_t>("row_bytes")                              \
-      .Attr<int64_t>("compact_rows")
+      .Attr<int64_t>("compact_rows")                           \
+      .Attr<int64_t>("copy_thousandths")
 
 #define JDIRECT_BIND_GATHER_HOST_STATIC(CTX)    \
   xla::ffi::Ffi::Bind() CTX                     \
@@ -226,7 +250,8 @@ ffi::Error GatherFromHandle(const Runner& run, int32_t handle,
       .Attr<int64_t>("max_blocks")              \
       .Attr<int64_t>("nrows")                   \
       .Attr<int64_t>("row_bytes")               \
-      .Attr<int64_t>("compact_rows")
+      .Attr<int64_t>("compact_rows")            \
+      .Attr<int64_t>("copy_thousandths")
 
 // gather_done: the start's rows (aliased to the result), then every
 // operand the start's read still uses, passed only to keep it alive.

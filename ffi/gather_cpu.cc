@@ -1,44 +1,21 @@
 // CPU twin of the CUDA gather: the same targets, registered for platform
 // "cpu", so programs and tests run unchanged without a GPU.
 #include <cstring>
-#include <vector>
 
 #include "gather_common.h"
-#include "index.h"
+#include "host_gather.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jdirect {
 namespace {
 
-template <typename I>
-void GatherRows(const GatherArgs& a) {
-  const I* idx = static_cast<const I*>(a.idx);
-  std::vector<char> fill_row;  // built on the first out-of-range index
-  for (int64_t i = 0; i < a.n; ++i) {
-    const int64_t r = ResolveRow(idx[i], a.nrows, a.mode);
-    char* dst = a.out + i * a.row_bytes;
-    if (r >= 0) {
-      std::memcpy(dst, RowAddress(a.table, r, a.row_bytes, a.cache), a.row_bytes);
-      continue;
-    }
-    if (fill_row.empty() && a.row_bytes > 0) {
-      char pattern[16];
-      std::memcpy(pattern, &a.fill.lo, 8);
-      std::memcpy(pattern + 8, &a.fill.hi, 8);
-      fill_row.resize(a.row_bytes);
-      for (int64_t k = 0; k < a.row_bytes; ++k) fill_row[k] = pattern[k % 16];
-    }
-    std::memcpy(dst, fill_row.data(), a.row_bytes);
-  }
-}
-
+// The copy-engine read's twin: the same host threads gather its rows,
+// straight into the result (the CPU has no copy engine to stage for).
 struct CpuRunner {
   ffi::Error operator()(const GatherArgs& a) const {
-    if (a.idx64) {
-      GatherRows<int64_t>(a);
-    } else {
-      GatherRows<int32_t>(a);
-    }
+    const int64_t copied = a.CopiedRows();
+    GatherRowsOnThreads(a, a.idx, a.out, 0, copied);
+    GatherRowsOnHost(a, a.idx, a.out, copied, a.n);
     return ffi::Error::Success();
   }
 };
@@ -55,11 +32,12 @@ ffi::Error GatherHost(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::S32> slots,
                       ffi::Result<ffi::AnyBuffer> out,
                       ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t mode,
                       int64_t fill_lo, int64_t fill_hi, int64_t /*max_blocks*/,
-                      int64_t nrows, int64_t row_bytes, int64_t compact_rows) {
+                      int64_t nrows, int64_t row_bytes, int64_t compact_rows,
+                      int64_t copy_thousandths) {
   int32_t h;
   if (auto e = HandleOnCpu(handle, &h); e.failure()) return e;
   return GatherFromHandle(CpuRunner{}, h, slots, cached, idx, out, mode, fill_lo, fill_hi,
-                          nrows, row_bytes, compact_rows);
+                          nrows, row_bytes, compact_rows, copy_thousandths);
 }
 
 ffi::Error GatherHostStatic(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
@@ -67,9 +45,10 @@ ffi::Error GatherHostStatic(ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached,
                             ffi::Result<ffi::AnyBuffer> /*workspace*/,
                             int64_t handle, int64_t mode, int64_t fill_lo,
                             int64_t fill_hi, int64_t /*max_blocks*/, int64_t nrows,
-                            int64_t row_bytes, int64_t compact_rows) {
+                            int64_t row_bytes, int64_t compact_rows, int64_t copy_thousandths) {
   return GatherFromHandle(CpuRunner{}, static_cast<int32_t>(handle), slots, cached, idx,
-                          out, mode, fill_lo, fill_hi, nrows, row_bytes, compact_rows);
+                          out, mode, fill_lo, fill_hi, nrows, row_bytes, compact_rows,
+                          copy_thousandths);
 }
 
 // gather_done's twin: the start already wrote the rows, so only a copy

@@ -158,6 +158,21 @@ ffi::Error LaunchAddressOrder(const GatherArgs& a, cudaStream_t stream, char* ws
 
 ffi::Error CudaRunner::operator()(const GatherArgs& a) const {
   if (a.n == 0 || a.row_bytes == 0) return ffi::Error::Success();
+  const int64_t copied = a.CopiedRows();
+  ffi::Error status =
+      copied == 0 ? ReadOnGpu(a)
+                  // The copy engines take the leading rows while GPU threads
+                  // read the others.
+                  : CopyEngineGather(RowsOf(a, 0, copied), stream, [&]() {
+                      return ReadOnGpu(RowsOf(a, copied, a.n));
+                    });
+  if (status.failure()) return status;
+  // close() waits for this event instead of for the whole device.
+  return a.handle > 0 ? RecordTableRead(a.handle, stream) : ffi::Error::Success();
+}
+
+ffi::Error CudaRunner::ReadOnGpu(const GatherArgs& a) const {
+  if (a.n == 0) return ffi::Error::Success();
   ffi::Error status = ffi::Error::Success();
   // Python decides the order (jdirect/_ops.py, address_order) and sizes
   // a workspace only for address order; an empty one means caller order.
@@ -185,8 +200,7 @@ ffi::Error CudaRunner::operator()(const GatherArgs& a) const {
     return ffi::Error::Internal(std::string("jdirect gather: kernel launch failed: ") +
                                 cudaGetErrorString(err));
   }
-  // close() waits for this event instead of for the whole device.
-  return a.handle > 0 ? RecordTableRead(a.handle, stream) : ffi::Error::Success();
+  return ffi::Error::Success();
 }
 
 CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& workspace,
@@ -229,11 +243,12 @@ ffi::Error GatherHost(cudaStream_t stream, ffi::Buffer<ffi::S32> handle,
                       ffi::Buffer<ffi::S32> slots, ffi::AnyBuffer cached, ffi::AnyBuffer idx,
                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
                       int64_t mode, int64_t fill_lo, int64_t fill_hi, int64_t max_blocks,
-                      int64_t nrows, int64_t row_bytes, int64_t compact_rows) {
+                      int64_t nrows, int64_t row_bytes, int64_t compact_rows,
+                      int64_t copy_thousandths) {
   int32_t h;
   if (auto e = HostHandle(handle, &h); e.failure()) return e;
   return GatherFromHandle(Runner(stream, workspace, max_blocks), h, slots, cached, idx, out,
-                          mode, fill_lo, fill_hi, nrows, row_bytes, compact_rows);
+                          mode, fill_lo, fill_hi, nrows, row_bytes, compact_rows, copy_thousandths);
 }
 
 ffi::Error GatherHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> slots,
@@ -241,10 +256,10 @@ ffi::Error GatherHostStatic(cudaStream_t stream, ffi::Buffer<ffi::S32> slots,
                             ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, int64_t handle, int64_t mode,
                             int64_t fill_lo, int64_t fill_hi, int64_t max_blocks, int64_t nrows,
-                            int64_t row_bytes, int64_t compact_rows) {
+                            int64_t row_bytes, int64_t compact_rows, int64_t copy_thousandths) {
   return GatherFromHandle(Runner(stream, workspace, max_blocks), static_cast<int32_t>(handle),
                           slots, cached, idx, out, mode, fill_lo, fill_hi, nrows, row_bytes,
-                          compact_rows);
+                          compact_rows, copy_thousandths);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "gather_common.h"
 #include "xla/ffi/api/ffi.h"
@@ -20,10 +21,12 @@ int MultiprocessorCount();
 // with the GPU to itself).
 unsigned Blocks(int64_t work, int64_t per_block, int64_t max_blocks);
 
-// Enqueues a gather on `stream`: the address-order sort when `workspace`
-// is large enough for it, then the gather kernel, then the table's read
-// event (table_events.h) on the same stream. Every kernel's grid is capped
-// at `max_blocks` (<= 0: 16 blocks per SM).
+// Enqueues a gather on `stream`: the copy engines' share of the rows
+// (GatherArgs::copy_thousandths), GPU threads' reads of the others (the
+// address-order sort when `workspace` is large enough for it, then the
+// gather kernel), then the table's read event (table_events.h) on the same
+// stream. Every kernel's grid is capped at `max_blocks` (<= 0: 16 blocks
+// per SM).
 struct CudaRunner {
   cudaStream_t stream;
   char* workspace;
@@ -31,10 +34,23 @@ struct CudaRunner {
   int64_t max_blocks;
 
   ffi::Error operator()(const GatherArgs& a) const;
+
+ private:
+  // The GPU threads' read of all of `a`'s rows.
+  ffi::Error ReadOnGpu(const GatherArgs& a) const;
 };
 
 CudaRunner Runner(cudaStream_t stream, ffi::Result<ffi::AnyBuffer>& workspace,
                   int64_t max_blocks);
+
+// Enqueues the copy-engine read of all of `a`'s rows (a registered table
+// without a device cache) after the work on `stream`, then `alongside()`
+// (work enqueued on `stream` to run beside it), then makes `stream` wait
+// for the read: the indices go to the host, host threads gather the rows
+// into pinned staging (cudaLaunchHostFunc), copy engines move them into
+// a.out. No SM runs any of it (copy_engine_read_cuda.cu).
+ffi::Error CopyEngineGather(const GatherArgs& a, cudaStream_t stream,
+                            const std::function<ffi::Error()>& alongside);
 
 // The table handle a registered gather names: read on the host when the
 // call is enqueued, so it must live in host memory.

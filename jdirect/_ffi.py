@@ -113,6 +113,7 @@ if _cuda is not None:
         "jdirect_cuda_table_wait": ([_i32, _err, _i64], _i32),
         "jdirect_cuda_sort_workspace_bytes": ([_i64, _i64], _i64),
         "jdirect_cuda_sorted_gathers": ([], _i64),
+        "jdirect_cuda_copy_engine_reads": ([], _i64),
         "jdirect_cuda_mem_info": ([ctypes.POINTER(_i64), ctypes.POINTER(_i64), _err, _i64], _i32),
         "jdirect_cuda_managed_alloc": ([_i64, _err, _i64], _ptr),
         "jdirect_cuda_managed_free": ([_ptr], None),
@@ -199,6 +200,11 @@ def sort_workspace_bytes(n: int, nrows: int) -> int:
 def sorted_gathers() -> int:
     """How many GPU gathers have run in address order in this process."""
     return int(_cuda.jdirect_cuda_sorted_gathers()) if _cuda is not None else 0
+
+
+def copy_engine_reads() -> int:
+    """How many GPU reads have gone through the copy engines in this process."""
+    return int(_cuda.jdirect_cuda_copy_engine_reads()) if _cuda is not None else 0
 
 
 def cuda_mem_info() -> tuple[int, int]:

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _dtypes, _ffi
 from ._partition import by_indices, typed_like_indices
+from ._read_policy import address_order, copy_engine_share
 
 # Values match ffi/index.h's Mode.
 _MODES = {None: 0, "fill": 0, "clip": 1, "wrap": 2}
@@ -29,14 +30,22 @@ FILL = 0
 # Where a table's rows live, as `Table.memory` reports it.
 MEMORY_KINDS = ("device", "pinned", "managed", "host")
 
-# Below this many indices the sort's fixed cost (four launches) outweighs
-# what ordered reads save.
-MIN_SORTED_INDICES = 1024
-# Host-resident managed memory is mapped with large pages: random rows of
-# this size or more already arrive at the link's rate (measured on an H200,
-# benchmarks/RESULTS.md), so sorting would only add its cost.
-MANAGED_SORT_BELOW_ROW_BYTES = 256
-MANAGED_SORT_FROM_INDICES = 1_000_000
+
+def _tri_state(name: str, value: Any) -> bool | None:
+    if value is not None and not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True, False or None, got {value!r}")
+    return None if value is None else bool(value)
+
+
+def _share(value: Any) -> bool | float | None:
+    """`copy_engines` checked: None, a bool, or a share in [0, 1]."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return _tri_state("copy_engines", value)
+    if not isinstance(value, (float, np.floating)):
+        raise TypeError(f"copy_engines must be True, False, None or a float share, got {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"copy_engines as a share must be in [0, 1], got {value}")
+    return float(value)
 
 
 class ReadRequest(NamedTuple):
@@ -45,35 +54,18 @@ class ReadRequest(NamedTuple):
     mode: int  # ffi/index.h's Mode
     fill_value: Any
     locality: bool | None
+    copy_engines: bool | float | None = None
 
     @staticmethod
-    def make(mode: str | None, fill_value: Any, locality: Any) -> "ReadRequest":
+    def make(mode: str | None, fill_value: Any, locality: Any,
+             copy_engines: Any = None) -> "ReadRequest":
         if mode not in _MODES:
             if mode in ("raise", "promise_in_bounds"):
                 raise NotImplementedError(
                     f"jdirect.gather does not support mode={mode!r}; use 'fill', 'clip' or 'wrap'")
             raise ValueError(f"mode must be None, 'fill', 'clip' or 'wrap', got {mode!r}")
-        if locality is not None and not isinstance(locality, (bool, np.bool_)):
-            raise TypeError(f"locality must be True, False or None, got {locality!r}")
-        return ReadRequest(_MODES[mode], fill_value, None if locality is None else bool(locality))
-
-
-def address_order(memory: str, row_bytes: int, n: int, locality: bool | None) -> bool:
-    """Whether a GPU gather of `n` indices from rows of `row_bytes` in
-    `memory` reads them in ascending address order (sort, read, scatter).
-
-    `locality` None applies the measured policy: pinned memory always (every
-    random row costs a 4 KB translation), managed memory only for small rows
-    and many indices; True or False force it for host memory. Device memory
-    and calls with fewer than MIN_SORTED_INDICES indices never sort.
-    """
-    if memory not in ("pinned", "managed") or not MIN_SORTED_INDICES <= n < 2**31:
-        return False
-    if locality is not None:
-        return locality
-    if memory == "managed":
-        return row_bytes < MANAGED_SORT_BELOW_ROW_BYTES and n >= MANAGED_SORT_FROM_INDICES
-    return True
+        return ReadRequest(_MODES[mode], fill_value, _tri_state("locality", locality),
+                           _share(copy_engines))
 
 
 class _Prepared(NamedTuple):
@@ -224,7 +216,7 @@ def read_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.d
     prep = _prepare(shape, dtype, memory, idx, request)
     if not isinstance(prep, _Prepared):
         return prep
-    static, operands = _registered(handle, shape, compact_rows, prep, idx, cache)
+    static, operands = _registered(handle, shape, compact_rows, prep, idx, cache, request)
     if isinstance(handle, int):  # not cached: a per-table entry would outlive the table
         return _make_call(_ffi.GATHER_HOST_STATIC, **static)(*operands)
     return _cached_call(_ffi.GATHER_HOST, **static)(*operands)
@@ -246,7 +238,7 @@ def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.
         return Pending(prep)
     if prep.row_bytes == 0:
         return Pending(read_registered(handle, host_shape, dtype, memory, idx, request, cache))
-    static, operands = _registered(handle, shape, compact_rows, prep, idx, cache)
+    static, operands = _registered(handle, shape, compact_rows, prep, idx, cache, request)
     if isinstance(handle, int):
         start = _make_start(_ffi.GATHER_HOST_STATIC_START, **static)
     else:
@@ -258,15 +250,19 @@ def start_registered(handle: jax.Array | int, shape: tuple[int, ...], dtype: np.
 
 
 def _registered(handle: jax.Array | int, shape: tuple[int, ...], compact_rows: int,
-                prep: _Prepared, idx: jax.Array,
-                cache: DeviceCache | None) -> tuple[dict, tuple[jax.Array, ...]]:
+                prep: _Prepared, idx: jax.Array, cache: DeviceCache | None,
+                request: ReadRequest) -> tuple[dict, tuple[jax.Array, ...]]:
     """A registered read's static configuration and operands ([handle,]
     [slots, cached rows,] idx: no cache, no cache operands); a handle given
     as an int is an attribute. `shape` is the table's as read, `compact_rows`
-    as `_as_read` gives it."""
+    as `_as_read` gives it. A read with a cache never takes the copy
+    engines: its misses are read by GPU threads beside its hits."""
     static = dict(prep.static)
+    copied = 0 if cache is not None else copy_engine_share(
+        static["memory"], prep.row_bytes, idx.size, request.copy_engines)
+    static["all_copied"] = copied == 1000
     static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes),
-                        ("compact_rows", compact_rows))
+                        ("compact_rows", compact_rows), ("copy_thousandths", copied))
     # No cache: the compiled call makes the empty cache operands itself
     # (`_with_cache`), so an eager read dispatches no arrays of its own.
     static["empty_cache"] = cache is None
@@ -326,20 +322,23 @@ _done_copy = _make_done(aliased=False)
 
 
 def _results(idx: jax.Array, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
-             memory: str, locality: bool | None) -> tuple[jax.ShapeDtypeStruct, ...]:
+             memory: str, locality: bool | None,
+             all_copied: bool) -> tuple[jax.ShapeDtypeStruct, ...]:
     """A gather call's results: the rows, then the GPU's sort workspace
-    (empty for caller order), allocated by XLA so that its lifetime follows
-    the program's streams; it is sized from the indices, batched or not."""
+    (empty for caller order, and where the copy engines take every row:
+    `all_copied`), allocated by XLA so that its lifetime follows the
+    program's streams; it is sized from the indices, batched or not."""
     row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
-    sort = jax.default_backend() == "gpu" and address_order(memory, row_bytes, idx.size, locality)
+    sort = (jax.default_backend() == "gpu" and not all_copied
+            and address_order(memory, row_bytes, idx.size, locality))
     workspace = _ffi.sort_workspace_bytes(idx.size, nrows) if sort else 0
     return (jax.ShapeDtypeStruct(idx.shape + row_shape, dtype),
             jax.ShapeDtypeStruct((workspace,), np.uint8))
 
 
 def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
-                memory: str, locality: bool | None, attrs: tuple,
-                empty_cache: bool = False) -> Callable[..., tuple[jax.Array, jax.Array]]:
+                memory: str, locality: bool | None, attrs: tuple, empty_cache: bool = False,
+                all_copied: bool = False) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """The asynchronous start for one static configuration: operands as
     `_make_call`'s, results (rows, workspace). Not batched under vmap, nor
     split over sharded indices (every device reads every row): the done
@@ -347,7 +346,7 @@ def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nro
     sized from each device's indices, has no global shape to give XLA."""
 
     def call(*operands: jax.Array) -> tuple[jax.Array, jax.Array]:
-        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality, all_copied)
         operands = _with_cache(operands, empty_cache, dtype)
         return tuple(jax.ffi.ffi_call(target, outs)(*operands, **dict(attrs)))
 
@@ -358,8 +357,8 @@ _cached_start = functools.lru_cache(maxsize=None)(_make_start)
 
 
 def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
-               memory: str, locality: bool | None, attrs: tuple,
-               empty_cache: bool = False) -> Callable[..., jax.Array]:
+               memory: str, locality: bool | None, attrs: tuple, empty_cache: bool = False,
+               all_copied: bool = False) -> Callable[..., jax.Array]:
     """The FFI call for one static configuration, with its batching rule.
 
     Operands are (table, idx), ([handle,] cache slots, cached rows, idx),
@@ -370,7 +369,8 @@ def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrow
     """
 
     def call(*operands: jax.Array) -> jax.Array:
-        rows, workspace = _results(operands[-1], row_shape, dtype, nrows, memory, locality)
+        rows, workspace = _results(operands[-1], row_shape, dtype, nrows, memory, locality,
+                                   all_copied)
         outs = (typed_like_indices(operands[-1], rows), workspace)
         ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
         return ffi(*_with_cache(operands, empty_cache, dtype), **dict(attrs))[0]

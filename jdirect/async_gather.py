@@ -23,6 +23,7 @@ def gather_start(
     mode: str | None = None,
     fill_value: Any = None,
     locality: bool | None = None,
+    copy_engines: bool | None = None,
     max_blocks: int | None = None,
 ) -> Pending:
     """Starts `jdirect.gather(table, idx, ...)`; `gather_done` returns its rows.
@@ -70,7 +71,9 @@ def gather_start(
       - Not usable under `jax.vmap` (indices of any shape take one read).
 
     Args:
-      table, idx, mode, fill_value, locality: as in `jdirect.gather`.
+      table, idx, mode, fill_value, locality, copy_engines: as in
+        `jdirect.gather`. A read through the copy engines occupies no
+        thread block: its start enqueues it on the copy streams.
       max_blocks: the most thread blocks the read may occupy, or None for 2
         per SM (the faster choice in the GraphSAGE step on an H200; against
         long compute kernels 32 overlap better: benchmarks/RESULTS.md).
@@ -90,7 +93,7 @@ def gather_start(
             raise TypeError(f"max_blocks must be an int or None, got {max_blocks!r}")
         if not 1 <= max_blocks <= _MAX_BLOCKS:
             raise ValueError(f"max_blocks must be in [1, {_MAX_BLOCKS}], got {max_blocks}")
-    request = ReadRequest.make(mode, fill_value, locality)
+    request = ReadRequest.make(mode, fill_value, locality, copy_engines)
     idx = as_indices(idx)
     return start_read(as_table(table), idx, request, int(max_blocks or 0))
 

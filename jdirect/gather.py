@@ -18,6 +18,7 @@ def gather(
     mode: str | None = None,
     fill_value: Any = None,
     locality: bool | None = None,
+    copy_engines: bool | float | None = None,
     out_dtype: Any = None,
 ) -> jax.Array:
     """Rows of `table` at `idx`: `jnp.take(table, idx, axis=0, mode=mode, fill_value=fill_value)`.
@@ -56,9 +57,21 @@ def gather(
         hit L2, scatter to the caller's positions). None (default): where
         measured to pay, i.e. always for pinned memory, and for managed
         memory only with rows under 256 bytes and >= 1M indices (see
-        `jdirect._ops.address_order`). True/False force it. Results are
-        identical either way. Device tables and calls with fewer than 1024
-        indices always use the caller's order.
+        `jdirect._read_policy.address_order`). True/False force it. Results
+        are identical either way. Device tables and calls with fewer than
+        1024 indices always use the caller's order.
+      copy_engines: on a GPU, whether a `HostTable`'s rows (or an
+        `Int8Table`'s packed rows) are gathered by host threads into pinned
+        staging and moved to the device by the GPU's copy engines, with no
+        GPU thread involved, instead of read by GPU threads. True: every
+        row; False: none; a float in [0, 1]: that share of the indices
+        (the leading ones, rounded to thousandths), while GPU threads read
+        the others at the same time. None (default): where measured to
+        pay (`jdirect._read_policy.copy_engine_share`). On the CPU backend
+        the same host threads gather the share. Results are identical
+        either way. No effect on device tables, arrays, or reads through a
+        device cache (`CachedTable`, whose misses GPU threads read beside
+        its hits).
       out_dtype: convert the rows to this dtype on the device, in the same
         jitted call (only the table's own bytes cross PCIe: a bfloat16
         table delivered as float32 moves half the bytes of a float32 one).
@@ -73,11 +86,13 @@ def gather(
     Raises:
       TypeError: indices are not int32/int64, the table's dtype cannot be
         gathered, a 64-bit HostTable is used with jax_enable_x64 off,
-        `locality` is not a bool or None, or `fill_value` is traced or a
-        value jnp.take refuses (not a number; complex for a real table).
+        `locality` is not a bool or None, `copy_engines` not a bool, float
+        or None, or `fill_value` is traced or a value jnp.take refuses (not
+        a number; complex for a real table).
       OverflowError: indices given as Python ints or NumPy int64 that do
         not fit int32 while jax_enable_x64 is off.
-      ValueError: unknown mode, rank-0 table, or non-scalar fill_value; a
+      ValueError: unknown mode, rank-0 table, non-scalar fill_value, or a
+        `copy_engines` share outside [0, 1]; a
         closed HostTable (eagerly, or handed to a jitted function as an
         argument or closed over by a new trace); a version of a HostTable
         that `write_rows` already wrote earlier in the same trace.
@@ -89,7 +104,7 @@ def gather(
         (raised when its result is computed; ValueError at the call on the
         CPU backend).
     """
-    request = ReadRequest.make(mode, fill_value, locality)
+    request = ReadRequest.make(mode, fill_value, locality, copy_engines)
     idx = as_indices(idx)
     rows = as_table(table).read_rows(idx, request)
     return rows if out_dtype is None else rows.astype(out_dtype)

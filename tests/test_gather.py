@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import jdirect
 from conftest import PLACEMENTS, gpu_only, newest_only, place
-from jdirect import _ffi, _ops
+from jdirect import _ffi, _ops, _read_policy
 
 DTYPES = [
     np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.int16, np.int32,
@@ -409,7 +409,7 @@ def test_eager_gathers_from_new_tables_compile_nothing_new():
     ],
 )
 def test_address_order_policy(memory, row_bytes, n, locality, expected):
-    assert _ops.address_order(memory, row_bytes, n, locality) is expected
+    assert _read_policy.address_order(memory, row_bytes, n, locality) is expected
 
 
 @gpu_only

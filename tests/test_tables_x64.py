@@ -29,7 +29,8 @@ from conftest import child_env, newest_only
 GROUPS = [
     ("test_table_kinds.py", "test_host_table.py", "test_table_inputs.py"),
     pytest.param(("test_gather.py", "test_replicated.py", "test_transfer.py",
-                  "test_table_regressions.py", "test_async_gather.py", "test_table_devices.py"),
+                  "test_table_regressions.py", "test_async_gather.py", "test_table_devices.py",
+                  "test_copy_engine_read.py"),
                  marks=newest_only),
 ]
 
