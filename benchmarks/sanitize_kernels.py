@@ -77,9 +77,10 @@ def check_reads(rng: np.random.Generator, memory: str) -> None:
                     want = np.asarray(jnp.take(jnp.asarray(values), jnp.asarray(ids), axis=0,
                                                mode="fill", fill_value=0))
                     for table in (t, cached, split):
-                        # Caller order, address order, the copy engines (a
-                        # cache's reads ignore them).
-                        for locality, copy in ((False, False), (True, False), (None, True)):
+                        # Caller order, address order, the copy engines, half
+                        # of the rows through them (a cache's reads ignore them).
+                        for locality, copy in ((False, False), (True, False), (None, True),
+                                               (True, 0.5)):
                             got = jax.jit(lambda i: jdirect.gather(
                                 table, i, mode="fill", fill_value=0, locality=locality,
                                 copy_engines=copy))(ids)
@@ -113,9 +114,10 @@ def check_started(rng: np.random.Generator, memory: str) -> None:
                     want = np.asarray(jnp.take(jnp.asarray(values), jnp.asarray(ids), axis=0,
                                                mode="fill", fill_value=0))
                     # Caller and address order (3000 ids sort when asked),
-                    # the copy engines.
+                    # the copy engines, half of the rows through them.
                     for table, (locality, copy) in itertools.product(
-                            (t, cached, split), ((False, False), (True, False), (None, True))):
+                            (t, cached, split),
+                            ((False, False), (True, False), (None, True), (True, 0.5))):
                         pending = jdirect.gather_start(table, ids, mode="fill", fill_value=0,
                                                        locality=locality, copy_engines=copy,
                                                        max_blocks=5)

@@ -1,10 +1,11 @@
 // The copy-engine read: host threads gather a registered table's rows into
 // pinned staging and the GPU's copy engines move them to the device, so that
-// no SM takes part (issue 54). It pays where the zero-copy read is slow: a
-// table in pinned memory, which the GPU maps in 4 KB pages, so that random
-// rows are read near 30M a second whatever their width, while host threads
-// gather rows under ~1 KB faster than that (benchmarks/RESULTS.md). Python
-// chooses it (jdirect/_ops.py, copy_engine_read).
+// no SM takes part (issue 54). It pays where the GPU's read is slow: a table
+// in pinned memory, which the GPU maps in 4 KB pages, so that even in
+// address order it reads ~110M random rows a second, while host threads
+// gather rows under 256 B faster than that; wider rows, and managed memory
+// at any width, the GPU reads faster (benchmarks/RESULTS.md). Python chooses
+// it, or a share of the rows (jdirect/_read_policy.py, copy_engine_share).
 //
 // Everything is ordered on streams; nothing waits on the host or spins on
 // the GPU. On the device's two copy streams, after the work enqueued on the

@@ -25,9 +25,12 @@ constexpr int64_t kMaxChunkRows = 4096;
 constexpr int kMaxThreads = 15;
 
 int DefaultThreads() {
-  if (const char* env = std::getenv("JDIRECT_GATHER_THREADS")) {
-    const int asked = std::atoi(env);
-    if (asked >= 0) return std::min(asked, 256);
+  // A count >= 0; anything else is refused by Python before a read asks
+  // for the pool (jdirect/_read_policy.py), and here means the default.
+  if (const char* env = std::getenv("JDIRECT_GATHER_THREADS"); env != nullptr && *env) {
+    char* end = nullptr;
+    const long asked = std::strtol(env, &end, 10);
+    if (*end == '\0' && asked >= 0) return static_cast<int>(std::min<long>(asked, 256));
   }
   cpu_set_t set;
   int cpus = 0;

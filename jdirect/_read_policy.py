@@ -61,7 +61,9 @@ def copy_engine_share(memory: str, row_bytes: int, n: int, choice: bool | float 
     threads gather that share).
 
     Raises:
-      ValueError: JDIRECT_COPY_ENGINES is set to anything but a share.
+      ValueError: JDIRECT_COPY_ENGINES is set to anything but a share, or
+        (where the share is not 0) JDIRECT_GATHER_THREADS, which sets the
+        host threads (ffi/host_gather.cc), to anything but a count >= 0.
     """
     if choice is None:
         choice = _forced_share()
@@ -69,7 +71,11 @@ def copy_engine_share(memory: str, row_bytes: int, n: int, choice: bool | float 
         choice = (jax.default_backend() == "gpu" and memory == "pinned"
                   and row_bytes < COPY_ENGINES_BELOW_ROW_BYTES
                   and n >= COPY_ENGINES_FROM_INDICES)
-    return round(float(choice) * 1000)
+    thousandths = round(float(choice) * 1000)
+    threads = os.environ.get("JDIRECT_GATHER_THREADS", "").strip()
+    if thousandths and threads and not threads.isdigit():
+        raise ValueError(f"JDIRECT_GATHER_THREADS must be a count of threads >= 0, got {threads!r}")
+    return thousandths
 
 
 def _forced_share() -> float | None:

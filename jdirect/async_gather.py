@@ -23,7 +23,7 @@ def gather_start(
     mode: str | None = None,
     fill_value: Any = None,
     locality: bool | None = None,
-    copy_engines: bool | None = None,
+    copy_engines: bool | float | None = None,
     max_blocks: int | None = None,
 ) -> Pending:
     """Starts `jdirect.gather(table, idx, ...)`; `gather_done` returns its rows.

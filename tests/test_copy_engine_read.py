@@ -235,3 +235,9 @@ def test_the_environment_forces_a_share(monkeypatch):
         monkeypatch.setenv("JDIRECT_COPY_ENGINES", bad)
         with pytest.raises(ValueError, match="JDIRECT_COPY_ENGINES must be a share"):
             _read_policy.copy_engine_share("managed", 200, 10, None)
+    monkeypatch.delenv("JDIRECT_COPY_ENGINES")
+    for bad in ("many", "-3", "2.5"):
+        monkeypatch.setenv("JDIRECT_GATHER_THREADS", bad)
+        with pytest.raises(ValueError, match="JDIRECT_GATHER_THREADS must be a count"):
+            _read_policy.copy_engine_share("managed", 200, 10, True)
+        assert _read_policy.copy_engine_share("managed", 200, 10, False) == 0
