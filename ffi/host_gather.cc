@@ -44,7 +44,6 @@ class Pool {
   explicit Pool(int threads) {
     for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { Loop(); });
   }
-  int size() const { return static_cast<int>(threads_.size()); }
 
   // Runs body(c) for every chunk c in [0, chunks) on the pool and the
   // calling thread.
@@ -148,7 +147,5 @@ void GatherRowsOnThreads(const GatherArgs& a, const void* idx, char* out, int64_
     GatherRowsOnHost(a, idx, out, first, std::min(end, first + per));
   });
 }
-
-int GatherThreads() { return ThePool().size(); }
 
 }  // namespace jdirect

@@ -26,10 +26,6 @@ JDIRECT_EXPORT void GatherRowsOnHost(const GatherArgs& a, const void* idx, char*
 JDIRECT_EXPORT void GatherRowsOnThreads(const GatherArgs& a, const void* idx, char* out,
                                         int64_t begin, int64_t end);
 
-// The gather threads beside the calling one (JDIRECT_GATHER_THREADS, else
-// one less than the CPUs this process may run on, at most 15).
-JDIRECT_EXPORT int GatherThreads();
-
 }  // namespace jdirect
 
 #endif  // JDIRECT_FFI_HOST_GATHER_H_

@@ -260,7 +260,6 @@ def _registered(handle: jax.Array | int, shape: tuple[int, ...], compact_rows: i
     static = dict(prep.static)
     copied = 0 if cache is not None else copy_engine_share(
         static["memory"], prep.row_bytes, idx.size, request.copy_engines)
-    static["all_copied"] = copied == 1000
     static["attrs"] += (("nrows", shape[0]), ("row_bytes", prep.row_bytes),
                         ("compact_rows", compact_rows), ("copy_thousandths", copied))
     # No cache: the compiled call makes the empty cache operands itself
@@ -323,12 +322,14 @@ _done_copy = _make_done(aliased=False)
 
 def _results(idx: jax.Array, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
              memory: str, locality: bool | None,
-             all_copied: bool) -> tuple[jax.ShapeDtypeStruct, ...]:
+             attrs: tuple) -> tuple[jax.ShapeDtypeStruct, ...]:
     """A gather call's results: the rows, then the GPU's sort workspace
     (empty for caller order, and where the copy engines take every row:
-    `all_copied`), allocated by XLA so that its lifetime follows the
-    program's streams; it is sized from the indices, batched or not."""
+    the call's `copy_thousandths` attribute is 1000), allocated by XLA so
+    that its lifetime follows the program's streams; it is sized from the
+    indices, batched or not."""
     row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+    all_copied = dict(attrs).get("copy_thousandths", 0) == 1000
     sort = (jax.default_backend() == "gpu" and not all_copied
             and address_order(memory, row_bytes, idx.size, locality))
     workspace = _ffi.sort_workspace_bytes(idx.size, nrows) if sort else 0
@@ -337,8 +338,8 @@ def _results(idx: jax.Array, row_shape: tuple[int, ...], dtype: np.dtype, nrows:
 
 
 def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
-                memory: str, locality: bool | None, attrs: tuple, empty_cache: bool = False,
-                all_copied: bool = False) -> Callable[..., tuple[jax.Array, jax.Array]]:
+                memory: str, locality: bool | None, attrs: tuple,
+                empty_cache: bool = False) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """The asynchronous start for one static configuration: operands as
     `_make_call`'s, results (rows, workspace). Not batched under vmap, nor
     split over sharded indices (every device reads every row): the done
@@ -346,7 +347,7 @@ def _make_start(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nro
     sized from each device's indices, has no global shape to give XLA."""
 
     def call(*operands: jax.Array) -> tuple[jax.Array, jax.Array]:
-        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality, all_copied)
+        outs = _results(operands[-1], row_shape, dtype, nrows, memory, locality, attrs)
         operands = _with_cache(operands, empty_cache, dtype)
         return tuple(jax.ffi.ffi_call(target, outs)(*operands, **dict(attrs)))
 
@@ -357,8 +358,8 @@ _cached_start = functools.lru_cache(maxsize=None)(_make_start)
 
 
 def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrows: int,
-               memory: str, locality: bool | None, attrs: tuple, empty_cache: bool = False,
-               all_copied: bool = False) -> Callable[..., jax.Array]:
+               memory: str, locality: bool | None, attrs: tuple,
+               empty_cache: bool = False) -> Callable[..., jax.Array]:
     """The FFI call for one static configuration, with its batching rule.
 
     Operands are (table, idx), ([handle,] cache slots, cached rows, idx),
@@ -370,7 +371,7 @@ def _make_call(target: str, *, row_shape: tuple[int, ...], dtype: np.dtype, nrow
 
     def call(*operands: jax.Array) -> jax.Array:
         rows, workspace = _results(operands[-1], row_shape, dtype, nrows, memory, locality,
-                                   all_copied)
+                                   attrs)
         outs = (typed_like_indices(operands[-1], rows), workspace)
         ffi = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
         return ffi(*_with_cache(operands, empty_cache, dtype), **dict(attrs))[0]
